@@ -1,0 +1,128 @@
+"""Plan files: one work item with its milestones, as data.
+
+The models forbid unknown fields (a typo must not be ignored silently). This
+module sees parsed data only; reading YAML/JSON text, with line numbers for
+errors, is :mod:`milepost.planfile`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+from milepost.errors import DuplicateNameError
+from milepost.graph.dag import validate_milestones
+from milepost.graph.models import DEFAULT_RETRIES, GateCommand, Milestone, WorkItem, check_name
+from milepost.graph.status import MilestoneStatus, PlanStatus
+
+__all__ = ["Plan", "PlanCommand", "PlanDefaults", "PlanMilestone", "plan_from_item"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PlanCommand(_Strict):
+    name: str | None = None
+    run: Annotated[str, Field(min_length=1)]
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout: Annotated[float, Field(gt=0)] | None = None
+
+
+class PlanMilestone(_Strict):
+    name: str
+    deps: list[str] = Field(default_factory=list)
+    acceptance: str = ""
+    gate: Annotated[str, Field(min_length=1)] | list[PlanCommand] | None = None
+    retries: Annotated[StrictInt, Field(ge=0)] | None = None
+    timeout: Annotated[float, Field(gt=0)] | None = None
+    review: StrictBool = False
+    fix: str | None = None
+    hypothesis: StrictBool = False
+
+
+class PlanDefaults(_Strict):
+    retries: Annotated[StrictInt, Field(ge=0)] = DEFAULT_RETRIES
+    timeout: Annotated[float, Field(gt=0)] | None = None
+    fix: str | None = None
+
+
+class Plan(_Strict):
+    objective: Annotated[str, Field(min_length=1)]
+    plan_status: PlanStatus = PlanStatus.DRAFT
+    defaults: PlanDefaults = Field(default_factory=PlanDefaults)
+    milestones: list[PlanMilestone] = Field(default_factory=list)
+
+    def to_milestones(self) -> list[Milestone]:
+        """The plan's milestones with ids in file order, validated whole:
+        names, duplicates, self-deps, unknown deps, cycles."""
+        out = []
+        for i, pm in enumerate(self.milestones, start=1):
+            out.append(
+                Milestone(
+                    id=i,
+                    name=pm.name,
+                    deps=list(dict.fromkeys(pm.deps)),
+                    acceptance=pm.acceptance,
+                    gate=_gate_commands(pm),
+                    retries=self.defaults.retries if pm.retries is None else pm.retries,
+                    timeout=self.defaults.timeout if pm.timeout is None else pm.timeout,
+                    review=pm.review,
+                    fix=pm.fix if pm.fix is not None else self.defaults.fix,
+                    status=MilestoneStatus.HYPOTHESIS if pm.hypothesis else MilestoneStatus.PENDING,
+                )
+            )
+        validate_milestones(out)
+        return out
+
+
+def _gate_commands(pm: PlanMilestone) -> list[GateCommand]:
+    if pm.gate is None:
+        return []
+    if isinstance(pm.gate, str):
+        return [GateCommand(name="gate", run=pm.gate)]
+    cmds = []
+    seen: set[str] = set()
+    for i, c in enumerate(pm.gate, start=1):
+        name = check_name(c.name, f"gate command (milestone {pm.name!r})") if c.name else f"step-{i}"
+        if name in seen:
+            raise DuplicateNameError(f"milestone {pm.name!r} has two gate commands named {name!r}")
+        seen.add(name)
+        cmds.append(GateCommand(name=name, run=c.run, cwd=c.cwd, env=c.env, timeout=c.timeout))
+    return cmds
+
+
+def plan_from_item(item: WorkItem) -> dict[str, Any]:
+    """The plan-file form of a stored work item (``plan export``): applying it
+    again creates an item with the same milestones, deps and gates."""
+    d = item.defaults
+    milestones: list[dict[str, Any]] = []
+    for m in item.milestones:
+        entry: dict[str, Any] = {"name": m.name}
+        if m.deps:
+            entry["deps"] = list(m.deps)
+        if m.acceptance:
+            entry["acceptance"] = m.acceptance
+        if len(m.gate) == 1 and m.gate[0].name == "gate" and not (m.gate[0].cwd or m.gate[0].env or m.gate[0].timeout):
+            entry["gate"] = m.gate[0].run
+        elif m.gate:
+            entry["gate"] = [g.model_dump(exclude_defaults=True) | {"name": g.name} for g in m.gate]
+        if m.retries != d.retries:
+            entry["retries"] = m.retries
+        if m.timeout != d.timeout:
+            entry["timeout"] = m.timeout
+        if m.review:
+            entry["review"] = True
+        if m.fix != d.fix:
+            entry["fix"] = m.fix
+        if m.status is MilestoneStatus.HYPOTHESIS:
+            entry["hypothesis"] = True
+        milestones.append(entry)
+    out: dict[str, Any] = {"objective": item.objective, "plan_status": item.plan_status.value}
+    defaults = d.model_dump(exclude_defaults=True)
+    if defaults:
+        out["defaults"] = defaults
+    out["milestones"] = milestones
+    return out

@@ -1,0 +1,145 @@
+"""Statuses, actions and the milestone transition table.
+
+The table is data: ``TRANSITIONS[(status, action)]`` is the status an action
+leads to. :func:`transition` is the one function that applies it; everything
+else (the DAG, the store, the CLI) goes through it, so a refusal always reads
+the same way and names what would have been allowed.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from milepost.errors import TransitionError
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "REASON_REQUIRED",
+    "TRANSITIONS",
+    "USER_ACTIONS",
+    "Action",
+    "ItemState",
+    "MilestoneStatus",
+    "PlanStatus",
+    "allowed_actions",
+    "transition",
+]
+
+
+class MilestoneStatus(str, Enum):
+    """What is stored for a milestone. ``ready`` and ``blocked`` are views, never stored."""
+
+    HYPOTHESIS = "hypothesis"
+    PENDING = "pending"
+    LOCKED = "locked"
+    IN_PROGRESS = "in_progress"
+    NEEDS_FIX = "needs_fix"
+    DONE = "done"
+    STUCK = "stuck"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_done(self) -> bool:
+        return self is MilestoneStatus.DONE
+
+
+# Statuses in which someone is working on the milestone right now.
+ACTIVE_STATUSES = frozenset({MilestoneStatus.IN_PROGRESS})
+
+
+class Action(str, Enum):
+    """Milestone actions. ``fail`` and ``exhaust`` are the two outcomes of a
+    failed gate under ``done``; users never name them directly."""
+
+    CONFIRM = "confirm"
+    START = "start"
+    DONE = "done"
+    FAIL = "fail"
+    EXHAUST = "exhaust"
+    NEEDS_FIX = "needs_fix"
+    RESET = "reset"
+    LOCK = "lock"
+    UNLOCK = "unlock"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def command(self) -> str:
+        """The CLI spelling of the action."""
+        return self.value.replace("_", "-")
+
+
+S = MilestoneStatus
+A = Action
+
+TRANSITIONS: dict[tuple[MilestoneStatus, Action], MilestoneStatus] = {
+    (S.HYPOTHESIS, A.CONFIRM): S.PENDING,
+    (S.PENDING, A.START): S.IN_PROGRESS,
+    (S.NEEDS_FIX, A.START): S.IN_PROGRESS,
+    (S.IN_PROGRESS, A.DONE): S.DONE,
+    (S.IN_PROGRESS, A.FAIL): S.NEEDS_FIX,
+    (S.IN_PROGRESS, A.EXHAUST): S.STUCK,
+    (S.IN_PROGRESS, A.NEEDS_FIX): S.NEEDS_FIX,
+    (S.DONE, A.NEEDS_FIX): S.NEEDS_FIX,
+    (S.STUCK, A.RESET): S.NEEDS_FIX,
+    (S.NEEDS_FIX, A.RESET): S.NEEDS_FIX,
+    (S.PENDING, A.LOCK): S.LOCKED,
+    (S.LOCKED, A.UNLOCK): S.PENDING,
+}
+
+# Actions an operator must justify; the reason is kept in the event log.
+REASON_REQUIRED = frozenset({A.NEEDS_FIX, A.RESET, A.LOCK, A.UNLOCK})
+
+# What a user can type; ``fail``/``exhaust`` happen inside ``done``.
+USER_ACTIONS = (A.CONFIRM, A.START, A.DONE, A.NEEDS_FIX, A.RESET, A.LOCK, A.UNLOCK)
+
+del S, A
+
+
+def allowed_actions(status: MilestoneStatus) -> list[Action]:
+    """User actions the table accepts from ``status``, in a stable order."""
+    return [a for a in USER_ACTIONS if (status, a) in TRANSITIONS]
+
+
+def transition(name: str, status: MilestoneStatus, action: Action) -> MilestoneStatus:
+    """Return the status ``action`` leads to from ``status``, or raise a
+    :class:`TransitionError` that names the milestone, its status and what is allowed."""
+    try:
+        return TRANSITIONS[(status, action)]
+    except KeyError:
+        allowed = allowed_actions(status)
+        options = ", ".join(a.command for a in allowed) if allowed else "nothing (an operator must act)"
+        if status is MilestoneStatus.STUCK:
+            options = "reset (operator, with --reason)"
+        raise TransitionError(
+            f"cannot {action.command} {name!r}: status is {status.value}; allowed from {status.value}: {options}",
+            milestone=name,
+            status=status.value,
+            action=action.value,
+            allowed=[a.command for a in allowed],
+        ) from None
+
+
+class ItemState(str, Enum):
+    OPEN = "open"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_final(self) -> bool:
+        return self is not ItemState.OPEN
+
+
+class PlanStatus(str, Enum):
+    DRAFT = "draft"
+    READY = "ready"
+    NEEDS_INPUT = "needs_input"
+
+    def __str__(self) -> str:
+        return self.value

@@ -1,0 +1,3 @@
+from milepost.cli import main
+
+main()

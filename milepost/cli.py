@@ -1,0 +1,670 @@
+"""The ``milepost`` command line.
+
+Three layers: :func:`main` parses, runs and turns errors into one line and an
+exit code; each command asks the service for plain data; the ``_show_*``
+helpers format that data as rich tables or, with ``--json``, as one JSON
+document on stdout. Heavy imports (the store, SQLAlchemy) happen inside
+commands; Prefect is imported by no state command.
+
+Exit codes: 0 success; 1 the operation ran and failed (a gate failed);
+2 bad input or refused transition (nothing changed); 3 environment
+(no store, database unreachable); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+from milepost.errors import MilepostError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from milepost.graph.dag import WorkGraph
+    from milepost.results import DoneResult, GateRun, MilestoneView
+    from milepost.service import Service
+
+__all__ = ["cli", "main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+STATUS_STYLE = {
+    "done": "green",
+    "ready": "bold cyan",
+    "in_progress": "yellow",
+    "needs_fix": "dark_orange",
+    "stuck": "bold red",
+    "blocked": "dim",
+    "pending": "dim",
+    "locked": "magenta",
+    "hypothesis": "purple",
+    "runnable": "bold cyan",
+    "completed": "green",
+    "cancelled": "dim",
+    "waiting_for_operator": "yellow",
+    "passed": "green",
+    "failed": "red",
+    "interrupted": "yellow",
+    "skipped": "dim",
+}
+
+
+class Ctx:
+    """What every command shares: global flags and the lazily opened service."""
+
+    def __init__(self, db: str | None, agent: str | None, as_json: bool) -> None:
+        self.db = db
+        self.agent = agent
+        self.json = as_json
+        self._service: Service | None = None
+
+    @property
+    def service(self) -> Service:
+        if self._service is None:
+            from milepost.service import Service
+
+            self._service = Service.open(self.db, self.agent)
+        return self._service
+
+    def console(self) -> Console:
+        from rich.console import Console
+
+        # Off a terminal rich would wrap at 80 columns; scripts and logs prefer long lines.
+        width = None if sys.stdout.isatty() else 200
+        return Console(highlight=False, soft_wrap=True, width=width)
+
+    def emit(self, data: Any, human: Callable[[Console], None]) -> None:
+        if self.json:
+            click.echo(json.dumps(data, default=str))
+        else:
+            human(self.console())
+
+
+def _styled(status: str) -> str:
+    style = STATUS_STYLE.get(status)
+    return f"[{style}]{status}[/]" if style else status
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def item_option(f: F) -> F:
+    return click.option(
+        "--item", "item", type=int, default=None, help="Work item id (default: this agent's current item)."
+    )(f)
+
+
+def revision_option(f: F) -> F:
+    return click.option(
+        "--expect-revision",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Refuse (exit 2) unless the item is at revision N: safe read-modify-write.",
+    )(f)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--db", envvar="MILEPOST_DB", metavar="URL", help="SQLAlchemy database URL [env MILEPOST_DB].")
+@click.option("--agent", envvar="MILEPOST_AGENT", metavar="NAME", help="Act as this agent [env MILEPOST_AGENT].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout; errors as {\"error\": ...}.")
+@click.version_option(package_name="milepost")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool) -> None:
+    """milepost: plan a milestone DAG, prove each milestone with a gate.
+
+    \b
+    Exit codes: 0 ok; 1 the operation ran and failed (a gate failed);
+    2 bad input or refused transition, nothing changed; 3 environment
+    (no store, database unreachable); 130 interrupted.
+    """
+    ctx.obj = Ctx(db, agent, as_json)
+    ctx.call_on_close(lambda: ctx.obj._service.close() if ctx.obj._service else None)
+
+
+# -- init --------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path), default=".")
+@pass_ctx
+def init(c: Ctx, path: Path) -> None:
+    """Create the .milepost/ store in PATH (default: here)."""
+    from milepost.store import Store
+    from milepost.workspace import HOME_DIR, init_workspace
+
+    existed = (path / HOME_DIR).is_dir()
+    ws = init_workspace(path)
+    url = c.db or ws.url
+    Store.open(url, ws.home, ws.root).close()
+    from milepost.store import mask_url
+
+    data = {"home": str(ws.home), "root": str(ws.root), "db": mask_url(url), "created": not existed}
+    c.emit(
+        data,
+        lambda con: con.print(
+            f"{'already initialized' if existed else 'initialized'} milepost store in {ws.home} (db {mask_url(url)})"
+        ),
+    )
+
+
+# -- work items --------------------------------------------------------------
+
+
+@cli.group()
+def item() -> None:
+    """Work items: create, list, show, update, pick."""
+
+
+def _plan_status(value: str | None) -> Any:
+    from milepost.graph.status import PlanStatus
+
+    return PlanStatus(value) if value else None
+
+
+PLAN_STATUS = click.Choice(["draft", "ready", "needs_input"])
+
+
+@item.command("create")
+@click.argument("objective")
+@click.option("--plan-status", type=PLAN_STATUS, default="draft", show_default=True)
+@click.option("--retries", type=click.IntRange(min=0), default=None, help="Default retry budget of its milestones.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Default gate timeout (s).")
+@pass_ctx
+def item_create(c: Ctx, objective: str, plan_status: str, retries: int | None, timeout: float | None) -> None:
+    """Create a work item and make it this agent's current item."""
+    from milepost.graph.models import DEFAULT_RETRIES, ItemDefaults
+
+    defaults = ItemDefaults(retries=DEFAULT_RETRIES if retries is None else retries, timeout=timeout)
+    it = c.service.create_item(objective, plan_status=_plan_status(plan_status), defaults=defaults)
+    c.emit(it.model_dump(mode="json"), lambda con: con.print(f"created work item {it.id}: {_esc(it.objective)} (current)"))
+
+
+@item.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=None)
+@pass_ctx
+def item_list(c: Ctx, limit: int | None) -> None:
+    """List work items with their readiness."""
+    items = c.service.list_items(limit)
+
+    def human(con: Console) -> None:
+        from rich.table import Table
+
+        if not items:
+            con.print("no work items yet: `milepost item create OBJECTIVE` or `milepost plan apply FILE`")
+            return
+        t = Table(box=None, header_style="bold")
+        for col in ("", "id", "state", "readiness", "plan", "rev", "milestones", "objective"):
+            t.add_column(col)
+        for i in items:
+            counts = ", ".join(f"{n} {k}" for k, n in sorted(i.counts.items()))
+            t.add_row(
+                "*" if i.current else "",
+                str(i.id),
+                _styled(i.state),
+                _styled(i.readiness),
+                i.plan_status,
+                str(i.revision),
+                counts or "-",
+                _esc(i.objective),
+            )
+        con.print(t)
+
+    c.emit({"items": [i.model_dump(mode="json") for i in items]}, human)
+
+
+@item.command("show")
+@click.argument("item_id", type=int, required=False)
+@pass_ctx
+def item_show(c: Ctx, item_id: int | None) -> None:
+    """Show a work item and its milestones (default: the current item)."""
+    _show_item(c, item_id)
+
+
+def _show_item(c: Ctx, item_id: int | None) -> None:
+    from milepost.results import item_with_views
+
+    it, views = c.service.milestone_views(item_id)
+
+    def human(con: Console) -> None:
+        con.print(f"[bold]work item {it.id}[/]: {_esc(it.objective)}")
+        con.print(
+            f"state {_styled(it.state.value)} · readiness {_styled(it.readiness)} · plan {it.plan_status.value}"
+            f" · revision {it.revision} · agent {it.agent}"
+        )
+        _milestone_table(con, views)
+
+    c.emit(item_with_views(it, views), human)
+
+
+@item.command("update")
+@click.argument("item_id", type=int)
+@click.option("--objective", default=None)
+@click.option("--plan-status", type=PLAN_STATUS, default=None, help="ready freezes the DAG's structure.")
+@revision_option
+@pass_ctx
+def item_update(c: Ctx, item_id: int, objective: str | None, plan_status: str | None, expect_revision: int | None) -> None:
+    """Change a work item's objective or plan status."""
+    it = c.service.update_item(
+        item_id, objective=objective, plan_status=_plan_status(plan_status), expect_revision=expect_revision
+    )
+    c.emit(
+        it.model_dump(mode="json"),
+        lambda con: con.print(f"work item {it.id}: plan {it.plan_status.value}, revision {it.revision}"),
+    )
+
+
+@item.command("pick")
+@click.argument("item_id", type=int)
+@pass_ctx
+def item_pick(c: Ctx, item_id: int) -> None:
+    """Make ITEM_ID this agent's current work item."""
+    it = c.service.pick(item_id)
+    c.emit(it.model_dump(mode="json"), lambda con: con.print(f"current work item: {it.id} ({_esc(it.objective)})"))
+
+
+# -- milestones --------------------------------------------------------------
+
+
+def _split_deps(deps: str | None) -> list[str]:
+    return [d.strip() for d in (deps or "").split(",") if d.strip()]
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--deps", default=None, metavar="A,B", help="Comma-separated names of milestones this one needs.")
+@click.option("--acceptance", default="", help="What a reviewer checks.")
+@click.option("--gate", default=None, metavar="CMD", help="Shell command that proves the milestone (exit 0 = pass).")
+@click.option("--retries", type=int, default=None, help="Retry budget: at most 1 + N gate attempts (default 2).")
+@click.option("--timeout", type=float, default=None, help="Gate timeout in seconds.")
+@click.option("--review", is_flag=True, help="Wait for an operator verdict after the gate passes.")
+@click.option("--fix", default=None, metavar="CMD", help="Command run after a failed attempt, before the retry.")
+@click.option("--hypothesis", is_flag=True, help="Add as a hypothesis (confirm it later).")
+@item_option
+@revision_option
+@pass_ctx
+def add(c: Ctx, name: str, deps: str | None, acceptance: str, gate: str | None, retries: int | None,
+        timeout: float | None, review: bool, fix: str | None, hypothesis: bool, item: int | None,
+        expect_revision: int | None) -> None:  # fmt: skip
+    """Add a milestone to the current work item (its plan must be a draft)."""
+    r = c.service.add_milestone(
+        name,
+        _split_deps(deps),
+        acceptance=acceptance,
+        gate=gate,
+        retries=retries,
+        timeout=timeout,
+        review=review,
+        fix=fix,
+        hypothesis=hypothesis,
+        item=item,
+        expect_revision=expect_revision,
+    )
+    m = r.milestone
+    c.emit(
+        r.model_dump(mode="json"),
+        lambda con: con.print(f"added {m.name!r} (id {m.id}, {_styled(m.status.value)}) to work item {r.item}"),
+    )
+
+
+@cli.command()
+@click.argument("name")
+@item_option
+@revision_option
+@pass_ctx
+def remove(c: Ctx, name: str, item: int | None, expect_revision: int | None) -> None:
+    """Remove a milestone nothing depends on (plan must be a draft)."""
+    r = c.service.remove_milestone(name, item=item, expect_revision=expect_revision)
+    c.emit(r.model_dump(mode="json"), lambda con: con.print(f"removed {name!r} from work item {r.item}"))
+
+
+def _action_command(action_name: str, help_text: str, needs_reason: bool) -> None:
+    @click.argument("name")
+    @item_option
+    @revision_option
+    @pass_ctx
+    def command(c: Ctx, name: str, item: int | None, expect_revision: int | None, reason: str | None = None) -> None:
+        from milepost.graph.status import Action
+
+        action = Action(action_name)
+        r = c.service.act(name, action, reason=reason, item=item, expect_revision=expect_revision)
+
+        def human(con: Console) -> None:
+            for ch in r.changes:
+                extra = f" ({_esc(ch.reason)})" if ch.reason and ch.milestone != name else ""
+                con.print(f"{ch.milestone}: {ch.from_status} -> {_styled(ch.to_status)}{extra}")
+
+        c.emit(r.model_dump(mode="json"), human)
+
+    command.__doc__ = help_text
+    if needs_reason:
+        command = click.option("--reason", required=True, help="Why (kept in the event log).")(command)
+    cli.command(action_name.replace("_", "-"))(command)
+
+
+_action_command("start", "Start a milestone: its deps must be done and budget left.", False)
+_action_command("confirm", "Confirm a hypothesis milestone (it becomes pending).", False)
+_action_command("needs_fix", "Send an in-progress or done milestone back for a fix (reopens done dependents).", True)
+_action_command("reset", "Operator: give a stuck or needs_fix milestone a fresh retry budget.", True)
+_action_command("lock", "Hold a pending milestone for an external condition.", True)
+_action_command("unlock", "Release a locked milestone back to pending.", True)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--verdict", default=None, help="A note on the result, kept with the gate run.")
+@item_option
+@revision_option
+@pass_ctx
+def done(c: Ctx, name: str, verdict: str | None, item: int | None, expect_revision: int | None) -> None:
+    """Finish an in-progress milestone: runs its gate here, no Prefect.
+
+    Pass -> done. Fail -> needs_fix (exit 1), or stuck when its retry budget
+    is spent. Prints the reason and where the gate's log is.
+    """
+    r = c.service.done(name, verdict=verdict, item=item, expect_revision=expect_revision)
+    c.emit(r.model_dump(mode="json"), lambda con: _show_done(con, r))
+    if not r.passed:
+        raise SystemExit(1)
+
+
+def _show_done(con: Console, r: DoneResult) -> None:
+    m, run = r.milestone, r.gate_run
+    if run is None:
+        con.print(f"{m.name}: {_styled('done')} (no gate)")
+        return
+    where = f"log: {run.log_path}"
+    if r.note:
+        con.print(f"[yellow]{_esc(r.note)}[/]")
+    if r.passed:
+        con.print(f"{m.name}: {_styled('done')} — gate passed ({run.reason}, {run.duration:.2f} s, attempt {run.attempt}); {where}")
+        return
+    if m.status.value == "stuck":
+        con.print(
+            f"{m.name}: {_styled('stuck')} — gate failed: {_esc(run.reason)} (attempt {m.attempts} of"
+            f" {m.max_attempts}, budget spent); reset with `milepost reset {m.name} --reason TEXT`; {where}"
+        )
+    else:
+        left = m.max_attempts - m.attempts
+        con.print(
+            f"{m.name}: {_styled(m.status.value)} — gate failed: {_esc(run.reason)} (attempt {m.attempts} of"
+            f" {m.max_attempts}, {left} left); {where}"
+        )
+    tail = run.tail.rstrip().splitlines()[-10:]
+    for line in tail:
+        con.print(f"  [dim]{_esc(line)}[/]")
+
+
+@cli.command("next")
+@item_option
+@pass_ctx
+def next_(c: Ctx, item: int | None) -> None:
+    """The lowest-id ready milestone, or why there is none."""
+    r = c.service.next(item)
+
+    def human(con: Console) -> None:
+        if r.milestone is None:
+            con.print(r.reason)
+        else:
+            m = r.milestone
+            gate = f" — gate: {_esc(m.gate[0].run)}" if m.gate else ""
+            con.print(f"next: [bold]{m.name}[/] (id {m.id}, {m.status.value}){gate}")
+            if m.acceptance:
+                con.print(f"  acceptance: {_esc(m.acceptance)}")
+
+    c.emit(r.model_dump(mode="json"), human)
+
+
+@cli.command("list")
+@item_option
+@pass_ctx
+def list_(c: Ctx, item: int | None) -> None:
+    """The milestones of the current work item with their statuses."""
+    it, views = c.service.milestone_views(item)
+    data = {"item": it.id, "revision": it.revision, "milestones": [v.model_dump(mode="json") for v in views]}
+    c.emit(data, lambda con: _milestone_table(con, views))
+
+
+def _milestone_table(con: Console, views: list[MilestoneView]) -> None:
+    from rich.table import Table
+
+    if not views:
+        con.print("no milestones yet: `milepost add NAME --gate CMD`")
+        return
+    t = Table(box=None, header_style="bold")
+    for col in ("id", "name", "status", "tries", "deps", "gate", "note"):
+        t.add_column(col, overflow="fold")
+    for v in views:
+        gate = v.gate[0].run if len(v.gate) == 1 else (f"{len(v.gate)} commands" if v.gate else "-")
+        if len(gate) > 40:
+            gate = gate[:39] + "…"
+        note = v.reason or v.last_run or ""
+        if v.waiting_on:
+            note = "waiting on " + ", ".join(v.waiting_on)
+        t.add_row(
+            str(v.id),
+            v.name,
+            _styled(v.view),
+            f"{v.attempts}/{v.max_attempts}",
+            ", ".join(v.deps) or "-",
+            _esc(gate),
+            _esc(note),
+        )
+    con.print(t)
+
+
+# -- plan files --------------------------------------------------------------
+
+
+@cli.group()
+def plan() -> None:
+    """Plan files: a whole work item as YAML or JSON."""
+
+
+@plan.command("apply")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@pass_ctx
+def plan_apply(c: Ctx, file: Path) -> None:
+    """Validate FILE whole, then create its work item (focused)."""
+    from milepost.planfile import load_plan
+
+    p = load_plan(file)  # validated before the store is touched
+    it = c.service.apply_plan(p)
+    c.emit(
+        it.model_dump(mode="json"),
+        lambda con: con.print(
+            f"created work item {it.id} from {file}: {len(it.milestones)} milestones, plan {it.plan_status.value} (current)"
+        ),
+    )
+
+
+@plan.command("export")
+@click.argument("item_id", type=int, required=False)
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@pass_ctx
+def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
+    """Write a work item back as a plan file (stdout unless -o)."""
+    from milepost.planfile import dump_plan
+
+    data = c.service.export_plan(item_id)
+    if c.json:
+        fmt = "json"
+    text = dump_plan(data, fmt)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text)
+        if not c.json:
+            click.echo(f"wrote {output}", err=True)
+
+
+# -- graph, runs, logs -------------------------------------------------------
+
+
+@cli.command()
+@click.argument("item_id", type=int, required=False)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "mermaid", "dot", "json"]), default="text", show_default=True
+)
+@pass_ctx
+def graph(c: Ctx, item_id: int | None, fmt: str) -> None:
+    """Show the DAG with statuses: layers, critical path, bottlenecks."""
+    from milepost.graph import render
+
+    it, g = c.service.graph(item_id)
+    if c.json or fmt == "json":
+        click.echo(json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g)}))
+    elif fmt == "mermaid":
+        click.echo(render.to_mermaid(g), nl=False)
+    elif fmt == "dot":
+        click.echo(render.to_dot(g, f"item {it.id}"), nl=False)
+    else:
+        _show_graph_text(c.console(), it.id, it.objective, g)
+
+
+def _show_graph_text(con: Console, item_id: int, objective: str, g: WorkGraph) -> None:
+    from milepost.graph.render import display_status
+
+    con.print(f"[bold]work item {item_id}[/]: {_esc(objective)}")
+    if not len(g):
+        con.print("(no milestones)")
+        return
+    for i, layer in enumerate(g.layers(), start=1):
+        con.print(f"[bold]layer {i}[/]")
+        for m in layer:
+            deps = f"  [dim]<- {', '.join(m.deps)}[/]" if m.deps else ""
+            st = display_status(g, m)
+            con.print(f"  {_styled(st)}{' ' * (12 - len(st))} {m.name}{deps}")
+    path = g.critical_path()
+    con.print(f"critical path ({len(path)}): " + " -> ".join(m.name for m in path))
+    bn = g.bottlenecks(3)
+    if bn:
+        con.print("bottlenecks: " + ", ".join(f"{m.name} ({n} depend on it)" for m, n in bn))
+    nxt = g.next_ready()
+    con.print(f"next: {nxt.name}" if nxt else g.why_nothing_ready())
+
+
+@cli.command()
+@click.argument("name")
+@item_option
+@pass_ctx
+def runs(c: Ctx, name: str, item: int | None) -> None:
+    """Every gate attempt of a milestone: when, exit, duration, reason."""
+    rs = c.service.runs(name, item)
+
+    def human(con: Console) -> None:
+        from rich.table import Table
+
+        if not rs:
+            con.print(f"{name}: no gate runs yet")
+            return
+        t = Table(box=None, header_style="bold")
+        for col in ("attempt", "started (UTC)", "outcome", "exit", "duration", "reason", "log"):
+            t.add_column(col, overflow="fold")
+        for r in rs:
+            t.add_row(
+                str(r.attempt),
+                f"{r.started_at:%Y-%m-%d %H:%M:%S}",
+                _styled(r.outcome.value),
+                "-" if r.exit_code is None else str(r.exit_code),
+                f"{r.duration:.2f} s",
+                _esc(r.reason),
+                r.log_path or "-",
+            )
+        con.print(t)
+
+    c.emit({"milestone": name, "runs": [r.model_dump(mode="json") for r in rs]}, human)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--attempt", type=int, default=None, help="Attempt number (default: the last).")
+@item_option
+@pass_ctx
+def log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
+    """Print a gate attempt's output (the whole log file).
+
+    With --json, prints the run record with its log_path instead of the text.
+    If the log file is gone, says so and prints the tail kept in the store.
+    """
+    r: GateRun = c.service.run(name, attempt, item)
+    path = Path(r.log_path) if r.log_path else None
+    exists = bool(path and path.is_file())
+    if c.json:
+        click.echo(json.dumps({"run": r.model_dump(mode="json"), "log_exists": exists}))
+        return
+    if path is not None and exists:
+        with open(path, "rb") as f:
+            out = sys.stdout.buffer
+            shutil.copyfileobj(f, out, 1 << 16)
+            out.flush()
+        return
+    click.echo(f"log file of attempt {r.attempt} of {name!r} is missing ({path}); the tail kept in the store:", err=True)
+    click.echo(r.tail, nl=not r.tail.endswith("\n"))
+
+
+@cli.command()
+@item_option
+@pass_ctx
+def history(c: Ctx, item: int | None) -> None:
+    """The append-only event log of a work item."""
+    events = c.service.events(item)
+
+    def human(con: Console) -> None:
+        for e in events:
+            ms = f" {e['milestone']}" if e["milestone"] else ""
+            move = f" {e['from_status'] or ''} -> {e['to_status']}" if e["to_status"] else ""
+            why = f" ({_esc(e['reason'])})" if e["reason"] else ""
+            con.print(f"{e['at']:%Y-%m-%d %H:%M:%S} r{e['revision']} {e['agent']}: {e['action']}{ms}{move}{why}")
+
+    c.emit({"events": [{**e, "at": e["at"].isoformat()} for e in events]}, human)
+
+
+# -- entry point -------------------------------------------------------------
+
+
+def _fail(as_json: bool, payload: dict[str, Any], message: str, code: int) -> NoReturn:
+    if as_json:
+        click.echo(json.dumps({"error": payload}))
+    else:
+        click.echo(f"milepost: error: {message}", err=True)
+    raise SystemExit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
+    try:
+        cli.main(args=args, prog_name="milepost", standalone_mode=False)
+    except MilepostError as e:
+        _fail(as_json, e.to_dict(), e.message, e.exit_code)
+    except click.exceptions.Exit as e:
+        raise SystemExit(e.exit_code) from None
+    except click.Abort:
+        _fail(as_json, {"type": "interrupted", "message": "interrupted"}, "interrupted", 130)
+    except click.ClickException as e:
+        message = e.format_message()
+        if isinstance(e, click.UsageError) and e.ctx is not None and not as_json:
+            click.echo(e.ctx.get_usage(), err=True)
+        _fail(as_json, {"type": "usage", "message": message, "exit_code": 2}, message, 2)
+    except KeyboardInterrupt:
+        _fail(as_json, {"type": "interrupted", "message": "interrupted"}, "interrupted", 130)
+    except BrokenPipeError:
+        # `milepost log x | head`: the reader left; that is not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0) from None

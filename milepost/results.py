@@ -1,0 +1,85 @@
+"""What the service layer returns. The CLI formats these; ``--json`` prints
+``model_dump(mode="json")`` of them, so the field names here are the contract."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from milepost.gates.command import GateResult
+from milepost.graph.models import Milestone, WorkItem
+
+__all__ = ["ActionResult", "DoneResult", "GateRun", "ItemSummary", "MilestoneChange", "NextResult", "MilestoneView"]
+
+
+class MilestoneChange(BaseModel):
+    milestone: str
+    action: str
+    from_status: str
+    to_status: str
+    reason: str | None = None
+
+
+class ActionResult(BaseModel):
+    """A milestone action that was applied."""
+
+    item: int
+    revision: int
+    milestone: Milestone
+    changes: list[MilestoneChange] = Field(default_factory=list)
+
+
+class GateRun(GateResult):
+    """One recorded gate attempt of a milestone (evidence)."""
+
+    item: int
+    milestone: str
+    attempt: int
+    verdict: str | None = None
+
+
+class DoneResult(BaseModel):
+    """``done``: the milestone after the attempt, and the gate run if there was a gate.
+    ``passed`` is False when the gate failed (exit code 1 in the CLI)."""
+
+    item: int
+    revision: int
+    milestone: Milestone
+    passed: bool
+    gate_run: GateRun | None = None
+    changes: list[MilestoneChange] = Field(default_factory=list)
+    note: str | None = None
+
+
+class NextResult(BaseModel):
+    item: int
+    milestone: Milestone | None
+    reason: str
+    ready: list[str] = Field(default_factory=list)
+
+
+class MilestoneView(Milestone):
+    """A milestone with its derived view: ``ready``/``blocked`` folded into ``view``."""
+
+    view: str
+    waiting_on: list[str] = Field(default_factory=list)
+    last_run: str | None = None
+
+
+class ItemSummary(BaseModel):
+    """A work item without its milestones, for listings."""
+
+    id: int
+    agent: str
+    objective: str
+    state: str
+    plan_status: str
+    readiness: str
+    revision: int
+    current: bool = False
+    counts: dict[str, int] = Field(default_factory=dict)
+
+
+def item_with_views(item: WorkItem, views: list[MilestoneView]) -> dict[str, object]:
+    data = item.model_dump(mode="json", exclude={"milestones"})
+    data["milestones"] = [v.model_dump(mode="json") for v in views]
+    return data

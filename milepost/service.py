@@ -1,0 +1,758 @@
+"""The service layer: load a work item's graph, apply an action, persist,
+return pydantic results. The CLI, the MCP server and the flows call only this.
+
+Every state change is one write transaction that ends with a compare-and-swap
+of the item's revision (``UPDATE work_items SET revision = r + 1 WHERE id = :id
+AND revision = r``); if another writer got there first the transaction is
+rolled back and retried on fresh data, so two processes can never both apply
+a transition. ``expect_revision`` lets a caller refuse to act on stale data.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Row, delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from milepost._orm import DepRow, EventRow, FocusRow, GateRunRow, ItemRow, MilestoneRow, utcnow
+from milepost.errors import (
+    ConcurrentUpdateError,
+    InputError,
+    InvalidValueError,
+    NotFoundError,
+    StaleRevisionError,
+    TransitionError,
+)
+from milepost.gates.command import GateResult, Outcome, run_gate
+from milepost.graph.dag import Change, WorkGraph
+from milepost.graph.item import check_open, check_structure_editable, readiness
+from milepost.graph.models import GateCommand, ItemDefaults, Milestone, WorkItem, check_name
+from milepost.graph.plan import Plan, plan_from_item
+from milepost.graph.render import display_status
+from milepost.graph.status import Action, ItemState, MilestoneStatus, PlanStatus, transition
+from milepost.results import (
+    ActionResult,
+    DoneResult,
+    GateRun,
+    ItemSummary,
+    MilestoneChange,
+    MilestoneView,
+    NextResult,
+)
+from milepost.store import Store
+from milepost.workspace import resolve_workspace
+
+__all__ = ["DEFAULT_AGENT", "LEASE_TTL", "Service"]
+
+T = TypeVar("T")
+DEFAULT_AGENT = "default"
+LEASE_TTL = timedelta(seconds=120)
+# Under contention the revision CAS loses and the operation re-runs on fresh data.
+MAX_CAS_RETRIES = 20
+
+ITEMS = ItemRow.__table__
+MILESTONES = MilestoneRow.__table__
+DEPS = DepRow.__table__
+RUNS = GateRunRow.__table__
+EVENTS = EventRow.__table__
+FOCUS = FocusRow.__table__
+
+
+@dataclass
+class _Loaded:
+    """One transaction's view of a work item."""
+
+    row: Row[Any]
+    graph: WorkGraph
+    pks: dict[str, int]
+    revision: int
+    dirty: bool = False
+    events: list[tuple[str | None, str, str | None, str | None, str | None]] = field(default_factory=list)
+
+    @property
+    def id(self) -> int:
+        return int(self.row.id)
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def _change(c: Change) -> MilestoneChange:
+    return MilestoneChange(
+        milestone=c.after.name,
+        action=c.action.value,
+        from_status=c.before.status.value,
+        to_status=c.after.status.value,
+        reason=c.reason,
+    )
+
+
+class Service:
+    """milepost's operations on one store, acting as one agent."""
+
+    def __init__(self, store: Store, agent: str = DEFAULT_AGENT) -> None:
+        self.store = store
+        self.agent = check_name(agent, "agent") if agent != DEFAULT_AGENT else agent
+
+    @classmethod
+    def open(cls, db: str | None = None, agent: str | None = None, cwd: Path | None = None) -> Service:
+        ws = resolve_workspace(db, cwd)
+        return cls(Store.open(ws.url, ws.home, ws.root), agent or DEFAULT_AGENT)
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- loading -----------------------------------------------------------
+
+    def _load(self, s: Session, item_id: int) -> _Loaded:
+        row = s.execute(select(ITEMS).where(ITEMS.c.id == item_id)).first()
+        if row is None:
+            raise NotFoundError(f"no work item {item_id}; see `milepost item list`", item=item_id)
+        mrows = s.execute(select(MILESTONES).where(MILESTONES.c.item_id == item_id).order_by(MILESTONES.c.seq)).all()
+        by_pk = {r.id: r.name for r in mrows}
+        deps: dict[int, list[str]] = {}
+        for mid, did in s.execute(
+            select(DEPS.c.milestone_id, DEPS.c.dep_id)
+            .where(DEPS.c.item_id == item_id)
+            .order_by(DEPS.c.milestone_id, DEPS.c.position)
+        ):
+            deps.setdefault(mid, []).append(by_pk[did])
+        milestones = [
+            Milestone(
+                id=r.seq,
+                name=r.name,
+                deps=deps.get(r.id, []),
+                acceptance=r.acceptance,
+                gate=[GateCommand.model_validate(g) for g in r.gate],
+                status=MilestoneStatus(r.status),
+                attempts=r.attempts,
+                retries=r.retries,
+                timeout=r.timeout,
+                review=r.review,
+                fix=r.fix,
+                reason=r.reason,
+                updated_at=r.updated_at,
+            )
+            for r in mrows
+        ]
+        return _Loaded(row=row, graph=WorkGraph(milestones), pks={r.name: r.id for r in mrows}, revision=row.revision)
+
+    def _item(self, loaded: _Loaded) -> WorkItem:
+        r = loaded.row
+        item = WorkItem(
+            id=r.id,
+            agent=r.agent,
+            objective=r.objective,
+            state=ItemState(r.state),
+            plan_status=PlanStatus(r.plan_status),
+            revision=loaded.revision,
+            todo_list=r.todo_list or [],
+            blocked_by=r.blocked_by,
+            recheck_at=r.recheck_at,
+            wait=r.wait,
+            report=r.report,
+            defaults=ItemDefaults.model_validate(r.defaults or {}),
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            completed_at=r.completed_at,
+            milestones=list(loaded.graph),
+        )
+        item.readiness = readiness(item, loaded.graph).value
+        return item
+
+    def _focused(self, s: Session) -> int | None:
+        return s.execute(select(FOCUS.c.item_id).where(FOCUS.c.agent == self.agent)).scalar()
+
+    def _resolve(self, item: int | None) -> int:
+        if item is not None:
+            return item
+        with self.store.read() as s:
+            focused = self._focused(s)
+        if focused is None:
+            raise NotFoundError(
+                f"agent {self.agent!r} has no current work item; create one with `milepost item create OBJECTIVE`,"
+                " pick one with `milepost item pick ID`, or pass --item ID",
+                agent=self.agent,
+            )
+        return focused
+
+    # -- the write path ----------------------------------------------------
+
+    def _mutate(self, item: int | None, fn: Callable[[Session, _Loaded], T], expect_revision: int | None = None) -> T:
+        """Run ``fn`` in a write transaction on freshly loaded data. When ``fn``
+        marked the item dirty, bump its revision with a compare-and-swap and
+        write the event log; a lost CAS re-runs everything on fresh data."""
+        item_id = self._resolve(item)
+        for _ in range(MAX_CAS_RETRIES):
+            try:
+                with self.store.write() as s:
+                    loaded = self._load(s, item_id)
+                    if expect_revision is not None and loaded.revision != expect_revision:
+                        raise StaleRevisionError(
+                            f"work item {item_id} is at revision {loaded.revision}, not {expect_revision}:"
+                            " someone changed it since you read it; read it again and retry",
+                            item=item_id,
+                            expected=expect_revision,
+                            actual=loaded.revision,
+                        )
+                    result = fn(s, loaded)
+                    if loaded.dirty:
+                        self._commit_revision(s, loaded)
+                    return result
+            except _LostRace:
+                continue
+        raise ConcurrentUpdateError(f"work item {item_id} kept changing under this update; try again", item=item_id)
+
+    def _commit_revision(self, s: Session, loaded: _Loaded) -> None:
+        new = loaded.revision + 1
+        now = utcnow()
+        res = s.execute(
+            update(ITEMS)
+            .where(ITEMS.c.id == loaded.id, ITEMS.c.revision == loaded.revision)
+            .values(revision=new, updated_at=now)
+        )
+        if res.rowcount != 1:  # type: ignore[attr-defined]
+            raise _LostRace
+        if loaded.events:
+            s.execute(
+                insert(EVENTS),
+                [
+                    {
+                        "item_id": loaded.id,
+                        "milestone": m,
+                        "action": a,
+                        "from_status": f,
+                        "to_status": t,
+                        "reason": r,
+                        "agent": self.agent,
+                        "revision": new,
+                        "at": now,
+                    }
+                    for m, a, f, t, r in loaded.events
+                ],
+            )
+        loaded.revision = new
+
+    def _persist(self, s: Session, loaded: _Loaded, changes: Iterable[Change]) -> list[MilestoneChange]:
+        out = []
+        now = utcnow()
+        for c in changes:
+            s.execute(
+                update(MILESTONES)
+                .where(MILESTONES.c.id == loaded.pks[c.after.name])
+                .values(status=c.after.status.value, attempts=c.after.attempts, reason=c.after.reason, updated_at=now)
+            )
+            loaded.events.append((c.after.name, c.action.value, c.before.status.value, c.after.status.value, c.reason))
+            out.append(_change(c))
+        loaded.dirty = True
+        return out
+
+    # -- work items --------------------------------------------------------
+
+    def create_item(
+        self,
+        objective: str,
+        *,
+        plan_status: PlanStatus = PlanStatus.DRAFT,
+        defaults: ItemDefaults | None = None,
+        milestones: list[Milestone] | None = None,
+    ) -> WorkItem:
+        """Create a work item (optionally with its whole validated milestone
+        set, as ``plan apply`` does) and focus it for this agent."""
+        if not objective.strip():
+            raise InvalidValueError("objective is empty: describe what the work item should achieve")
+        milestones = milestones or []
+        WorkGraph(milestones)  # validates the whole set before anything is written
+        now = utcnow()
+        with self.store.write() as s:
+            item_id = s.execute(
+                insert(ITEMS)
+                .values(
+                    agent=self.agent,
+                    objective=objective.strip(),
+                    state=ItemState.OPEN.value,
+                    plan_status=plan_status.value,
+                    todo_list=[],
+                    defaults=(defaults or ItemDefaults()).model_dump(mode="json"),
+                    revision=1,
+                    created_at=now,
+                    updated_at=now,
+                )
+                .returning(ITEMS.c.id)
+            ).scalar_one()
+            if milestones:
+                self._insert_milestones(s, item_id, milestones, now)
+            s.execute(
+                insert(EVENTS).values(
+                    item_id=item_id, action="create", reason=objective.strip(), agent=self.agent, revision=1, at=now
+                )
+            )
+            self._set_focus(s, item_id)
+        return self.get_item(item_id)
+
+    def _insert_milestones(
+        self, s: Session, item_id: int, ms: list[Milestone], now: datetime, known: dict[str, int] | None = None
+    ) -> dict[str, int]:
+        """Insert milestones and their dep edges; deps may name ``known`` rows."""
+        rows = [
+            {
+                "item_id": item_id,
+                "seq": m.id,
+                "name": m.name,
+                "acceptance": m.acceptance,
+                "gate": [g.model_dump(mode="json") for g in m.gate],
+                "retries": m.retries,
+                "timeout": m.timeout,
+                "review": m.review,
+                "fix": m.fix,
+                "status": m.status.value,
+                "attempts": m.attempts,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for m in ms
+        ]
+        pks: dict[str, int] = dict(known or {})
+        # Row by row keeps RETURNING portable; plans are small next to their gates.
+        for r in rows:
+            pks[r["name"]] = s.execute(insert(MILESTONES).values(**r).returning(MILESTONES.c.id)).scalar_one()
+        dep_rows = [
+            {"milestone_id": pks[m.name], "dep_id": pks[d], "item_id": item_id, "position": i}
+            for m in ms
+            for i, d in enumerate(m.deps)
+        ]
+        if dep_rows:
+            s.execute(insert(DEPS), dep_rows)
+        return pks
+
+    def _set_focus(self, s: Session, item_id: int | None) -> None:
+        if s.execute(select(FOCUS.c.agent).where(FOCUS.c.agent == self.agent)).first() is None:
+            s.execute(insert(FOCUS).values(agent=self.agent, item_id=item_id))
+        else:
+            s.execute(update(FOCUS).where(FOCUS.c.agent == self.agent).values(item_id=item_id))
+
+    def get_item(self, item: int | None = None) -> WorkItem:
+        item_id = self._resolve(item)
+        with self.store.read() as s:
+            return self._item(self._load(s, item_id))
+
+    def current_item_id(self) -> int | None:
+        with self.store.read() as s:
+            return self._focused(s)
+
+    def list_items(self, limit: int | None = None) -> list[ItemSummary]:
+        with self.store.read() as s:
+            focused = self._focused(s)
+            ids = s.execute(select(ITEMS.c.id).order_by(ITEMS.c.id)).scalars().all()
+            out = []
+            for item_id in ids[:limit] if limit else ids:
+                loaded = self._load(s, item_id)
+                item = self._item(loaded)
+                counts: dict[str, int] = {}
+                for m in loaded.graph:
+                    v = display_status(loaded.graph, m)
+                    counts[v] = counts.get(v, 0) + 1
+                out.append(
+                    ItemSummary(
+                        id=item.id,
+                        agent=item.agent,
+                        objective=item.objective,
+                        state=item.state.value,
+                        plan_status=item.plan_status.value,
+                        readiness=item.readiness,
+                        revision=item.revision,
+                        current=item.id == focused,
+                        counts=counts,
+                    )
+                )
+            return out
+
+    def pick(self, item: int) -> WorkItem:
+        with self.store.write() as s:
+            self._load(s, item)  # must exist
+            self._set_focus(s, item)
+        return self.get_item(item)
+
+    def update_item(
+        self,
+        item: int | None = None,
+        *,
+        objective: str | None = None,
+        plan_status: PlanStatus | None = None,
+        expect_revision: int | None = None,
+    ) -> WorkItem:
+        def fn(s: Session, loaded: _Loaded) -> None:
+            current = self._item(loaded)
+            check_open(current)
+            values: dict[str, Any] = {}
+            if objective is not None:
+                if not objective.strip():
+                    raise InvalidValueError("objective is empty: describe what the work item should achieve")
+                values["objective"] = objective.strip()
+            if plan_status is not None and plan_status is not current.plan_status:
+                if plan_status is PlanStatus.DRAFT:
+                    busy = [m.name for m in loaded.graph if m.status is MilestoneStatus.IN_PROGRESS]
+                    if busy:
+                        raise TransitionError(
+                            f"cannot set work item {loaded.id} back to draft: {', '.join(busy)} in progress;"
+                            " finish them first",
+                            item=loaded.id,
+                        )
+                values["plan_status"] = plan_status.value
+                loaded.events.append((None, "plan_status", current.plan_status.value, plan_status.value, None))
+            if values:
+                s.execute(update(ITEMS).where(ITEMS.c.id == loaded.id).values(**values))
+                if "objective" in values:
+                    loaded.events.append((None, "objective", None, None, values["objective"]))
+                loaded.dirty = True
+
+        self._mutate(item, fn, expect_revision)
+        return self.get_item(self._resolve(item))
+
+    # -- plans ---------------------------------------------------------------
+
+    def apply_plan(self, plan: Plan) -> WorkItem:
+        """Create a work item from a plan, validated whole before anything is written."""
+        milestones = plan.to_milestones()
+        defaults = ItemDefaults(retries=plan.defaults.retries, timeout=plan.defaults.timeout, fix=plan.defaults.fix)
+        return self.create_item(
+            plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones
+        )
+
+    def export_plan(self, item: int | None = None) -> dict[str, Any]:
+        return plan_from_item(self.get_item(item))
+
+    # -- milestones ----------------------------------------------------------
+
+    def add_milestone(
+        self,
+        name: str,
+        deps: list[str] | None = None,
+        *,
+        acceptance: str = "",
+        gate: str | list[GateCommand] | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
+        review: bool = False,
+        fix: str | None = None,
+        hypothesis: bool = False,
+        item: int | None = None,
+        expect_revision: int | None = None,
+    ) -> ActionResult:
+        commands = [GateCommand(name="gate", run=gate)] if isinstance(gate, str) else list(gate or [])
+        if isinstance(gate, str) and not gate.strip():
+            raise InvalidValueError(f"empty gate for milestone {name!r}: give a shell command, or no --gate")
+
+        def fn(s: Session, loaded: _Loaded) -> ActionResult:
+            current = self._item(loaded)
+            check_structure_editable(current, f"add milestone {name!r}")
+            d = current.defaults
+            m = loaded.graph.add(
+                name,
+                deps or [],
+                acceptance=acceptance,
+                gate=commands,
+                retries=d.retries if retries is None else retries,
+                timeout=d.timeout if timeout is None else timeout,
+                review=review,
+                fix=d.fix if fix is None else fix,
+                hypothesis=hypothesis,
+            )
+            loaded.pks = self._insert_milestones(s, loaded.id, [m], utcnow(), loaded.pks)
+            loaded.events.append((name, "add", None, m.status.value, None))
+            loaded.dirty = True
+            return ActionResult(item=loaded.id, revision=loaded.revision + 1, milestone=m)
+
+        return self._mutate(item, fn, expect_revision)
+
+    def remove_milestone(self, name: str, *, item: int | None = None, expect_revision: int | None = None) -> ActionResult:
+        def fn(s: Session, loaded: _Loaded) -> ActionResult:
+            check_structure_editable(self._item(loaded), f"remove milestone {name!r}")
+            m = loaded.graph.remove(name)
+            s.execute(delete(MILESTONES).where(MILESTONES.c.id == loaded.pks[name]))
+            loaded.events.append((name, "remove", m.status.value, None, None))
+            loaded.dirty = True
+            return ActionResult(item=loaded.id, revision=loaded.revision + 1, milestone=m)
+
+        return self._mutate(item, fn, expect_revision)
+
+    def act(
+        self,
+        name: str,
+        action: Action,
+        *,
+        reason: str | None = None,
+        item: int | None = None,
+        expect_revision: int | None = None,
+    ) -> ActionResult:
+        """Apply one user action (start, needs_fix, reset, lock, unlock, confirm)."""
+        if action is Action.DONE:
+            raise InputError("use Service.done() for done: it runs the gate")
+
+        def fn(s: Session, loaded: _Loaded) -> ActionResult:
+            check_open(self._item(loaded))
+            changes = loaded.graph.apply(name, action, reason=reason)
+            out = self._persist(s, loaded, changes)
+            return ActionResult(item=loaded.id, revision=loaded.revision + 1, milestone=changes[0].after, changes=out)
+
+        return self._mutate(item, fn, expect_revision)
+
+    def start(self, name: str, **kw: Any) -> ActionResult:
+        return self.act(name, Action.START, **kw)
+
+    # -- done: run the gate in-process ----------------------------------------
+
+    def done(
+        self,
+        name: str,
+        *,
+        verdict: str | None = None,
+        item: int | None = None,
+        expect_revision: int | None = None,
+    ) -> DoneResult:
+        """Finish an in-progress milestone: without a gate it is done; with one,
+        the gate runs here (no Prefect), and its outcome decides: pass -> done,
+        fail -> needs_fix, or stuck when the retry budget is spent."""
+        owner = _owner()
+
+        def claim(s: Session, loaded: _Loaded) -> DoneResult | _Claim:
+            current = self._item(loaded)
+            check_open(current)
+            m = loaded.graph.get(name)
+            if m.status is not MilestoneStatus.IN_PROGRESS:
+                transition(name, m.status, Action.DONE)  # raises with the allowed actions
+            if not m.has_gate:
+                changes = loaded.graph.apply(name, Action.DONE, reason=verdict)
+                out = self._persist(s, loaded, changes)
+                return DoneResult(
+                    item=loaded.id, revision=loaded.revision + 1, milestone=changes[0].after, passed=True, changes=out
+                )
+            pk = loaded.pks[name]
+            now = utcnow()
+            lease = s.execute(select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == pk)).one()
+            if lease.lease_owner and lease.lease_expires and lease.lease_expires > now and lease.lease_owner != owner:
+                raise TransitionError(
+                    f"cannot done {name!r}: its gate is already running ({lease.lease_owner},"
+                    f" lease until {lease.lease_expires:%H:%M:%S} UTC); wait for it or let the lease expire",
+                    milestone=name,
+                )
+            s.execute(update(MILESTONES).where(MILESTONES.c.id == pk).values(lease_owner=owner, lease_expires=now + LEASE_TTL))
+            attempt = (s.execute(select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == pk)).scalar() or 0) + 1
+            return _Claim(item=loaded.id, pk=pk, milestone=m, attempt=attempt, default_timeout=m.timeout)
+
+        claimed = self._mutate(item, claim, expect_revision)
+        if isinstance(claimed, DoneResult):
+            return claimed
+        result = self._run_claimed_gate(claimed, owner)
+        return self._record(claimed, result, owner, verdict)
+
+    def log_path(self, item_id: int, name: str, attempt: int) -> Path:
+        return self.store.home / "logs" / f"item-{item_id}" / name / f"attempt-{attempt}.log"
+
+    def _run_claimed_gate(self, c: _Claim, owner: str) -> GateResult:
+        env = {
+            "MILEPOST_ITEM": str(c.item),
+            "MILEPOST_MILESTONE": c.milestone.name,
+            "MILEPOST_ATTEMPT": str(c.attempt),
+            "MILEPOST_WORKSPACE": str(self.store.root),
+        }
+        stop = threading.Event()
+        keeper = threading.Thread(target=self._keep_lease, args=(c.pk, owner, stop), daemon=True)
+        keeper.start()
+        started = datetime.now(UTC)
+        try:
+            return run_gate(
+                c.milestone.gate,
+                self.log_path(c.item, c.milestone.name, c.attempt),
+                default_cwd=self.store.root,
+                env=env,
+                default_timeout=c.default_timeout,
+            )
+        except KeyboardInterrupt:
+            # The gate's process group is already killed; keep the evidence,
+            # leave the budget unspent, and let the caller exit 130.
+            interrupted = GateResult(
+                outcome=Outcome.INTERRUPTED,
+                reason="interrupted",
+                started_at=started,
+                finished_at=datetime.now(UTC),
+                log_path=str(self.log_path(c.item, c.milestone.name, c.attempt)),
+            )
+            self._record(c, interrupted, owner, None)
+            raise
+        finally:
+            stop.set()
+            keeper.join()
+
+    def _keep_lease(self, pk: int, owner: str, stop: threading.Event) -> None:
+        while not stop.wait(LEASE_TTL.total_seconds() / 4):
+            with self.store.write() as s:
+                s.execute(
+                    update(MILESTONES)
+                    .where(MILESTONES.c.id == pk, MILESTONES.c.lease_owner == owner)
+                    .values(lease_expires=utcnow() + LEASE_TTL)
+                )
+
+    def _record(self, c: _Claim, result: GateResult, owner: str, verdict: str | None) -> DoneResult:
+        """Store the gate run (always: evidence is never dropped) and apply its
+        outcome when the milestone is still in progress."""
+
+        def fn(s: Session, loaded: _Loaded) -> DoneResult:
+            run = GateRun(**result.model_dump(), item=loaded.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict)
+            s.execute(
+                insert(RUNS).values(
+                    item_id=loaded.id,
+                    milestone_id=c.pk,
+                    attempt=c.attempt,
+                    outcome=result.outcome.value,
+                    exit_code=result.exit_code,
+                    duration=result.duration,
+                    reason=result.reason,
+                    tail=result.tail,
+                    log_path=result.log_path,
+                    commands=[r.model_dump(mode="json") for r in result.commands],
+                    verdict=verdict,
+                    started_at=result.started_at,
+                    finished_at=result.finished_at,
+                )
+            )
+            s.execute(
+                update(MILESTONES)
+                .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == owner)
+                .values(lease_owner=None, lease_expires=None)
+            )
+            loaded.dirty = True
+            m = loaded.graph.get(c.milestone.name)
+            if result.outcome is Outcome.INTERRUPTED:
+                loaded.events.append((m.name, "interrupted", m.status.value, m.status.value, f"attempt {c.attempt}"))
+                return DoneResult(item=loaded.id, revision=loaded.revision + 1, milestone=m, passed=False, gate_run=run)
+            if m.status is not MilestoneStatus.IN_PROGRESS:
+                loaded.events.append((m.name, "gate_run", m.status.value, m.status.value, result.reason))
+                return DoneResult(
+                    item=loaded.id,
+                    revision=loaded.revision + 1,
+                    milestone=m,
+                    passed=result.passed,
+                    gate_run=run,
+                    note=f"{m.name!r} became {m.status.value} while its gate ran: the run is kept as evidence only",
+                )
+            change = loaded.graph.record_attempt(m.name, result.passed, None if result.passed else result.reason)
+            out = self._persist(s, loaded, [change])
+            return DoneResult(
+                item=loaded.id,
+                revision=loaded.revision + 1,
+                milestone=change.after,
+                passed=result.passed,
+                gate_run=run,
+                changes=out,
+            )
+
+        return self._mutate(c.item, fn)
+
+    # -- reading -------------------------------------------------------------
+
+    def next(self, item: int | None = None) -> NextResult:
+        item_id = self._resolve(item)
+        with self.store.read() as s:
+            g = self._load(s, item_id).graph
+        pick = g.pick()
+        return NextResult(item=item_id, milestone=pick.milestone, reason=pick.reason, ready=[m.name for m in g.ready()])
+
+    def graph(self, item: int | None = None) -> tuple[WorkItem, WorkGraph]:
+        item_id = self._resolve(item)
+        with self.store.read() as s:
+            loaded = self._load(s, item_id)
+            return self._item(loaded), loaded.graph
+
+    def milestone_views(self, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:
+        item_id = self._resolve(item)
+        with self.store.read() as s:
+            loaded = self._load(s, item_id)
+            last = {
+                mid: reason
+                for mid, reason in s.execute(
+                    select(RUNS.c.milestone_id, RUNS.c.reason)
+                    .where(RUNS.c.item_id == item_id)
+                    .order_by(RUNS.c.milestone_id, RUNS.c.attempt)
+                )
+            }
+            g = loaded.graph
+            views = [
+                MilestoneView(
+                    **m.model_dump(),
+                    view=display_status(g, m),
+                    waiting_on=[d.name for d in g.undone_deps(m.name)],
+                    last_run=last.get(loaded.pks[m.name]),
+                )
+                for m in g
+            ]
+            return self._item(loaded), views
+
+    def runs(self, name: str, item: int | None = None) -> list[GateRun]:
+        item_id = self._resolve(item)
+        with self.store.read() as s:
+            loaded = self._load(s, item_id)
+            loaded.graph.get(name)
+            rows = s.execute(select(RUNS).where(RUNS.c.milestone_id == loaded.pks[name]).order_by(RUNS.c.attempt)).all()
+        return [
+            GateRun(
+                item=item_id,
+                milestone=name,
+                attempt=r.attempt,
+                outcome=Outcome(r.outcome),
+                exit_code=r.exit_code,
+                duration=r.duration,
+                reason=r.reason,
+                tail=r.tail,
+                log_path=r.log_path,
+                commands=r.commands,
+                verdict=r.verdict,
+                started_at=r.started_at,
+                finished_at=r.finished_at,
+            )
+            for r in rows
+        ]
+
+    def run(self, name: str, attempt: int | None = None, item: int | None = None) -> GateRun:
+        """One gate run of a milestone: the last by default."""
+        runs = self.runs(name, item)
+        if not runs:
+            raise NotFoundError(f"milestone {name!r} has no gate runs yet", milestone=name)
+        if attempt is None:
+            return runs[-1]
+        for r in runs:
+            if r.attempt == attempt:
+                return r
+        raise NotFoundError(
+            f"milestone {name!r} has no attempt {attempt}; attempts recorded: {', '.join(str(r.attempt) for r in runs)}",
+            milestone=name,
+        )
+
+    def events(self, item: int | None = None) -> list[dict[str, Any]]:
+        item_id = self._resolve(item)
+        with self.store.read() as s:
+            rows = s.execute(select(EVENTS).where(EVENTS.c.item_id == item_id).order_by(EVENTS.c.id)).all()
+        return [dict(r._mapping) for r in rows]
+
+
+@dataclass(frozen=True)
+class _Claim:
+    item: int
+    pk: int
+    milestone: Milestone
+    attempt: int
+    default_timeout: float | None
+
+
+class _LostRace(Exception):
+    """The revision CAS found another writer first: re-run on fresh data."""
+
