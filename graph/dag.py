@@ -69,6 +69,7 @@ class WorkGraph:
         self._heap: list[tuple[int, str]] = []
         self._queued: set[str] = set()
         items = sorted(milestones, key=lambda m: m.id)
+        self._max_id = items[-1].id if items else 0
         validate_milestones(items)
         for m in items:
             self._ms[m.name] = m
@@ -231,7 +232,8 @@ class WorkGraph:
                 raise UnknownDependencyError(
                     f"milestone {name!r} depends on unknown milestone {d!r}; known: {known}", milestone=name, dep=d
                 )
-        new_id = max((m.id for m in self._ms.values()), default=0) + 1
+        self._max_id += 1
+        new_id = self._max_id
         m = Milestone.model_validate(
             {
                 "id": new_id,
@@ -267,6 +269,9 @@ class WorkGraph:
         del self._undone[name]
         self._g.remove_node(name)
         self._queued.discard(name)  # its heap entry is skipped lazily
+        if m.id == self._max_id:
+            # Ids are max + 1, as a reload from the store would compute them.
+            self._max_id = max((x.id for x in self._ms.values()), default=0)
         return m
 
     # -- state changes -----------------------------------------------------

@@ -1,0 +1,194 @@
+"""Shared fixtures: temp workspaces, the real CLI in a subprocess, and a real
+PostgreSQL server when one is installed (CI installs one; set
+MILEPOST_REQUIRE_POSTGRES=1 to make its absence an error instead of a skip)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from milepost.service import Service
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def data(self) -> Any:
+        return json.loads(self.out)
+
+
+class CLI:
+    """Runs the real ``milepost`` entry point (``python -m milepost``) in a
+    subprocess, in a workspace directory, with a clean MILEPOST_* environment."""
+
+    def __init__(self, cwd: Path, env: dict[str, str] | None = None) -> None:
+        self.cwd = cwd
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
+        self.env.update(env or {})
+
+    def __call__(self, *args: str, check: bool | None = None, timeout: float = 120, **env: str) -> Result:
+        p = subprocess.run(
+            [sys.executable, "-m", "milepost", *args],
+            cwd=self.cwd,
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        r = Result(p.returncode, p.stdout, p.stderr)
+        if check is True and r.code != 0:
+            raise AssertionError(f"milepost {' '.join(args)} exited {r.code}: {r.err}{r.out}")
+        return r
+
+    def json(self, *args: str, **kw: Any) -> Any:
+        r = self("--json", *args, check=True, **kw)
+        return r.data
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def cli(workspace: Path) -> CLI:
+    c = CLI(workspace)
+    c("init", check=True)
+    return c
+
+
+@pytest.fixture
+def bare_cli(workspace: Path) -> CLI:
+    """A CLI in a folder with no store."""
+    return CLI(workspace)
+
+
+@pytest.fixture
+def service(workspace: Path) -> Iterator[Service]:
+    from milepost.store import Store
+    from milepost.workspace import init_workspace
+
+    ws = init_workspace(workspace)
+    svc = Service(Store.open(ws.url, ws.home, ws.root))
+    yield svc
+    svc.close()
+
+
+# -- PostgreSQL ----------------------------------------------------------------
+
+
+def _pg_bin() -> Path | None:
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).resolve().parent
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    return candidates[-1].parent if candidates else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Postgres:
+    host: str
+    port: int
+    user: str
+
+    def url(self, db: str) -> str:
+        return f"postgresql+psycopg://{self.user}@{self.host}:{self.port}/{db}"
+
+    def create_db(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(f"host={self.host} port={self.port} user={self.user} dbname=postgres", autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            c.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    bindir = _pg_bin()
+    if bindir is None:
+        if os.environ.get("MILEPOST_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL is required (MILEPOST_REQUIRE_POSTGRES=1) but pg_ctl was not found")
+        pytest.skip("no PostgreSQL server installed here (CI installs one)")
+    # Not under pytest's tmp dir: that is private to root, and the server runs as postgres.
+    base = Path(tempfile.mkdtemp(prefix="milepost-pg-"))
+    data = base / "data"
+    run_as: list[str] = []
+    user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
+    if os.geteuid() == 0:
+        # initdb refuses to run as root: run the server as the postgres user.
+        shutil.chown(base, "postgres")
+        run_as = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+    subprocess.run(
+        [*run_as, str(bindir / "initdb"), "-D", str(data), "-U", user, "--auth=trust", "-E", "UTF8"],
+        check=True,
+        capture_output=True,
+    )
+    opts = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={base} -c fsync=off"
+    subprocess.run(
+        [*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(base / "log"), "-w", "start"],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield Postgres("127.0.0.1", port, user)
+    finally:
+        subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, workspace: Path) -> str:
+    """Every store contract test runs on a real SQLite file and a real PostgreSQL server."""
+    if request.param == "sqlite":
+        (workspace / ".milepost").mkdir(exist_ok=True)
+        return f"sqlite:///{workspace / '.milepost' / 'milepost.db'}"
+    pg: Postgres = request.getfixturevalue("postgres")
+    name = "mp_" + request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:50]
+    return pg.create_db(name)
+
+
+@pytest.fixture
+def any_service(store_url: str, workspace: Path) -> Iterator[Service]:
+    from milepost.store import Store
+
+    home = workspace / ".milepost"
+    home.mkdir(exist_ok=True)
+    svc = Service(Store.open(store_url, home, workspace))
+    yield svc
+    svc.close()

@@ -1,0 +1,226 @@
+from __future__ import annotations
+
+import pytest
+
+from milepost.errors import (
+    BlockedError,
+    BudgetSpentError,
+    CycleError,
+    DuplicateNameError,
+    InvalidNameError,
+    InvalidValueError,
+    NotFoundError,
+    SelfDependencyError,
+    TransitionError,
+    UnknownDependencyError,
+)
+from milepost.graph import Action, Milestone, MilestoneStatus, WorkGraph, validate_milestones
+
+S = MilestoneStatus
+
+
+def refactor() -> WorkGraph:
+    """The Work Graph seed's refactor: understand A, B, C -> extract -> merge -> test -> commit."""
+    g = WorkGraph()
+    for x in "abc":
+        g.add(f"analyze-{x}")
+    for x in "abc":
+        g.add(f"extract-{x}", [f"analyze-{x}"])
+    g.add("merge", ["extract-a", "extract-b", "extract-c"])
+    g.add("test", ["merge"])
+    g.add("commit", ["test"])
+    return g
+
+
+def finish(g: WorkGraph, name: str) -> None:
+    g.apply(name, Action.START)
+    g.apply(name, Action.DONE)
+
+
+def test_ids_follow_creation_order() -> None:
+    g = refactor()
+    assert [m.id for m in g] == list(range(1, 10))
+    assert g.get("merge").deps == ["extract-a", "extract-b", "extract-c"]
+
+
+def test_next_ready_is_lowest_id_and_follows_progress() -> None:
+    g = refactor()
+    assert g.next_ready().name == "analyze-a"
+    assert [m.name for m in g.ready()] == ["analyze-a", "analyze-b", "analyze-c"]
+    finish(g, "analyze-a")
+    # extract-a (id 4) is ready now, but analyze-b (id 2) is lower.
+    assert g.next_ready().name == "analyze-b"
+    assert "extract-a" in [m.name for m in g.ready()]
+
+
+def test_blocked_lists_deps_not_done() -> None:
+    g = refactor()
+    finish(g, "analyze-a")
+    finish(g, "extract-a")
+    blocked = dict((m.name, [d.name for d in ds]) for m, ds in g.blocked())
+    assert blocked["merge"] == ["extract-b", "extract-c"]
+    assert "extract-a" not in blocked
+
+
+def test_start_blocked_names_deps_and_statuses() -> None:
+    g = refactor()
+    finish(g, "analyze-b")
+    g.apply("analyze-c", Action.START)
+    with pytest.raises(BlockedError, match=r"cannot start 'merge': blocked by extract-a \(pending\), extract-b \(pending\)"):
+        g.apply("merge", Action.START)
+
+
+def test_failing_gate_then_stuck_with_budget() -> None:
+    g = WorkGraph()
+    g.add("x", retries=1)
+    g.apply("x", Action.START)
+    ch = g.record_attempt("x", passed=False, reason="exit 1")
+    assert ch.after.status is S.NEEDS_FIX and ch.after.attempts == 1
+    assert g.next_ready().name == "x"  # needs_fix with budget left is ready
+    g.apply("x", Action.START)
+    ch = g.record_attempt("x", passed=False, reason="exit 1")
+    assert ch.after.status is S.STUCK and ch.after.attempts == 2
+    assert g.next_ready() is None
+    assert "stuck: x" in g.why_nothing_ready()
+    ch2 = g.apply("x", Action.RESET, reason="flaky disk fixed")
+    assert ch2[0].after.status is S.NEEDS_FIX and ch2[0].after.attempts == 0
+    assert g.next_ready().name == "x"
+
+
+def test_reason_required() -> None:
+    g = WorkGraph()
+    g.add("x")
+    with pytest.raises(InvalidValueError, match=r"lock 'x' needs a reason"):
+        g.apply("x", Action.LOCK)
+    with pytest.raises(InvalidValueError, match=r"needs a reason"):
+        g.apply("x", Action.LOCK, reason="   ")
+
+
+def test_needs_fix_without_budget_cannot_start() -> None:
+    g = WorkGraph()
+    g.add("x", retries=0)
+    g.apply("x", Action.START)
+    g.record_attempt("x", passed=True)
+    g.apply("x", Action.NEEDS_FIX, reason="review found a bug")
+    assert g.next_ready() is None
+    with pytest.raises(BudgetSpentError, match=r"retry budget spent \(1 of 1 attempts\)"):
+        g.apply("x", Action.START)
+
+
+def test_reopening_a_done_milestone_reopens_done_dependents() -> None:
+    g = refactor()
+    for n in ("analyze-a", "extract-a", "analyze-b", "extract-b", "analyze-c", "extract-c", "merge"):
+        finish(g, n)
+    changes = g.apply("extract-a", Action.NEEDS_FIX, reason="interface leaks")
+    assert [(c.after.name, c.after.status) for c in changes] == [
+        ("extract-a", S.NEEDS_FIX),
+        ("merge", S.NEEDS_FIX),
+    ]
+    assert "extract-a" in (changes[1].reason or "")
+    # No done milestone stands on an undone dep.
+    for m in g:
+        if m.status is S.DONE:
+            assert all(g.get(d).status is S.DONE for d in m.deps)
+
+
+def test_reopen_refused_while_dependent_in_progress() -> None:
+    g = refactor()
+    finish(g, "analyze-a")
+    g.apply("extract-a", Action.START)
+    with pytest.raises(TransitionError, match=r"cannot reopen 'analyze-a': dependents in progress: extract-a"):
+        g.apply("analyze-a", Action.NEEDS_FIX, reason="x")
+
+
+def test_lock_and_hypothesis_are_not_ready() -> None:
+    g = WorkGraph()
+    g.add("a")
+    g.add("b", hypothesis=True)
+    g.apply("a", Action.LOCK, reason="waiting for the vendor")
+    assert g.next_ready() is None
+    assert "locked: a" in g.why_nothing_ready() and "unconfirmed: b" in g.why_nothing_ready()
+    g.apply("b", Action.CONFIRM)
+    assert g.next_ready().name == "b"
+    g.apply("a", Action.UNLOCK, reason="vendor answered")
+    assert g.next_ready().name == "a"
+
+
+@pytest.mark.parametrize(
+    ("name", "deps", "exc", "pattern"),
+    [
+        ("Bad Name", [], InvalidNameError, r"invalid milestone name 'Bad Name': use 1-64 characters"),
+        ("9lives", [], InvalidNameError, r"starting with a letter"),
+        ("analyze-a", [], DuplicateNameError, r"milestone 'analyze-a' already exists \(id 1\)"),
+        ("z", ["z"], SelfDependencyError, r"milestone 'z' lists itself in its deps"),
+        ("z", ["nope"], UnknownDependencyError, r"milestone 'z' depends on unknown milestone 'nope'; known: analyze-a"),
+    ],
+)
+def test_add_refusals(name: str, deps: list[str], exc: type[Exception], pattern: str) -> None:
+    g = WorkGraph()
+    g.add("analyze-a")
+    with pytest.raises(exc, match=pattern):
+        g.add(name, deps)
+    assert len(g) == 1
+
+
+@pytest.mark.parametrize(("field", "value"), [("retries", -1), ("timeout", -5.0), ("timeout", 0)])
+def test_negative_numbers_refused(field: str, value: float) -> None:
+    g = WorkGraph()
+    with pytest.raises(InvalidValueError, match=rf"invalid {field} {value!r} for milestone 'x'"):
+        g.add("x", **{field: value})  # type: ignore[arg-type]
+
+
+def test_cycle_reported_as_path() -> None:
+    ms = [
+        Milestone(id=1, name="a", deps=["c"]),
+        Milestone(id=2, name="b", deps=["a"]),
+        Milestone(id=3, name="c", deps=["b"]),
+        Milestone(id=4, name="d"),
+    ]
+    with pytest.raises(CycleError, match=r"cycle: a -> c -> b -> a \(each needs the next\)"):
+        validate_milestones(ms)
+
+
+def test_unknown_milestone() -> None:
+    with pytest.raises(NotFoundError, match=r"no milestone 'x' in this work item"):
+        WorkGraph().get("x")
+
+
+def test_layers_bottlenecks_critical_path() -> None:
+    g = refactor()
+    assert [[m.name for m in layer] for layer in g.layers()] == [
+        ["analyze-a", "analyze-b", "analyze-c"],
+        ["extract-a", "extract-b", "extract-c"],
+        ["merge"],
+        ["test"],
+        ["commit"],
+    ]
+    assert [m.name for m in g.critical_path()] == ["analyze-a", "extract-a", "merge", "test", "commit"]
+    top = g.bottlenecks(2)
+    assert [(m.name, n) for m, n in top] == [("analyze-a", 4), ("analyze-b", 4)]
+
+
+def test_remove() -> None:
+    g = refactor()
+    with pytest.raises(TransitionError, match=r"cannot remove 'merge': test depend on it"):
+        g.remove("merge")
+    g.remove("commit")
+    assert "commit" not in g
+    g.add("commit", ["test"])
+    assert g.get("commit").id == 9
+
+
+def test_large_graph_next_ready_loop_is_incremental() -> None:
+    """Not a timing test: counts work. Driving a 20,000-milestone chain-of-fans
+    through next_ready touches each heap entry a bounded number of times."""
+    g = WorkGraph()
+    n = 20_000
+    g.add("m0")
+    for i in range(1, n):
+        g.add(f"m{i}", [f"m{(i - 1) // 2}"])
+    order = []
+    while (m := g.next_ready()) is not None:
+        order.append(m.id)
+        g.apply(m.name, Action.START)
+        g.apply(m.name, Action.DONE)
+    assert order == list(range(1, n + 1))
+    assert len(g._heap) == 0

@@ -1,0 +1,94 @@
+"""Property tests: random DAGs driven by random action sequences keep the
+invariants, and the incremental readiness always equals a brute-force scan."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from milepost.errors import MilepostError
+from milepost.graph import Action, MilestoneStatus, WorkGraph
+
+S = MilestoneStatus
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> WorkGraph:
+    n = draw(st.integers(min_value=1, max_value=25))
+    g = WorkGraph()
+    for i in range(n):
+        deps = draw(st.lists(st.integers(min_value=0, max_value=max(i - 1, 0)), max_size=3)) if i else []
+        g.add(f"m{i}", [f"m{d}" for d in deps], retries=draw(st.integers(min_value=0, max_value=2)))
+    return g
+
+
+STEP = st.tuples(
+    st.sampled_from(["start", "pass", "fail", "needs_fix", "reset", "lock", "unlock", "next"]),
+    st.integers(min_value=0, max_value=24),
+)
+
+
+def brute_ready(g: WorkGraph) -> list[str]:
+    out = []
+    for m in g:
+        ok_status = m.status is S.PENDING or (m.status is S.NEEDS_FIX and m.attempts < 1 + m.retries)
+        if ok_status and all(g.get(d).status is S.DONE for d in m.deps):
+            out.append(m.name)
+    return out
+
+
+def check_invariants(g: WorkGraph) -> None:
+    for m in g:
+        if m.status is S.DONE:
+            assert all(g.get(d).status is S.DONE for d in m.deps), f"{m.name} done on an undone dep"
+        assert 0 <= m.attempts <= 1 + m.retries
+        if m.status is S.STUCK:
+            assert m.attempts == 1 + m.retries
+    ready = brute_ready(g)
+    nxt = g.next_ready()
+    assert (nxt.name if nxt else None) == (ready[0] if ready else None)
+    assert [m.name for m in g.ready()] == ready
+    fresh = WorkGraph(list(g))
+    assert [m.name for m in fresh.ready()] == ready
+
+
+@settings(max_examples=150, deadline=None)
+@given(dags(), st.lists(STEP, max_size=80))
+def test_random_actions_keep_invariants(g: WorkGraph, steps: list[tuple[str, int]]) -> None:
+    check_invariants(g)
+    names = [m.name for m in g]
+    for op, idx in steps:
+        name = names[idx % len(names)]
+        before = [m.model_dump() for m in g]
+        try:
+            if op == "start":
+                g.apply(name, Action.START)
+            elif op in ("pass", "fail"):
+                if g.get(name).status is S.IN_PROGRESS:
+                    g.record_attempt(name, passed=op == "pass", reason=op)
+            elif op == "needs_fix":
+                g.apply(name, Action.NEEDS_FIX, reason="second check")
+            elif op == "reset":
+                g.apply(name, Action.RESET, reason="operator")
+            elif op == "lock":
+                g.apply(name, Action.LOCK, reason="hold")
+            elif op == "unlock":
+                g.apply(name, Action.UNLOCK, reason="go")
+            elif op == "next" and (m := g.next_ready()) is not None:
+                g.apply(m.name, Action.START)
+        except MilepostError:
+            assert [m.model_dump() for m in g] == before, "a refused action changed the graph"
+        check_invariants(g)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dags())
+def test_driving_by_next_ready_finishes_everything_in_lowest_id_order(g: WorkGraph) -> None:
+    picked: list[int] = []
+    while (m := g.next_ready()) is not None:
+        assert m.name == brute_ready(g)[0]
+        picked.append(m.id)
+        g.apply(m.name, Action.START)
+        g.record_attempt(m.name, passed=True)
+    assert g.all_done()
+    assert sorted(picked) == [m.id for m in g]

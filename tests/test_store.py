@@ -1,0 +1,184 @@
+"""The store on real databases: a SQLite file and a PostgreSQL server
+(the ``any_service`` fixture runs each test on both)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text, update
+
+from milepost.errors import DatabaseUnreachableError, StaleRevisionError, StoreNotFoundError, TransitionError
+from milepost.graph import Action, MilestoneStatus
+from milepost.service import ITEMS, Service
+from milepost.store import SCHEMA_HEAD, Store
+from tests.conftest import Postgres
+
+S = MilestoneStatus
+
+
+def test_migrations_bring_schema_to_head_and_match_the_orm(any_service: Service) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from milepost._orm import Base
+
+    assert any_service.store.schema_version() == SCHEMA_HEAD
+    with any_service.store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": False}), Base.metadata)
+    assert diff == []
+
+
+def test_reopen_keeps_everything(any_service: Service) -> None:
+    svc = any_service
+    it = svc.create_item("persist me")
+    svc.add_milestone("a", gate="true")
+    svc.add_milestone("b", ["a"], acceptance="b works")
+    svc.start("a")
+    r = svc.done("a")
+    assert r.passed
+    svc.close()
+    again = Service(Store.open(svc.store.url, svc.store.home, svc.store.root))
+    got = again.get_item(it.id)
+    assert [(m.name, m.status, m.deps) for m in got.milestones] == [("a", S.DONE, []), ("b", S.PENDING, ["a"])]
+    assert got.milestones[1].acceptance == "b works"
+    assert got.revision == 5  # created at 1; add, add, start, gate result (the claim is a lease, not a change)
+    assert [r.attempt for r in again.runs("a")] == [1]
+    actions = [e["action"] for e in again.events()]
+    assert actions == ["create", "add", "add", "start", "done"]
+    again.close()
+
+
+def test_every_write_bumps_revision_and_stale_is_refused(any_service: Service) -> None:
+    svc = any_service
+    it = svc.create_item("rev")
+    r1 = svc.add_milestone("a")
+    assert r1.revision == it.revision + 1
+    with pytest.raises(StaleRevisionError, match=rf"work item {it.id} is at revision 2, not 1"):
+        svc.add_milestone("b", expect_revision=1)
+    assert [m.name for m in svc.get_item().milestones] == ["a"]
+    svc.add_milestone("b", expect_revision=2)
+    assert svc.get_item().revision == 3
+
+
+def test_gate_runs_are_evidence(any_service: Service) -> None:
+    svc = any_service
+    svc.create_item("gates")
+    svc.add_milestone("flaky", gate="echo try; exit 1", retries=1)
+    svc.start("flaky")
+    r = svc.done("flaky")
+    assert not r.passed and r.milestone.status is S.NEEDS_FIX
+    svc.start("flaky")
+    r = svc.done("flaky")
+    assert r.milestone.status is S.STUCK and r.milestone.attempts == 2
+    runs = svc.runs("flaky")
+    assert [(x.attempt, x.exit_code, x.reason) for x in runs] == [(1, 1, "exit 1"), (2, 1, "exit 1")]
+    assert all("try" in x.tail and Path(x.log_path or "").is_file() for x in runs)
+    assert runs[0].log_path != runs[1].log_path
+
+
+@pytest.mark.postgres
+def test_lost_cas_reruns_on_fresh_data(postgres: Postgres, workspace: Path) -> None:
+    """PostgreSQL: another writer bumps the revision between our read and our
+    write; the CAS loses, the transaction rolls back and the operation re-runs.
+    (On SQLite a writer takes the lock before it reads, so there is no race.)"""
+    svc = Service(Store.open(postgres.create_db("mp_lost_cas"), workspace / ".milepost", workspace))
+    it = svc.create_item("race")
+    svc.add_milestone("a")
+    calls = []
+    original = svc._load
+
+    def load_then_interfere(s, item_id):  # type: ignore[no-untyped-def]
+        loaded = original(s, item_id)
+        if not calls:
+            with svc.store.engine.connect() as other:
+                other.execute(update(ITEMS).where(ITEMS.c.id == item_id).values(revision=ITEMS.c.revision + 1))
+                other.commit()
+        calls.append(loaded.revision)
+        return loaded
+
+    svc._load = load_then_interfere  # type: ignore[method-assign]
+    svc.start("a")
+    assert calls == [2, 3]
+    assert svc.get_item(it.id).revision == 4
+    svc.close()
+
+
+def test_threads_racing_one_start_exactly_one_wins(any_service: Service) -> None:
+    svc = any_service
+    svc.create_item("race")
+    svc.add_milestone("a")
+    item_id = svc.get_item().id
+    results: list[str] = []
+    barrier = threading.Barrier(6)
+
+    def worker() -> None:
+        other = Service(Store(svc.store.url, svc.store.home, svc.store.root))
+        barrier.wait()
+        try:
+            other.start("a", item=item_id)
+            results.append("won")
+        except TransitionError:
+            results.append("refused")
+        finally:
+            other.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["refused"] * 5 + ["won"]
+    assert [e["action"] for e in svc.events()].count("start") == 1
+
+
+def test_sqlite_pragmas(service: Service) -> None:
+    with service.store.engine.connect() as c:
+        assert c.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert c.execute(text("PRAGMA foreign_keys")).scalar() == 1
+        assert c.execute(text("PRAGMA busy_timeout")).scalar() == 30000
+
+
+def test_unreachable_database_masks_password(tmp_path: Path) -> None:
+    url = "postgresql+psycopg://bob:s3cret-pw@127.0.0.1:1/nothing"
+    with pytest.raises(DatabaseUnreachableError, match=r"cannot reach database postgresql\+psycopg://bob:\*\*\*@127.0.0.1:1/nothing") as e:
+        Service.open(db=url, cwd=tmp_path)
+    assert "s3cret" not in str(e.value)
+    assert e.value.exit_code == 3
+
+
+def test_missing_store(tmp_path: Path) -> None:
+    with pytest.raises(StoreNotFoundError, match=r"no milepost store found in .* run `milepost init`"):
+        Service.open(cwd=tmp_path)
+
+
+def test_processes_racing_through_the_cli(tmp_path: Path) -> None:
+    """Eight real processes start the same milestone at once on one SQLite file."""
+    ws = tmp_path / "race"
+    ws.mkdir()
+    run = [sys.executable, "-m", "milepost"]
+    subprocess.run([*run, "init"], cwd=ws, check=True, capture_output=True)
+    subprocess.run([*run, "item", "create", "race"], cwd=ws, check=True, capture_output=True)
+    subprocess.run([*run, "add", "a"], cwd=ws, check=True, capture_output=True)
+    procs = [subprocess.Popen([*run, "start", "a"], cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)]
+    for p in procs:
+        p.communicate(timeout=120)
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0] + [2] * 7
+
+
+def test_actions_on_stored_graph(any_service: Service) -> None:
+    svc = any_service
+    svc.create_item("actions")
+    svc.add_milestone("a")
+    svc.add_milestone("b", ["a"])
+    svc.act("a", Action.START)
+    svc.act("a", Action.NEEDS_FIX, reason="found a bug")
+    svc.act("a", Action.RESET, reason="operator")
+    svc.act("b", Action.LOCK, reason="vendor")
+    views = {v.name: v for v in svc.milestone_views()[1]}
+    assert views["a"].view == "needs_fix" and views["b"].status is S.LOCKED
+    assert svc.next().milestone.name == "a"  # type: ignore[union-attr]
