@@ -18,7 +18,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -32,14 +32,11 @@ TAIL_BYTES = 4096
 KILL_GRACE_SECONDS = 2.0
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class CommandResult(BaseModel):
@@ -202,7 +199,9 @@ def run_gate(
         for cmd in commands:
             if failed:
                 results.append(
-                    CommandResult(name=cmd.name, run=cmd.run, outcome=Outcome.SKIPPED, reason="skipped: an earlier command failed")
+                    CommandResult(
+                        name=cmd.name, run=cmd.run, outcome=Outcome.SKIPPED, reason="skipped: an earlier command failed"
+                    )
                 )
                 continue
             cwd = Path(cmd.cwd) if cmd.cwd else default_cwd

@@ -413,4 +413,5 @@ def validate_milestones(items: Sequence[Milestone]) -> None:
     g.add_edges_from((d, m.name) for m in items for d in m.deps)
     if not nx.is_directed_acyclic_graph(g):
         path = _cycle_path(g, seen)
-        raise CycleError(f"milestone deps form a cycle: {path} (each needs the next)", cycle=path.split(" -> "))
+        cycle = path.split(" -> ")
+        raise CycleError(f"milestone deps form a cycle: {path} (each needs the next)", cycle=cycle, milestone=cycle[0])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from milepost.errors import FrozenPlanError, TransitionError
 from milepost.graph.dag import WorkGraph
@@ -12,7 +12,7 @@ from milepost.graph.status import ItemState, MilestoneStatus, PlanStatus
 __all__ = ["Readiness", "check_open", "check_structure_editable", "readiness"]
 
 
-class Readiness(str, Enum):
+class Readiness(StrEnum):
     """Coarse readiness of a work item; derived, never stored."""
 
     RUNNABLE = "runnable"
@@ -21,14 +21,13 @@ class Readiness(str, Enum):
     COMPLETED = "completed"
     CANCELLED = "cancelled"
 
-    def __str__(self) -> str:
-        return self.value
-
 
 def check_open(item: WorkItem) -> None:
     if item.state is not ItemState.OPEN:
         raise TransitionError(
-            f"work item {item.id} is {item.state.value}: it cannot change any more", item=item.id, state=item.state.value
+            f"work item {item.id} is {item.state.value}: it cannot change any more",
+            item=item.id,
+            state=item.state.value,
         )
 
 

@@ -65,11 +65,17 @@ def _dot_quote(s: str) -> str:
 
 
 def to_dot(g: WorkGraph, title: str = "milestones") -> str:
-    lines = [f"digraph {_dot_quote(title)} {{", "    rankdir=TB;", '    node [shape=box, style="rounded,filled", fontcolor=white];']
+    lines = [
+        f"digraph {_dot_quote(title)} {{",
+        "    rankdir=TB;",
+        '    node [shape=box, style="rounded,filled", fontcolor=white];',
+    ]
     for m in g:
         st = display_status(g, m)
         colour = STATUS_COLOURS.get(st, "#9e9e9e")
-        lines.append(f"    {_dot_quote(m.name)} [label={_dot_quote(m.name + chr(10) + st)}, fillcolor={_dot_quote(colour)}];")
+        lines.append(
+            f"    {_dot_quote(m.name)} [label={_dot_quote(m.name + chr(10) + st)}, fillcolor={_dot_quote(colour)}];"
+        )
     for m in g:
         for d in m.deps:
             lines.append(f"    {_dot_quote(d)} -> {_dot_quote(m.name)};")

@@ -8,7 +8,7 @@ the same way and names what would have been allowed.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from milepost.errors import TransitionError
 
@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-class MilestoneStatus(str, Enum):
+class MilestoneStatus(StrEnum):
     """What is stored for a milestone. ``ready`` and ``blocked`` are views, never stored."""
 
     HYPOTHESIS = "hypothesis"
@@ -37,9 +37,6 @@ class MilestoneStatus(str, Enum):
     DONE = "done"
     STUCK = "stuck"
 
-    def __str__(self) -> str:
-        return self.value
-
     @property
     def is_done(self) -> bool:
         return self is MilestoneStatus.DONE
@@ -49,7 +46,7 @@ class MilestoneStatus(str, Enum):
 ACTIVE_STATUSES = frozenset({MilestoneStatus.IN_PROGRESS})
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     """Milestone actions. ``fail`` and ``exhaust`` are the two outcomes of a
     failed gate under ``done``; users never name them directly."""
 
@@ -62,9 +59,6 @@ class Action(str, Enum):
     RESET = "reset"
     LOCK = "lock"
     UNLOCK = "unlock"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def command(self) -> str:
@@ -123,23 +117,17 @@ def transition(name: str, status: MilestoneStatus, action: Action) -> MilestoneS
         ) from None
 
 
-class ItemState(str, Enum):
+class ItemState(StrEnum):
     OPEN = "open"
     COMPLETED = "completed"
     CANCELLED = "cancelled"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def is_final(self) -> bool:
         return self is not ItemState.OPEN
 
 
-class PlanStatus(str, Enum):
+class PlanStatus(StrEnum):
     DRAFT = "draft"
     READY = "ready"
     NEEDS_INPUT = "needs_input"
-
-    def __str__(self) -> str:
-        return self.value

@@ -121,7 +121,7 @@ def revision_option(f: F) -> F:
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--db", envvar="MILEPOST_DB", metavar="URL", help="SQLAlchemy database URL [env MILEPOST_DB].")
 @click.option("--agent", envvar="MILEPOST_AGENT", metavar="NAME", help="Act as this agent [env MILEPOST_AGENT].")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout; errors as {\"error\": ...}.")
+@click.option("--json", "as_json", is_flag=True, help='Print one JSON document on stdout; errors as {"error": ...}.')
 @click.version_option(package_name="milepost")
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool) -> None:
@@ -191,7 +191,9 @@ def item_create(c: Ctx, objective: str, plan_status: str, retries: int | None, t
 
     defaults = ItemDefaults(retries=DEFAULT_RETRIES if retries is None else retries, timeout=timeout)
     it = c.service.create_item(objective, plan_status=_plan_status(plan_status), defaults=defaults)
-    c.emit(it.model_dump(mode="json"), lambda con: con.print(f"created work item {it.id}: {_esc(it.objective)} (current)"))
+    c.emit(
+        it.model_dump(mode="json"), lambda con: con.print(f"created work item {it.id}: {_esc(it.objective)} (current)")
+    )
 
 
 @item.command("list")
@@ -257,7 +259,9 @@ def _show_item(c: Ctx, item_id: int | None) -> None:
 @click.option("--plan-status", type=PLAN_STATUS, default=None, help="ready freezes the DAG's structure.")
 @revision_option
 @pass_ctx
-def item_update(c: Ctx, item_id: int, objective: str | None, plan_status: str | None, expect_revision: int | None) -> None:
+def item_update(
+    c: Ctx, item_id: int, objective: str | None, plan_status: str | None, expect_revision: int | None
+) -> None:
     """Change a work item's objective or plan status."""
     it = c.service.update_item(
         item_id, objective=objective, plan_status=_plan_status(plan_status), expect_revision=expect_revision
@@ -391,7 +395,10 @@ def _show_done(con: Console, r: DoneResult) -> None:
     if r.note:
         con.print(f"[yellow]{_esc(r.note)}[/]")
     if r.passed:
-        con.print(f"{m.name}: {_styled('done')} — gate passed ({run.reason}, {run.duration:.2f} s, attempt {run.attempt}); {where}")
+        con.print(
+            f"{m.name}: {_styled('done')} — gate passed ({run.reason}, {run.duration:.2f} s,"
+            f" attempt {run.attempt}); {where}"
+        )
         return
     if m.status.value == "stuck":
         con.print(
@@ -487,7 +494,8 @@ def plan_apply(c: Ctx, file: Path) -> None:
     c.emit(
         it.model_dump(mode="json"),
         lambda con: con.print(
-            f"created work item {it.id} from {file}: {len(it.milestones)} milestones, plan {it.plan_status.value} (current)"
+            f"created work item {it.id} from {file}: {len(it.milestones)} milestones,"
+            f" plan {it.plan_status.value} (current)"
         ),
     )
 
@@ -614,7 +622,9 @@ def log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
             shutil.copyfileobj(f, out, 1 << 16)
             out.flush()
         return
-    click.echo(f"log file of attempt {r.attempt} of {name!r} is missing ({path}); the tail kept in the store:", err=True)
+    click.echo(
+        f"log file of attempt {r.attempt} of {name!r} is missing ({path}); the tail kept in the store:", err=True
+    )
     click.echo(r.tail, nl=not r.tail.endswith("\n"))
 
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 from milepost.gates.command import GateResult
 from milepost.graph.models import Milestone, WorkItem
 
-__all__ = ["ActionResult", "DoneResult", "GateRun", "ItemSummary", "MilestoneChange", "NextResult", "MilestoneView"]
+__all__ = ["ActionResult", "DoneResult", "GateRun", "ItemSummary", "MilestoneChange", "MilestoneView", "NextResult"]
 
 
 class MilestoneChange(BaseModel):

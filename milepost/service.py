@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Row, delete, func, insert, select, update
+from sqlalchemy import Row, Table, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from milepost._orm import DepRow, EventRow, FocusRow, GateRunRow, ItemRow, MilestoneRow, utcnow
@@ -58,12 +58,13 @@ LEASE_TTL = timedelta(seconds=120)
 # Under contention the revision CAS loses and the operation re-runs on fresh data.
 MAX_CAS_RETRIES = 20
 
-ITEMS = ItemRow.__table__
-MILESTONES = MilestoneRow.__table__
-DEPS = DepRow.__table__
-RUNS = GateRunRow.__table__
-EVENTS = EventRow.__table__
-FOCUS = FocusRow.__table__
+# The service speaks SQLAlchemy Core on the ORM's tables: explicit statements, no identity map.
+ITEMS = cast(Table, ItemRow.__table__)
+MILESTONES = cast(Table, MilestoneRow.__table__)
+DEPS = cast(Table, DepRow.__table__)
+RUNS = cast(Table, GateRunRow.__table__)
+EVENTS = cast(Table, EventRow.__table__)
+FOCUS = cast(Table, FocusRow.__table__)
 
 
 @dataclass
@@ -303,7 +304,7 @@ class Service:
         self, s: Session, item_id: int, ms: list[Milestone], now: datetime, known: dict[str, int] | None = None
     ) -> dict[str, int]:
         """Insert milestones and their dep edges; deps may name ``known`` rows."""
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "item_id": item_id,
                 "seq": m.id,
@@ -424,9 +425,7 @@ class Service:
         """Create a work item from a plan, validated whole before anything is written."""
         milestones = plan.to_milestones()
         defaults = ItemDefaults(retries=plan.defaults.retries, timeout=plan.defaults.timeout, fix=plan.defaults.fix)
-        return self.create_item(
-            plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones
-        )
+        return self.create_item(plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones)
 
     def export_plan(self, item: int | None = None) -> dict[str, Any]:
         return plan_from_item(self.get_item(item))
@@ -474,7 +473,9 @@ class Service:
 
         return self._mutate(item, fn, expect_revision)
 
-    def remove_milestone(self, name: str, *, item: int | None = None, expect_revision: int | None = None) -> ActionResult:
+    def remove_milestone(
+        self, name: str, *, item: int | None = None, expect_revision: int | None = None
+    ) -> ActionResult:
         def fn(s: Session, loaded: _Loaded) -> ActionResult:
             check_structure_editable(self._item(loaded), f"remove milestone {name!r}")
             m = loaded.graph.remove(name)
@@ -538,14 +539,18 @@ class Service:
                 )
             pk = loaded.pks[name]
             now = utcnow()
-            lease = s.execute(select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == pk)).one()
+            lease = s.execute(
+                select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == pk)
+            ).one()
             if lease.lease_owner and lease.lease_expires and lease.lease_expires > now and lease.lease_owner != owner:
                 raise TransitionError(
                     f"cannot done {name!r}: its gate is already running ({lease.lease_owner},"
                     f" lease until {lease.lease_expires:%H:%M:%S} UTC); wait for it or let the lease expire",
                     milestone=name,
                 )
-            s.execute(update(MILESTONES).where(MILESTONES.c.id == pk).values(lease_owner=owner, lease_expires=now + LEASE_TTL))
+            s.execute(
+                update(MILESTONES).where(MILESTONES.c.id == pk).values(lease_owner=owner, lease_expires=now + LEASE_TTL)
+            )
             attempt = (s.execute(select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == pk)).scalar() or 0) + 1
             return _Claim(item=loaded.id, pk=pk, milestone=m, attempt=attempt, default_timeout=m.timeout)
 
@@ -607,7 +612,9 @@ class Service:
         outcome when the milestone is still in progress."""
 
         def fn(s: Session, loaded: _Loaded) -> DoneResult:
-            run = GateRun(**result.model_dump(), item=loaded.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict)
+            run = GateRun(
+                **result.model_dump(), item=loaded.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict
+            )
             s.execute(
                 insert(RUNS).values(
                     item_id=loaded.id,
@@ -733,7 +740,8 @@ class Service:
             if r.attempt == attempt:
                 return r
         raise NotFoundError(
-            f"milestone {name!r} has no attempt {attempt}; attempts recorded: {', '.join(str(r.attempt) for r in runs)}",
+            f"milestone {name!r} has no attempt {attempt};"
+            f" attempts recorded: {', '.join(str(r.attempt) for r in runs)}",
             milestone=name,
         )
 
@@ -755,4 +763,3 @@ class _Claim:
 
 class _LostRace(Exception):
     """The revision CAS found another writer first: re-run on fresh data."""
-

@@ -69,9 +69,7 @@ class Store:
         if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._writer = sessionmaker(
-            self.engine.execution_options(milepost_write=True), expire_on_commit=False
-        )
+        self._writer = sessionmaker(self.engine.execution_options(milepost_write=True), expire_on_commit=False)
 
     @classmethod
     def open(cls, url: str, home: Path, root: Path) -> Store:
@@ -190,7 +188,13 @@ def _is_connect_error(e: DBAPIError) -> bool:
     text_ = str(e.orig).lower()
     return any(
         s in text_
-        for s in ("connection refused", "could not connect", "unable to open database", "timeout expired", "connection to server")
+        for s in (
+            "connection refused",
+            "could not connect",
+            "unable to open database",
+            "timeout expired",
+            "connection to server",
+        )
     )
 
 

@@ -124,7 +124,9 @@ class Postgres:
     def create_db(self, name: str) -> str:
         import psycopg
 
-        with psycopg.connect(f"host={self.host} port={self.port} user={self.user} dbname=postgres", autocommit=True) as c:
+        with psycopg.connect(
+            f"host={self.host} port={self.port} user={self.user} dbname=postgres", autocommit=True
+        ) as c:
             c.execute(f'DROP DATABASE IF EXISTS "{name}"')
             c.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
@@ -168,7 +170,9 @@ def postgres() -> Iterator[Postgres]:
                 time.sleep(0.2)
         yield Postgres("127.0.0.1", port, user)
     finally:
-        subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+        subprocess.run(
+            [*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True
+        )
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -144,7 +144,9 @@ def test_sqlite_pragmas(service: Service) -> None:
 
 def test_unreachable_database_masks_password(tmp_path: Path) -> None:
     url = "postgresql+psycopg://bob:s3cret-pw@127.0.0.1:1/nothing"
-    with pytest.raises(DatabaseUnreachableError, match=r"cannot reach database postgresql\+psycopg://bob:\*\*\*@127.0.0.1:1/nothing") as e:
+    with pytest.raises(
+        DatabaseUnreachableError, match=r"cannot reach database postgresql\+psycopg://bob:\*\*\*@127.0.0.1:1/nothing"
+    ) as e:
         Service.open(db=url, cwd=tmp_path)
     assert "s3cret" not in str(e.value)
     assert e.value.exit_code == 3
@@ -163,7 +165,9 @@ def test_processes_racing_through_the_cli(tmp_path: Path) -> None:
     subprocess.run([*run, "init"], cwd=ws, check=True, capture_output=True)
     subprocess.run([*run, "item", "create", "race"], cwd=ws, check=True, capture_output=True)
     subprocess.run([*run, "add", "a"], cwd=ws, check=True, capture_output=True)
-    procs = [subprocess.Popen([*run, "start", "a"], cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)]
+    procs = [
+        subprocess.Popen([*run, "start", "a"], cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)
+    ]
     for p in procs:
         p.communicate(timeout=120)
     codes = sorted(p.returncode for p in procs)

@@ -14,7 +14,9 @@ from milepost.graph import GateCommand
 
 
 def gate(tmp_path: Path, *cmds: GateCommand, timeout: float | None = None, env: dict[str, str] | None = None):
-    return run_gate(list(cmds), tmp_path / "logs" / "attempt-1.log", default_cwd=tmp_path, default_timeout=timeout, env=env)
+    return run_gate(
+        list(cmds), tmp_path / "logs" / "attempt-1.log", default_cwd=tmp_path, default_timeout=timeout, env=env
+    )
 
 
 def test_pass_records_exit_duration_and_tail(tmp_path: Path) -> None:
@@ -120,7 +122,9 @@ def test_cwd_and_env(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     r = gate(
         tmp_path,
-        GateCommand(run='test "$(basename "$PWD")" = sub && test "$FOO" = bar && test "$CTX" = 1', cwd="sub", env={"FOO": "bar"}),
+        GateCommand(
+            run='test "$(basename "$PWD")" = sub && test "$FOO" = bar && test "$CTX" = 1', cwd="sub", env={"FOO": "bar"}
+        ),
         env={"CTX": "1"},
     )
     assert r.passed, r.tail

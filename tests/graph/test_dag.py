@@ -66,7 +66,9 @@ def test_start_blocked_names_deps_and_statuses() -> None:
     g = refactor()
     finish(g, "analyze-b")
     g.apply("analyze-c", Action.START)
-    with pytest.raises(BlockedError, match=r"cannot start 'merge': blocked by extract-a \(pending\), extract-b \(pending\)"):
+    with pytest.raises(
+        BlockedError, match=r"cannot start 'merge': blocked by extract-a \(pending\), extract-b \(pending\)"
+    ):
         g.apply("merge", Action.START)
 
 

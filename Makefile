@@ -1,0 +1,31 @@
+# Two commands on a fresh machine (Python 3.11+ with venv):
+#   make demo   set up .venv and run the demo on the embedded defaults (SQLite)
+#   make test   set up .venv and run the checks and the whole test suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" bash examples/demo.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy -p milepost
+
+test: lint
+	$(BIN)/pytest -n 2
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_graph.py
+
+clean:
+	rm -rf $(VENV) demo-workspace build dist *.egg-info

@@ -1,0 +1,13 @@
+import unittest
+
+from interfaces import Writer
+from mod_b import DictWriter
+
+from tests import _path  # noqa: F401
+
+
+class TestB(unittest.TestCase):
+    def test_writer_interface(self) -> None:
+        w: Writer = DictWriter()
+        w.write("k", "v")
+        self.assertEqual(w.data, {"k": "v"})  # type: ignore[attr-defined]

@@ -1,0 +1,16 @@
+import unittest
+
+from interfaces import Counter
+from mod_b import DictWriter
+from mod_c import WriteCounter
+
+from tests import _path  # noqa: F401
+
+
+class TestC(unittest.TestCase):
+    def test_counter_interface(self) -> None:
+        w = DictWriter()
+        c: Counter = WriteCounter(w)
+        w.write("a", "1")
+        w.write("b", "2")
+        self.assertEqual(c.count(), 2)

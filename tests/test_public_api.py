@@ -1,0 +1,78 @@
+"""The public surface and the import costs it promises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import milepost
+
+
+def test_all_is_exactly_the_public_surface() -> None:
+    assert sorted(milepost.__all__) == sorted(set(milepost.__all__))
+    for name in milepost.__all__:
+        assert getattr(milepost, name) is not None, name
+    public = {n for n in dir(milepost) if not n.startswith("_")}
+    # Submodules are reachable as attributes once imported; the rest must be listed.
+    extra = (
+        public
+        - set(milepost.__all__)
+        - {
+            "annotations",
+            "errors",
+            "graph",
+            "gates",
+            "flows",
+            "TYPE_CHECKING",
+            "Any",
+            "service",
+            "store",
+            "results",
+            "planfile",
+            "workspace",
+            "cli",
+        }
+    )
+    assert extra == set()
+
+
+def test_every_error_is_a_milepost_error_with_an_exit_code() -> None:
+    from milepost import errors
+
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        assert issubclass(cls, milepost.MilepostError)
+        assert cls.exit_code in (2, 3)
+    assert issubclass(milepost.InputError, ValueError)
+    assert issubclass(milepost.NotFoundError, LookupError)
+
+
+def _modules_after(code: str, cwd: Path) -> set[str]:
+    script = textwrap.dedent(code) + "\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))\n"
+    p = subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, check=True)
+    import json
+
+    return set(json.loads(p.stdout.strip().splitlines()[-1]))
+
+
+def test_import_milepost_is_cheap(tmp_path: Path) -> None:
+    mods = _modules_after("import milepost", tmp_path)
+    assert "prefect" not in mods and "sqlalchemy" not in mods and "alembic" not in mods
+
+
+def test_state_commands_do_not_import_prefect(tmp_path: Path) -> None:
+    """init, item create, add, next, list, start, done (with a gate): none imports Prefect."""
+    code = """
+    from milepost.cli import main
+    for args in (["init"], ["item", "create", "x"], ["add", "a", "--gate", "true"], ["next"], ["list"],
+                 ["start", "a"], ["done", "a"], ["graph"], ["runs", "a"]):
+        try:
+            main(args)
+        except SystemExit as e:
+            assert e.code in (0, None), (args, e.code)
+    """
+    mods = _modules_after(code, tmp_path)
+    assert not any(m == "prefect" or m.startswith("prefect.") for m in mods)
+    assert "milepost.flows" not in mods
