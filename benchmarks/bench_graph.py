@@ -35,9 +35,9 @@ def random_dag(n: int, seed: int = 7) -> list[Milestone]:
 def brute_next(ms: dict[str, Milestone]) -> Milestone | None:
     best = None
     for m in ms.values():
-        if m.status is S.PENDING and all(ms[d].status is S.DONE for d in m.deps):
-            if best is None or m.id < best.id:
-                best = m
+        ready = m.status is S.PENDING and all(ms[d].status is S.DONE for d in m.deps)
+        if ready and (best is None or m.id < best.id):
+            best = m
     return best
 
 
