@@ -3,8 +3,6 @@ import unittest
 from interfaces import Writer
 from mod_b import DictWriter
 
-from tests import _path  # noqa: F401
-
 
 class TestB(unittest.TestCase):
     def test_writer_interface(self) -> None:

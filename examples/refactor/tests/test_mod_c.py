@@ -4,8 +4,6 @@ from interfaces import Counter
 from mod_b import DictWriter
 from mod_c import WriteCounter
 
-from tests import _path  # noqa: F401
-
 
 class TestC(unittest.TestCase):
     def test_counter_interface(self) -> None:
