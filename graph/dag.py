@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import networkx as nx
 
@@ -68,6 +69,8 @@ class WorkGraph:
         self._undone: dict[str, int] = {}
         self._heap: list[tuple[int, str]] = []
         self._queued: set[str] = set()
+        # Milestones a driver keeps out of the schedule for now (a retry delay).
+        self._held: set[str] = set()
         items = sorted(milestones, key=lambda m: m.id)
         self._max_id = items[-1].id if items else 0
         validate_milestones(items)
@@ -114,7 +117,18 @@ class WorkGraph:
         return [self._ms[d] for d in self.get(name).deps if not self._ms[d].status.is_done]
 
     def _ready(self, m: Milestone) -> bool:
-        return _is_ready_status(m) and self._undone[m.name] == 0
+        return _is_ready_status(m) and self._undone[m.name] == 0 and m.name not in self._held
+
+    def hold(self, name: str) -> None:
+        """Keep a milestone out of :meth:`next_ready` until :meth:`unhold`
+        (in memory only: a drive loop's retry delay)."""
+        self.get(name)
+        self._held.add(name)
+
+    def unhold(self, name: str) -> None:
+        self._held.discard(name)
+        if name in self._ms:
+            self._enqueue(self._ms[name])
 
     def is_ready(self, name: str) -> bool:
         return self._ready(self.get(name))
@@ -157,14 +171,26 @@ class WorkGraph:
         if self.all_done():
             return f"all {len(self._ms)} milestones are done"
         by: dict[S, list[str]] = {}
+        review: list[str] = []
+        held: list[str] = []
         for m in self:
             status = m.status
             if status is S.NEEDS_FIX and not m.budget_left:
                 status = S.STUCK  # needs a reset just like a stuck one
+            if m.awaiting_review:
+                review.append(m.name)
+                continue
+            if m.name in self._held and _is_ready_status(m):
+                held.append(m.name)
+                continue
             by.setdefault(status, []).append(m.name)
         parts: list[str] = []
         if S.IN_PROGRESS in by:
             parts.append("waiting on " + ", ".join(by[S.IN_PROGRESS]) + " (in_progress)")
+        if review:
+            parts.append("waiting for review: " + ", ".join(review) + " (approve, or reject --reason)")
+        if held:
+            parts.append("retry delayed: " + ", ".join(held))
         if S.STUCK in by:
             parts.append("stuck: " + ", ".join(by[S.STUCK]) + " (reset with --reason)")
         if S.LOCKED in by:
@@ -211,6 +237,7 @@ class WorkGraph:
         timeout: float | None = None,
         review: bool = False,
         fix: str | None = None,
+        retry_delay: float | None = None,
         hypothesis: bool = False,
     ) -> Milestone:
         """Add a milestone; its deps must exist already (so no cycle can form)."""
@@ -218,6 +245,8 @@ class WorkGraph:
         owner = f"milestone {name!r}"
         check_retries(retries, owner)
         check_timeout(timeout, owner)
+        if retry_delay is not None and retry_delay < 0:
+            raise InvalidValueError(f"invalid retry_delay {retry_delay!r} for {owner}: must be seconds >= 0")
         if name in self._ms:
             raise DuplicateNameError(
                 f"milestone {name!r} already exists (id {self._ms[name].id}); names are unique in a work item",
@@ -245,6 +274,7 @@ class WorkGraph:
                 "timeout": timeout,
                 "review": review,
                 "fix": fix,
+                "retry_delay": retry_delay,
                 "status": S.HYPOTHESIS if hypothesis else S.PENDING,
             }
         )
@@ -304,8 +334,10 @@ class WorkGraph:
         """Apply a user action to a milestone. Returns every milestone it moved
         (``needs_fix`` on a done milestone also reopens its done dependents)."""
         m = self.get(name)
-        if action in (Action.FAIL, Action.EXHAUST):
+        if action in (Action.FAIL, Action.EXHAUST, Action.AWAIT_REVIEW):
             raise InvalidValueError(f"{action.value} is the outcome of a gate run; use record_attempt()")
+        if action in (Action.APPROVE, Action.REJECT):
+            raise InvalidValueError(f"{action.value} is a review verdict; use review()")
         if action in REASON_REQUIRED and not (reason and reason.strip()):
             raise InvalidValueError(
                 f"{action.command} {name!r} needs a reason: pass --reason TEXT", milestone=name, action=action.value
@@ -322,6 +354,7 @@ class WorkGraph:
                     milestone=name,
                     waiting_on=[d.name for d in waiting],
                 )
+            update["retry_at"] = None
             if not m.budget_left:
                 raise BudgetSpentError(
                     f"cannot start {name!r}: retry budget spent ({m.attempts} of {m.max_attempts} attempts);"
@@ -329,12 +362,25 @@ class WorkGraph:
                     milestone=name,
                 )
         elif action is Action.DONE:
+            if m.awaiting_review:
+                raise TransitionError(
+                    f"cannot done {name!r}: its gate passed and it waits for review; allowed: approve, reject --reason",
+                    milestone=name,
+                )
             if m.has_gate:
                 raise InvalidValueError(f"{name!r} has a gate: its outcome is recorded with record_attempt()")
+            if m.review:
+                update["status"] = S.IN_PROGRESS
+                update["awaiting_review"] = True
+                action = Action.AWAIT_REVIEW
+        elif action is Action.RELEASE:
+            update["reason"] = reason or "released"
         elif action is Action.RESET:
             update["attempts"] = 0
         elif action is Action.NEEDS_FIX and m.status is S.DONE:
             changes = self._reopen_dependents(name, reason or "")
+        if action in (Action.NEEDS_FIX, Action.RELEASE, Action.RESET):
+            update["awaiting_review"] = False
         new = m.model_copy(update=update)
         self._put(new)
         return [Change(m, new, action, reason), *changes]
@@ -360,17 +406,51 @@ class WorkGraph:
                 changes.append(Change(old, new, Action.NEEDS_FIX, why))
         return changes
 
-    def record_attempt(self, name: str, passed: bool, reason: str | None = None) -> Change:
+    def record_attempt(
+        self, name: str, passed: bool, reason: str | None = None, *, retry_at: datetime | None = None
+    ) -> Change:
         """Record one finished gate attempt of an in-progress milestone:
-        pass -> done; fail -> needs_fix while budget is left, else stuck."""
+        pass -> done (or waiting for review when it has a review gate);
+        fail -> needs_fix while budget is left, else stuck."""
         m = self.get(name)
+        if m.awaiting_review:
+            raise TransitionError(f"{name!r} waits for review; its gate already passed", milestone=name)
         attempts = m.attempts + 1
+        review = False
         if passed:
-            action = Action.DONE
+            review = m.review
+            action = Action.AWAIT_REVIEW if review else Action.DONE
         else:
             action = Action.FAIL if attempts < m.max_attempts else Action.EXHAUST
         target = transition(name, m.status, action)
-        new = m.model_copy(update={"status": target, "attempts": attempts, "reason": reason})
+        new = m.model_copy(
+            update={
+                "status": target,
+                "attempts": attempts,
+                "reason": reason,
+                "awaiting_review": review,
+                "retry_at": retry_at,
+            }
+        )
+        self._put(new)
+        return Change(m, new, action, reason)
+
+    def review(self, name: str, approve: bool, reason: str | None = None) -> Change:
+        """An operator's verdict on a milestone whose gate passed: approve ->
+        done; reject -> needs_fix, or stuck when the budget is spent."""
+        m = self.get(name)
+        action = Action.APPROVE if approve else Action.REJECT
+        target = transition(name, m.status, action)
+        if not m.awaiting_review:
+            raise TransitionError(
+                f"cannot {action.command} {name!r}: it is not waiting for review (status {m.status.value})",
+                milestone=name,
+            )
+        if not approve and not (reason and reason.strip()):
+            raise InvalidValueError(f"reject {name!r} needs a reason: pass --reason TEXT", milestone=name)
+        if not approve and not m.budget_left:
+            target = transition(name, m.status, Action.EXHAUST)
+        new = m.model_copy(update={"status": target, "awaiting_review": False, "reason": reason})
         self._put(new)
         return Change(m, new, action, reason)
 

@@ -52,6 +52,8 @@ def readiness(item: WorkItem, g: WorkGraph) -> Readiness:
         return Readiness.WAITING_FOR_OPERATOR
     if g.next_ready() is not None or g.all_done():
         return Readiness.RUNNABLE
-    if any(m.status is MilestoneStatus.IN_PROGRESS for m in g):
+    if any(m.status is MilestoneStatus.IN_PROGRESS and not m.awaiting_review for m in g):
         return Readiness.RUNNABLE
+    if any(m.awaiting_review for m in g):
+        return Readiness.WAITING_FOR_OPERATOR
     return Readiness.BLOCKED

@@ -83,7 +83,10 @@ class Milestone(_Read):
     retries: Annotated[int, Field(ge=0)] = DEFAULT_RETRIES
     timeout: Annotated[float, Field(gt=0)] | None = None
     review: bool = False
+    awaiting_review: bool = False
     fix: str | None = None
+    retry_delay: Annotated[float, Field(ge=0)] | None = None
+    retry_at: datetime | None = None
     reason: str | None = None
     updated_at: datetime | None = None
 
@@ -104,6 +107,7 @@ class ItemDefaults(_Read):
     retries: Annotated[int, Field(ge=0)] = DEFAULT_RETRIES
     timeout: Annotated[float, Field(gt=0)] | None = None
     fix: str | None = None
+    retry_delay: Annotated[float, Field(ge=0)] | None = None
 
 
 class TodoItem(_Read):

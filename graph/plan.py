@@ -40,6 +40,7 @@ class PlanMilestone(_Strict):
     timeout: Annotated[float, Field(gt=0)] | None = None
     review: StrictBool = False
     fix: str | None = None
+    retry_delay: Annotated[float, Field(ge=0)] | None = None
     hypothesis: StrictBool = False
 
 
@@ -47,6 +48,7 @@ class PlanDefaults(_Strict):
     retries: Annotated[StrictInt, Field(ge=0)] = DEFAULT_RETRIES
     timeout: Annotated[float, Field(gt=0)] | None = None
     fix: str | None = None
+    retry_delay: Annotated[float, Field(ge=0)] | None = None
 
 
 class Plan(_Strict):
@@ -71,6 +73,7 @@ class Plan(_Strict):
                     timeout=self.defaults.timeout if pm.timeout is None else pm.timeout,
                     review=pm.review,
                     fix=pm.fix if pm.fix is not None else self.defaults.fix,
+                    retry_delay=pm.retry_delay if pm.retry_delay is not None else self.defaults.retry_delay,
                     status=MilestoneStatus.HYPOTHESIS if pm.hypothesis else MilestoneStatus.PENDING,
                 )
             )
@@ -117,6 +120,8 @@ def plan_from_item(item: WorkItem) -> dict[str, Any]:
             entry["review"] = True
         if m.fix != d.fix:
             entry["fix"] = m.fix
+        if m.retry_delay != d.retry_delay:
+            entry["retry_delay"] = m.retry_delay
         if m.status is MilestoneStatus.HYPOTHESIS:
             entry["hypothesis"] = True
         milestones.append(entry)

@@ -18,6 +18,7 @@ STATUS_COLOURS: dict[str, str] = {
     "done": "#2e7d32",
     "ready": "#1565c0",
     "in_progress": "#f9a825",
+    "in_review": "#00838f",
     "needs_fix": "#ef6c00",
     "stuck": "#c62828",
     "blocked": "#9e9e9e",
@@ -30,6 +31,8 @@ STATUS_COLOURS: dict[str, str] = {
 def display_status(g: WorkGraph, m: Milestone) -> str:
     """The stored status, with the derived views folded in: a ready
     milestone shows ``ready``, a pending one waiting on deps ``blocked``."""
+    if m.awaiting_review:
+        return "in_review"
     if g.is_ready(m.name):
         return "ready" if m.status is S.PENDING else "needs_fix"
     if m.status is S.PENDING:

@@ -14,6 +14,7 @@ from milepost.errors import TransitionError
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "EXHAUSTING",
     "REASON_REQUIRED",
     "TRANSITIONS",
     "USER_ACTIONS",
@@ -48,7 +49,9 @@ ACTIVE_STATUSES = frozenset({MilestoneStatus.IN_PROGRESS})
 
 class Action(StrEnum):
     """Milestone actions. ``fail`` and ``exhaust`` are the two outcomes of a
-    failed gate under ``done``; users never name them directly."""
+    failed gate under ``done`` (``reject`` too has both), ``await_review`` the
+    outcome of a passing gate that needs an operator's verdict, and
+    ``release`` hands an interrupted claim back; users never name those four."""
 
     CONFIRM = "confirm"
     START = "start"
@@ -59,6 +62,10 @@ class Action(StrEnum):
     RESET = "reset"
     LOCK = "lock"
     UNLOCK = "unlock"
+    RELEASE = "release"
+    AWAIT_REVIEW = "await_review"
+    APPROVE = "approve"
+    REJECT = "reject"
 
     @property
     def command(self) -> str:
@@ -82,13 +89,22 @@ TRANSITIONS: dict[tuple[MilestoneStatus, Action], MilestoneStatus] = {
     (S.NEEDS_FIX, A.RESET): S.NEEDS_FIX,
     (S.PENDING, A.LOCK): S.LOCKED,
     (S.LOCKED, A.UNLOCK): S.PENDING,
+    # An interrupted claim (driver stopped or killed): ready again, budget unspent.
+    (S.IN_PROGRESS, A.RELEASE): S.PENDING,
+    # Review gate: the commands passed, the milestone waits for a verdict.
+    (S.IN_PROGRESS, A.AWAIT_REVIEW): S.IN_PROGRESS,
+    (S.IN_PROGRESS, A.APPROVE): S.DONE,
+    (S.IN_PROGRESS, A.REJECT): S.NEEDS_FIX,
 }
 
+# Outcomes that spend the budget: when it is spent they lead to stuck instead.
+EXHAUSTING = frozenset({A.FAIL, A.REJECT})
+
 # Actions an operator must justify; the reason is kept in the event log.
-REASON_REQUIRED = frozenset({A.NEEDS_FIX, A.RESET, A.LOCK, A.UNLOCK})
+REASON_REQUIRED = frozenset({A.NEEDS_FIX, A.RESET, A.LOCK, A.UNLOCK, A.REJECT})
 
 # What a user can type; ``fail``/``exhaust`` happen inside ``done``.
-USER_ACTIONS = (A.CONFIRM, A.START, A.DONE, A.NEEDS_FIX, A.RESET, A.LOCK, A.UNLOCK)
+USER_ACTIONS = (A.CONFIRM, A.START, A.DONE, A.NEEDS_FIX, A.RESET, A.LOCK, A.UNLOCK, A.APPROVE, A.REJECT)
 
 del S, A
 

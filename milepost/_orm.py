@@ -18,6 +18,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -98,7 +99,10 @@ class MilestoneRow(Base):
     retries: Mapped[int] = mapped_column(Integer, default=2)
     timeout: Mapped[float | None] = mapped_column(Float)
     review: Mapped[bool] = mapped_column(Boolean, default=False)
+    awaiting_review: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     fix: Mapped[str | None] = mapped_column(Text)
+    retry_delay: Mapped[float | None] = mapped_column(Float)
+    retry_at: Mapped[datetime | None]
     status: Mapped[str] = mapped_column(String(16), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     reason: Mapped[str | None] = mapped_column(Text)

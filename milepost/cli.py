@@ -40,6 +40,7 @@ STATUS_STYLE = {
     "done": "green",
     "ready": "bold cyan",
     "in_progress": "yellow",
+    "in_review": "bold yellow",
     "needs_fix": "dark_orange",
     "stuck": "bold red",
     "blocked": "dim",
@@ -297,13 +298,16 @@ def _split_deps(deps: str | None) -> list[str]:
 @click.option("--timeout", type=float, default=None, help="Gate timeout in seconds.")
 @click.option("--review", is_flag=True, help="Wait for an operator verdict after the gate passes.")
 @click.option("--fix", default=None, metavar="CMD", help="Command run after a failed attempt, before the retry.")
+@click.option(
+    "--retry-delay", type=float, default=None, metavar="S", help="Drive waits S, 2S, 4S ... seconds before each retry."
+)
 @click.option("--hypothesis", is_flag=True, help="Add as a hypothesis (confirm it later).")
 @item_option
 @revision_option
 @pass_ctx
 def add(c: Ctx, name: str, deps: str | None, acceptance: str, gate: str | None, retries: int | None,
-        timeout: float | None, review: bool, fix: str | None, hypothesis: bool, item: int | None,
-        expect_revision: int | None) -> None:  # fmt: skip
+        timeout: float | None, review: bool, fix: str | None, retry_delay: float | None, hypothesis: bool,
+        item: int | None, expect_revision: int | None) -> None:  # fmt: skip
     """Add a milestone to the current work item (its plan must be a draft)."""
     r = c.service.add_milestone(
         name,
@@ -314,6 +318,7 @@ def add(c: Ctx, name: str, deps: str | None, acceptance: str, gate: str | None, 
         timeout=timeout,
         review=review,
         fix=fix,
+        retry_delay=retry_delay,
         hypothesis=hypothesis,
         item=item,
         expect_revision=expect_revision,
@@ -347,12 +352,7 @@ def _action_command(action_name: str, help_text: str, needs_reason: bool) -> Non
         action = Action(action_name)
         r = c.service.act(name, action, reason=reason, item=item, expect_revision=expect_revision)
 
-        def human(con: Console) -> None:
-            for ch in r.changes:
-                extra = f" ({_esc(ch.reason)})" if ch.reason and ch.milestone != name else ""
-                con.print(f"{ch.milestone}: {ch.from_status} -> {_styled(ch.to_status)}{extra}")
-
-        c.emit(r.model_dump(mode="json"), human)
+        c.emit(r.model_dump(mode="json"), lambda con: _show_changes(con, r.changes, name))
 
     command.__doc__ = help_text
     if needs_reason:
@@ -366,6 +366,35 @@ _action_command("needs_fix", "Send an in-progress or done milestone back for a f
 _action_command("reset", "Operator: give a stuck or needs_fix milestone a fresh retry budget.", True)
 _action_command("lock", "Hold a pending milestone for an external condition.", True)
 _action_command("unlock", "Release a locked milestone back to pending.", True)
+
+
+def _show_changes(con: Console, changes: list[Any], name: str) -> None:
+    for ch in changes:
+        extra = f" ({_esc(ch.reason)})" if ch.reason and ch.milestone != name else ""
+        con.print(f"{ch.milestone}: {ch.from_status} -> {_styled(ch.to_status)}{extra}")
+
+
+@cli.command()
+@click.argument("name")
+@item_option
+@revision_option
+@pass_ctx
+def approve(c: Ctx, name: str, item: int | None, expect_revision: int | None) -> None:
+    """Operator: accept a milestone waiting for review (it becomes done)."""
+    r = c.service.review(name, True, item=item, expect_revision=expect_revision)
+    c.emit(r.model_dump(mode="json"), lambda con: _show_changes(con, r.changes, name))
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--reason", required=True, help="What is wrong (kept in the event log).")
+@item_option
+@revision_option
+@pass_ctx
+def reject(c: Ctx, name: str, reason: str, item: int | None, expect_revision: int | None) -> None:
+    """Operator: refuse a milestone in review: needs_fix, or stuck when its budget is spent."""
+    r = c.service.review(name, False, reason=reason, item=item, expect_revision=expect_revision)
+    c.emit(r.model_dump(mode="json"), lambda con: _show_changes(con, r.changes, name))
 
 
 @cli.command()
@@ -388,6 +417,10 @@ def done(c: Ctx, name: str, verdict: str | None, item: int | None, expect_revisi
 
 def _show_done(con: Console, r: DoneResult) -> None:
     m, run = r.milestone, r.gate_run
+    if m.awaiting_review:
+        gate = f"gate passed ({run.reason}); " if run else ""
+        con.print(f"{m.name}: {_styled('in_review')} — {gate}waiting for `milepost approve {m.name}` or `reject`")
+        return
     if run is None:
         con.print(f"{m.name}: {_styled('done')} (no gate)")
         return

@@ -8,7 +8,29 @@ from pydantic import BaseModel, Field
 from milepost.gates.command import GateResult
 from milepost.graph.models import Milestone, WorkItem
 
-__all__ = ["ActionResult", "DoneResult", "GateRun", "ItemSummary", "MilestoneChange", "MilestoneView", "NextResult"]
+__all__ = [
+    "ActionResult",
+    "Claim",
+    "DoneResult",
+    "GateRun",
+    "ItemSummary",
+    "MilestoneChange",
+    "MilestoneView",
+    "NextResult",
+]
+
+
+class Claim(BaseModel):
+    """A leased gate attempt: the milestone is in progress and ``owner`` runs
+    its gate. Everything a gate task needs travels in here (it is pickled to
+    Dask workers)."""
+
+    item: int
+    pk: int
+    milestone: Milestone
+    attempt: int
+    owner: str
+    log_path: str
 
 
 class MilestoneChange(BaseModel):

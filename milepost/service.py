@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Row, Table, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from milepost._orm import DepRow, EventRow, FocusRow, GateRunRow, ItemRow, MilestoneRow, utcnow
+from milepost._orm import DepRow, EventRow, FocusRow, GateRunRow, ItemRow, MilestoneRow, WorkRefRow, utcnow
 from milepost.errors import (
     ConcurrentUpdateError,
     InputError,
@@ -40,6 +40,7 @@ from milepost.graph.render import display_status
 from milepost.graph.status import Action, ItemState, MilestoneStatus, PlanStatus, transition
 from milepost.results import (
     ActionResult,
+    Claim,
     DoneResult,
     GateRun,
     ItemSummary,
@@ -65,6 +66,7 @@ DEPS = cast(Table, DepRow.__table__)
 RUNS = cast(Table, GateRunRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)
 FOCUS = cast(Table, FocusRow.__table__)
+REFS = cast(Table, WorkRefRow.__table__)
 
 
 @dataclass
@@ -87,6 +89,16 @@ def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
+def interrupted_result(claim: Claim, started: datetime, reason: str = "interrupted") -> GateResult:
+    return GateResult(
+        outcome=Outcome.INTERRUPTED,
+        reason=reason,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+        log_path=claim.log_path,
+    )
+
+
 def _change(c: Change) -> MilestoneChange:
     return MilestoneChange(
         milestone=c.after.name,
@@ -103,6 +115,7 @@ class Service:
     def __init__(self, store: Store, agent: str = DEFAULT_AGENT) -> None:
         self.store = store
         self.agent = check_name(agent, "agent") if agent != DEFAULT_AGENT else agent
+        self._cache: dict[int, _Loaded] = {}
 
     @classmethod
     def open(cls, db: str | None = None, agent: str | None = None, cwd: Path | None = None) -> Service:
@@ -139,7 +152,10 @@ class Service:
                 retries=r.retries,
                 timeout=r.timeout,
                 review=r.review,
+                awaiting_review=r.awaiting_review,
                 fix=r.fix,
+                retry_delay=r.retry_delay,
+                retry_at=r.retry_at,
                 reason=r.reason,
                 updated_at=r.updated_at,
             )
@@ -188,15 +204,35 @@ class Service:
 
     # -- the write path ----------------------------------------------------
 
-    def _mutate(self, item: int | None, fn: Callable[[Session, _Loaded], T], expect_revision: int | None = None) -> T:
-        """Run ``fn`` in a write transaction on freshly loaded data. When ``fn``
-        marked the item dirty, bump its revision with a compare-and-swap and
-        write the event log; a lost CAS re-runs everything on fresh data."""
+    def _mutate(
+        self,
+        item: int | None,
+        fn: Callable[[Session, _Loaded], T],
+        expect_revision: int | None = None,
+        *,
+        cache: bool = False,
+    ) -> T:
+        """Run ``fn`` in a write transaction on fresh data. When ``fn`` marked
+        the item dirty, bump its revision with a compare-and-swap and write the
+        event log; a lost CAS re-runs everything on fresh data.
+
+        With ``cache`` (the drive loop) the graph of the last call is reused
+        when the stored revision is still the one it was built at, so a step
+        costs one row read instead of a reload of every milestone. Any failure
+        drops the cache: ``fn`` may have changed the graph in memory."""
         item_id = self._resolve(item)
         for _ in range(MAX_CAS_RETRIES):
             try:
                 with self.store.write() as s:
-                    loaded = self._load(s, item_id)
+                    loaded = self._cache.get(item_id) if cache else None
+                    if loaded is not None:
+                        stored = s.execute(select(ITEMS.c.revision).where(ITEMS.c.id == item_id)).scalar()
+                        if stored != loaded.revision:
+                            loaded = None
+                    if loaded is None:
+                        loaded = self._load(s, item_id)
+                    loaded.dirty = False
+                    loaded.events = []
                     if expect_revision is not None and loaded.revision != expect_revision:
                         raise StaleRevisionError(
                             f"work item {item_id} is at revision {loaded.revision}, not {expect_revision}:"
@@ -208,9 +244,15 @@ class Service:
                     result = fn(s, loaded)
                     if loaded.dirty:
                         self._commit_revision(s, loaded)
-                    return result
+                if cache:
+                    self._cache[item_id] = loaded
+                return result
             except _LostRace:
+                self._cache.pop(item_id, None)
                 continue
+            except BaseException:
+                self._cache.pop(item_id, None)
+                raise
         raise ConcurrentUpdateError(f"work item {item_id} kept changing under this update; try again", item=item_id)
 
     def _commit_revision(self, s: Session, loaded: _Loaded) -> None:
@@ -250,7 +292,14 @@ class Service:
             s.execute(
                 update(MILESTONES)
                 .where(MILESTONES.c.id == loaded.pks[c.after.name])
-                .values(status=c.after.status.value, attempts=c.after.attempts, reason=c.after.reason, updated_at=now)
+                .values(
+                    status=c.after.status.value,
+                    attempts=c.after.attempts,
+                    reason=c.after.reason,
+                    awaiting_review=c.after.awaiting_review,
+                    retry_at=c.after.retry_at,
+                    updated_at=now,
+                )
             )
             loaded.events.append((c.after.name, c.action.value, c.before.status.value, c.after.status.value, c.reason))
             out.append(_change(c))
@@ -315,6 +364,7 @@ class Service:
                 "timeout": m.timeout,
                 "review": m.review,
                 "fix": m.fix,
+                "retry_delay": m.retry_delay,
                 "status": m.status.value,
                 "attempts": m.attempts,
                 "created_at": now,
@@ -424,7 +474,7 @@ class Service:
     def apply_plan(self, plan: Plan) -> WorkItem:
         """Create a work item from a plan, validated whole before anything is written."""
         milestones = plan.to_milestones()
-        defaults = ItemDefaults(retries=plan.defaults.retries, timeout=plan.defaults.timeout, fix=plan.defaults.fix)
+        defaults = ItemDefaults.model_validate(plan.defaults.model_dump())
         return self.create_item(plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones)
 
     def export_plan(self, item: int | None = None) -> dict[str, Any]:
@@ -443,6 +493,7 @@ class Service:
         timeout: float | None = None,
         review: bool = False,
         fix: str | None = None,
+        retry_delay: float | None = None,
         hypothesis: bool = False,
         item: int | None = None,
         expect_revision: int | None = None,
@@ -464,6 +515,7 @@ class Service:
                 timeout=d.timeout if timeout is None else timeout,
                 review=review,
                 fix=d.fix if fix is None else fix,
+                retry_delay=d.retry_delay if retry_delay is None else retry_delay,
                 hypothesis=hypothesis,
             )
             loaded.pks = self._insert_milestones(s, loaded.id, [m], utcnow(), loaded.pks)
@@ -510,7 +562,46 @@ class Service:
     def start(self, name: str, **kw: Any) -> ActionResult:
         return self.act(name, Action.START, **kw)
 
-    # -- done: run the gate in-process ----------------------------------------
+    # -- claims, gates and their outcomes ---------------------------------------
+
+    def log_path(self, item_id: int, name: str, attempt: int) -> Path:
+        return self.store.home / "logs" / f"item-{item_id}" / name / f"attempt-{attempt}.log"
+
+    def gate_env(self, claim: Claim) -> dict[str, str]:
+        """What a gate (and a fix hook) learns about its context."""
+        return {
+            "MILEPOST_ITEM": str(claim.item),
+            "MILEPOST_MILESTONE": claim.milestone.name,
+            "MILEPOST_ATTEMPT": str(claim.attempt),
+            "MILEPOST_WORKSPACE": str(self.store.root),
+        }
+
+    def _take_lease(self, s: Session, loaded: _Loaded, name: str, owner: str) -> Claim:
+        """Lease an in-progress milestone's gate to ``owner`` and number its attempt."""
+        pk = loaded.pks[name]
+        now = utcnow()
+        lease = s.execute(
+            select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == pk)
+        ).one()
+        if lease.lease_owner and lease.lease_expires and lease.lease_expires > now and lease.lease_owner != owner:
+            raise TransitionError(
+                f"cannot run the gate of {name!r}: it is already running ({lease.lease_owner},"
+                f" lease until {lease.lease_expires:%H:%M:%S} UTC); wait for it or let the lease expire",
+                milestone=name,
+            )
+        s.execute(
+            update(MILESTONES).where(MILESTONES.c.id == pk).values(lease_owner=owner, lease_expires=now + LEASE_TTL)
+        )
+        attempt = (s.execute(select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == pk)).scalar() or 0) + 1
+        m = loaded.graph.get(name)
+        return Claim(
+            item=loaded.id,
+            pk=pk,
+            milestone=m,
+            attempt=attempt,
+            owner=owner,
+            log_path=str(self.log_path(loaded.id, name, attempt)),
+        )
 
     def done(
         self,
@@ -522,94 +613,129 @@ class Service:
     ) -> DoneResult:
         """Finish an in-progress milestone: without a gate it is done; with one,
         the gate runs here (no Prefect), and its outcome decides: pass -> done,
-        fail -> needs_fix, or stuck when the retry budget is spent."""
+        fail -> needs_fix, or stuck when the retry budget is spent. A milestone
+        with a review gate waits for ``approve``/``reject`` after passing."""
         owner = _owner()
 
-        def claim(s: Session, loaded: _Loaded) -> DoneResult | _Claim:
-            current = self._item(loaded)
-            check_open(current)
+        def claim(s: Session, loaded: _Loaded) -> DoneResult | Claim:
+            check_open(self._item(loaded))
             m = loaded.graph.get(name)
             if m.status is not MilestoneStatus.IN_PROGRESS:
                 transition(name, m.status, Action.DONE)  # raises with the allowed actions
-            if not m.has_gate:
+            if not m.has_gate or m.awaiting_review:
                 changes = loaded.graph.apply(name, Action.DONE, reason=verdict)
                 out = self._persist(s, loaded, changes)
                 return DoneResult(
                     item=loaded.id, revision=loaded.revision + 1, milestone=changes[0].after, passed=True, changes=out
                 )
-            pk = loaded.pks[name]
-            now = utcnow()
-            lease = s.execute(
-                select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == pk)
-            ).one()
-            if lease.lease_owner and lease.lease_expires and lease.lease_expires > now and lease.lease_owner != owner:
-                raise TransitionError(
-                    f"cannot done {name!r}: its gate is already running ({lease.lease_owner},"
-                    f" lease until {lease.lease_expires:%H:%M:%S} UTC); wait for it or let the lease expire",
-                    milestone=name,
-                )
-            s.execute(
-                update(MILESTONES).where(MILESTONES.c.id == pk).values(lease_owner=owner, lease_expires=now + LEASE_TTL)
-            )
-            attempt = (s.execute(select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == pk)).scalar() or 0) + 1
-            return _Claim(item=loaded.id, pk=pk, milestone=m, attempt=attempt, default_timeout=m.timeout)
+            return self._take_lease(s, loaded, name, owner)
 
         claimed = self._mutate(item, claim, expect_revision)
         if isinstance(claimed, DoneResult):
             return claimed
-        result = self._run_claimed_gate(claimed, owner)
-        return self._record(claimed, result, owner, verdict)
-
-    def log_path(self, item_id: int, name: str, attempt: int) -> Path:
-        return self.store.home / "logs" / f"item-{item_id}" / name / f"attempt-{attempt}.log"
-
-    def _run_claimed_gate(self, c: _Claim, owner: str) -> GateResult:
-        env = {
-            "MILEPOST_ITEM": str(c.item),
-            "MILEPOST_MILESTONE": c.milestone.name,
-            "MILEPOST_ATTEMPT": str(c.attempt),
-            "MILEPOST_WORKSPACE": str(self.store.root),
-        }
         stop = threading.Event()
-        keeper = threading.Thread(target=self._keep_lease, args=(c.pk, owner, stop), daemon=True)
+        keeper = threading.Thread(target=self._keep_leases, args=([claimed], stop), daemon=True)
         keeper.start()
         started = datetime.now(UTC)
         try:
-            return run_gate(
-                c.milestone.gate,
-                self.log_path(c.item, c.milestone.name, c.attempt),
+            result = run_gate(
+                claimed.milestone.gate,
+                Path(claimed.log_path),
                 default_cwd=self.store.root,
-                env=env,
-                default_timeout=c.default_timeout,
+                env=self.gate_env(claimed),
+                default_timeout=claimed.milestone.timeout,
             )
         except KeyboardInterrupt:
-            # The gate's process group is already killed; keep the evidence,
+            # The gate's process group is already killed: keep the evidence,
             # leave the budget unspent, and let the caller exit 130.
-            interrupted = GateResult(
-                outcome=Outcome.INTERRUPTED,
-                reason="interrupted",
-                started_at=started,
-                finished_at=datetime.now(UTC),
-                log_path=str(self.log_path(c.item, c.milestone.name, c.attempt)),
-            )
-            self._record(c, interrupted, owner, None)
+            self.record(claimed, interrupted_result(claimed, started))
             raise
         finally:
             stop.set()
             keeper.join()
+        return self.record(claimed, result, verdict=verdict)
 
-    def _keep_lease(self, pk: int, owner: str, stop: threading.Event) -> None:
-        while not stop.wait(LEASE_TTL.total_seconds() / 4):
-            with self.store.write() as s:
+    def claim_next(self, item: int, owner: str) -> Claim | None:
+        """The drive loop's claim: the lowest-id ready milestone becomes
+        in_progress with a lease for ``owner``, in one transaction. Uses the
+        cached graph, so a pick costs O(log n) unless another writer changed
+        the item (then it reloads)."""
+
+        def fn(s: Session, loaded: _Loaded) -> Claim | None:
+            check_open(self._item(loaded))
+            m = loaded.graph.next_ready()
+            if m is None:
+                return None
+            changes = loaded.graph.apply(m.name, Action.START)
+            self._persist(s, loaded, changes)
+            return self._take_lease(s, loaded, m.name, owner)
+
+        return self._mutate(item, fn, cache=True)
+
+    def cached_graph(self, item: int) -> WorkGraph:
+        """The graph the drive loop works on (loaded on first use)."""
+        cached = self._cache.get(item)
+        if cached is None:
+            with self.store.read() as s:
+                cached = self._cache[item] = self._load(s, item)
+        return cached.graph
+
+    def renew_leases(self, claims: Iterable[Claim]) -> None:
+        claims = list(claims)
+        if not claims:
+            return
+        with self.store.write() as s:
+            for c in claims:
                 s.execute(
                     update(MILESTONES)
-                    .where(MILESTONES.c.id == pk, MILESTONES.c.lease_owner == owner)
+                    .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
                     .values(lease_expires=utcnow() + LEASE_TTL)
                 )
 
-    def _record(self, c: _Claim, result: GateResult, owner: str, verdict: str | None) -> DoneResult:
-        """Store the gate run (always: evidence is never dropped) and apply its
-        outcome when the milestone is still in progress."""
+    def _keep_leases(self, claims: list[Claim], stop: threading.Event) -> None:
+        while not stop.wait(LEASE_TTL.total_seconds() / 4):
+            self.renew_leases(claims)
+
+    def reclaim_expired(self, item: int) -> list[str]:
+        """Milestones whose gate lease expired (their driver died): record the
+        attempt as interrupted and make them ready again, budget unspent."""
+        now = utcnow()
+        with self.store.read() as s:
+            rows = s.execute(
+                select(MILESTONES.c.id, MILESTONES.c.name, MILESTONES.c.lease_owner).where(
+                    MILESTONES.c.item_id == item,
+                    MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
+                    MILESTONES.c.lease_owner.is_not(None),
+                    MILESTONES.c.lease_expires < now,
+                )
+            ).all()
+        reclaimed = []
+        for pk, name, owner in rows:
+            with self.store.read() as s:
+                attempt = (
+                    s.execute(select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == pk)).scalar() or 0
+                ) + 1
+            g = self.cached_graph(item)
+            claim = Claim(
+                item=item,
+                pk=pk,
+                milestone=g.get(name),
+                attempt=attempt,
+                owner=owner,
+                log_path=str(self.log_path(item, name, attempt)),
+            )
+            result = interrupted_result(claim, now, reason=f"lease of {owner} expired: its driver stopped")
+            self.record(claim, result, release=True)
+            reclaimed.append(name)
+        return reclaimed
+
+    def record(self, c: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False) -> DoneResult:
+        """Store a gate run (always: evidence is never dropped), free the lease
+        and apply the outcome while the milestone is still in progress: pass ->
+        done (or in review), fail -> needs_fix (ready again after the retry
+        delay) or stuck. An interrupted run spends no budget; with ``release``
+        the milestone becomes ready again (the drive loop), without it stays
+        in progress (``done`` interrupted by hand)."""
 
         def fn(s: Session, loaded: _Loaded) -> DoneResult:
             run = GateRun(
@@ -634,36 +760,71 @@ class Service:
             )
             s.execute(
                 update(MILESTONES)
-                .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == owner)
+                .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
                 .values(lease_owner=None, lease_expires=None)
             )
             loaded.dirty = True
             m = loaded.graph.get(c.milestone.name)
-            if result.outcome is Outcome.INTERRUPTED:
-                loaded.events.append((m.name, "interrupted", m.status.value, m.status.value, f"attempt {c.attempt}"))
-                return DoneResult(item=loaded.id, revision=loaded.revision + 1, milestone=m, passed=False, gate_run=run)
-            if m.status is not MilestoneStatus.IN_PROGRESS:
+            base = {"item": loaded.id, "revision": loaded.revision + 1, "gate_run": run}
+            if m.status is not MilestoneStatus.IN_PROGRESS or m.awaiting_review:
                 loaded.events.append((m.name, "gate_run", m.status.value, m.status.value, result.reason))
                 return DoneResult(
-                    item=loaded.id,
-                    revision=loaded.revision + 1,
+                    **base,
                     milestone=m,
                     passed=result.passed,
-                    gate_run=run,
                     note=f"{m.name!r} became {m.status.value} while its gate ran: the run is kept as evidence only",
                 )
-            change = loaded.graph.record_attempt(m.name, result.passed, None if result.passed else result.reason)
-            out = self._persist(s, loaded, [change])
-            return DoneResult(
-                item=loaded.id,
-                revision=loaded.revision + 1,
-                milestone=change.after,
-                passed=result.passed,
-                gate_run=run,
-                changes=out,
+            if result.outcome is Outcome.INTERRUPTED:
+                if not release:
+                    loaded.events.append((m.name, "interrupted", m.status.value, m.status.value, result.reason))
+                    return DoneResult(**base, milestone=m, passed=False)
+                changes = loaded.graph.apply(m.name, Action.RELEASE, reason=f"interrupted: {result.reason}")
+                out = self._persist(s, loaded, changes)
+                return DoneResult(**base, milestone=changes[0].after, passed=False, changes=out)
+            retry_at = None
+            delay = m.retry_delay
+            if not result.passed and delay and m.attempts + 1 < m.max_attempts:
+                # Exponential backoff: delay, 2 x delay, 4 x delay, ...
+                retry_at = result.finished_at + timedelta(seconds=delay * 2**m.attempts)
+            change = loaded.graph.record_attempt(
+                m.name, result.passed, None if result.passed else result.reason, retry_at=retry_at
             )
+            out = self._persist(s, loaded, [change])
+            return DoneResult(**base, milestone=change.after, passed=result.passed, changes=out)
 
-        return self._mutate(c.item, fn)
+        return self._mutate(c.item, fn, cache=True)
+
+    def review(
+        self,
+        name: str,
+        approve: bool,
+        *,
+        reason: str | None = None,
+        item: int | None = None,
+        expect_revision: int | None = None,
+    ) -> ActionResult:
+        """``approve``/``reject``: an operator's verdict on a milestone in review."""
+
+        def fn(s: Session, loaded: _Loaded) -> ActionResult:
+            check_open(self._item(loaded))
+            change = loaded.graph.review(name, approve, reason)
+            out = self._persist(s, loaded, [change])
+            return ActionResult(item=loaded.id, revision=loaded.revision + 1, milestone=change.after, changes=out)
+
+        return self._mutate(item, fn, expect_revision)
+
+    def record_fix(self, claim: Claim, result: GateResult) -> None:
+        """Keep a fix hook's run as evidence of the work item (a work ref)."""
+        with self.store.write() as s:
+            s.execute(
+                insert(REFS).values(
+                    item_id=claim.item,
+                    kind="fix",
+                    ref=result.log_path or "",
+                    reason=f"fix for {claim.milestone.name} after attempt {claim.attempt}: {result.reason}",
+                    at=result.finished_at,
+                )
+            )
 
     # -- reading -------------------------------------------------------------
 
@@ -750,15 +911,6 @@ class Service:
         with self.store.read() as s:
             rows = s.execute(select(EVENTS).where(EVENTS.c.item_id == item_id).order_by(EVENTS.c.id)).all()
         return [dict(r._mapping) for r in rows]
-
-
-@dataclass(frozen=True)
-class _Claim:
-    item: int
-    pk: int
-    milestone: Milestone
-    attempt: int
-    default_timeout: float | None
 
 
 class _LostRace(Exception):

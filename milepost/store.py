@@ -27,7 +27,7 @@ from milepost.errors import DatabaseUnreachableError, EnvironmentProblem
 __all__ = ["SCHEMA_HEAD", "Store", "mask_url"]
 
 # The newest migration; opening a store whose schema is older upgrades it.
-SCHEMA_HEAD = "0001"
+SCHEMA_HEAD = "0002"
 BUSY_TIMEOUT_MS = 30_000
 
 

@@ -26,6 +26,10 @@ EXPECTED = {
     ("needs_fix", "reset"): "needs_fix",
     ("pending", "lock"): "locked",
     ("locked", "unlock"): "pending",
+    ("in_progress", "release"): "pending",
+    ("in_progress", "await_review"): "in_progress",
+    ("in_progress", "approve"): "done",
+    ("in_progress", "reject"): "needs_fix",
 }
 
 PAIRS = list(itertools.product(MilestoneStatus, Action))
