@@ -662,6 +662,134 @@ def log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
 
 
 @cli.command()
+@click.argument("item_id", type=int, required=False)
+@click.option(
+    "--max-parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Gates running at once (lowest ids first).",
+)
+@click.option("--task-runner", type=click.Choice(["thread", "dask"]), default="thread", show_default=True)
+@click.option("--dask-address", default=None, metavar="ADDR", help="Dask scheduler (default: a LocalCluster).")
+@click.option("--until", default=None, metavar="NAME", help="Drive only NAME and what it depends on.")
+@click.option("--dry-run", is_flag=True, help="Print the order a drive would take; run nothing.")
+@pass_ctx
+def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask_address: str | None,
+          until: str | None, dry_run: bool) -> None:  # fmt: skip
+    """Drive a work item through its DAG as a Prefect flow.
+
+    Each gate runs as a Prefect task named after its milestone; failed gates
+    retry within their budget, other branches go on. Exits 0 when every
+    milestone is done, 1 otherwise, 130 when interrupted. Uses the workspace's
+    Prefect server when `milepost server start` runs, else Prefect's temporary
+    server (with its home in .milepost/prefect).
+    """
+    svc = c.service
+    item = svc.resolve_item(item_id)
+    if dry_run:
+        order = svc.plan_order(item, until)
+        c.emit(
+            {"item": item, "order": order},
+            lambda con: con.print("\n".join(f"{i}. {n}" for i, n in enumerate(order, 1)) or "nothing to run"),
+        )
+        return
+    from milepost.errors import EnvironmentProblem
+    from milepost.flows.server import configure_prefect
+
+    api = configure_prefect(svc.store.home)
+    if task_runner == "dask" and api is None:
+        raise EnvironmentProblem(
+            "the dask task runner needs a Prefect server its workers can reach:"
+            " run `milepost server start` or set PREFECT_API_URL"
+        )
+    from milepost.flows.events import JsonLinesReporter, LineReporter, Reporter
+
+    reporter: Reporter
+    if c.json:
+        reporter = JsonLinesReporter()
+    elif sys.stdout.isatty():
+        from milepost._live import LiveReporter
+
+        reporter = LiveReporter(c.console(), svc.milestone_views(item)[1])
+    else:
+        reporter = LineReporter()
+    if api is None and not c.json:
+        click.echo("using Prefect's temporary server (start `milepost server start` for the UI)", err=True)
+    from milepost.flows.drive import run_drive
+
+    summary = run_drive(
+        svc, item, max_parallel=max_parallel, until=until, task_runner=task_runner, dask_address=dask_address,
+        reporter=reporter,
+    )  # fmt: skip
+    reporter.drive_finished(summary)
+    if not c.json:
+        _show_summary(c.console(), summary)
+    raise SystemExit(0 if summary.ok else 1)
+
+
+def _show_summary(con: Console, summary: Any) -> None:
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold")
+    for col in ("id", "milestone", "status", "tries", "time", "last reason"):
+        t.add_column(col, overflow="fold")
+    for m in summary.milestones:
+        t.add_row(str(m.id), m.name, _styled(m.view), f"{m.attempts}/{m.max_attempts}", f"{m.duration:.1f} s",
+                  _esc(m.last_reason or ""))  # fmt: skip
+    con.print(t)
+    verdict = "[green]all done[/]" if summary.ok else "[red]not done[/]"
+    con.print(f"{verdict}: {_esc(summary.message)} ({summary.gate_runs} gate runs, {summary.duration:.1f} s)")
+    if summary.flow_run_url:
+        con.print(f"flow run: {summary.flow_run_url}")
+
+
+@cli.group()
+def server() -> None:
+    """The workspace's Prefect server (UI on loopback)."""
+
+
+@server.command("start")
+@click.option("--port", type=int, default=None, help="Port (default: a free one).")
+@pass_ctx
+def server_start(c: Ctx, port: int | None) -> None:
+    """Start `prefect server start` for this workspace and wait until it answers."""
+    from milepost.flows.server import server_start as start
+
+    info = start(_home(c), port)
+    c.emit(info.__dict__, lambda con: con.print(f"Prefect server up: UI {info.ui_url} (pid {info.pid})"))
+
+
+@server.command("stop")
+@pass_ctx
+def server_stop(c: Ctx) -> None:
+    """Stop the workspace's Prefect server."""
+    from milepost.flows.server import server_stop as stop
+
+    was = stop(_home(c))
+    c.emit({"stopped": was}, lambda con: con.print("stopped" if was else "no server was running"))
+
+
+@server.command("status")
+@pass_ctx
+def server_status(c: Ctx) -> None:
+    """Is the workspace's Prefect server up? (exit 1 when it is not)"""
+    from milepost.flows.server import server_status as status
+
+    info = status(_home(c))
+    text = f"running (pid {info.pid}), UI {info.ui_url}, healthy: {info.healthy}" if info.running else "not running"
+    c.emit(info.__dict__, lambda con: con.print(text))
+    if not (info.running and info.healthy):
+        raise SystemExit(1)
+
+
+def _home(c: Ctx) -> Path:
+    from milepost.workspace import resolve_workspace
+
+    return resolve_workspace(c.db).home
+
+
+@cli.command()
 @item_option
 @pass_ctx
 def history(c: Ctx, item: int | None) -> None:

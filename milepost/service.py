@@ -116,6 +116,8 @@ class Service:
         self.store = store
         self.agent = check_name(agent, "agent") if agent != DEFAULT_AGENT else agent
         self._cache: dict[int, _Loaded] = {}
+        # Milestones a drive keeps out of its schedule (retry delays, --until); in memory only.
+        self._holds: dict[int, set[str]] = {}
 
     @classmethod
     def open(cls, db: str | None = None, agent: str | None = None, cwd: Path | None = None) -> Service:
@@ -161,7 +163,11 @@ class Service:
             )
             for r in mrows
         ]
-        return _Loaded(row=row, graph=WorkGraph(milestones), pks={r.name: r.id for r in mrows}, revision=row.revision)
+        graph = WorkGraph(milestones)
+        for name in self._holds.get(item_id, ()):
+            if name in graph:
+                graph.hold(name)
+        return _Loaded(row=row, graph=graph, pks={r.name: r.id for r in mrows}, revision=row.revision)
 
     def _item(self, loaded: _Loaded) -> WorkItem:
         r = loaded.row
@@ -188,6 +194,10 @@ class Service:
 
     def _focused(self, s: Session) -> int | None:
         return s.execute(select(FOCUS.c.item_id).where(FOCUS.c.agent == self.agent)).scalar()
+
+    def resolve_item(self, item: int | None) -> int:
+        """``item``, or this agent's current item; raises when there is none."""
+        return self._resolve(item)
 
     def _resolve(self, item: int | None) -> int:
         if item is not None:
@@ -680,6 +690,23 @@ class Service:
                 cached = self._cache[item] = self._load(s, item)
         return cached.graph
 
+    def hold(self, item: int, name: str) -> None:
+        """Keep ``name`` out of :meth:`claim_next` (this process only)."""
+        self._holds.setdefault(item, set()).add(name)
+        if item in self._cache:
+            self._cache[item].graph.hold(name)
+
+    def unhold(self, item: int, name: str) -> None:
+        self._holds.get(item, set()).discard(name)
+        if item in self._cache:
+            self._cache[item].graph.unhold(name)
+
+    def set_holds(self, item: int, names: set[str]) -> None:
+        for name in list(self._holds.get(item, set())):
+            self.unhold(item, name)
+        for name in names:
+            self.hold(item, name)
+
     def renew_leases(self, claims: Iterable[Claim]) -> None:
         claims = list(claims)
         if not claims:
@@ -738,6 +765,8 @@ class Service:
         in progress (``done`` interrupted by hand)."""
 
         def fn(s: Session, loaded: _Loaded) -> DoneResult:
+            if not c.milestone.has_gate:
+                return self._finish_without_gate(s, loaded, c, result, verdict)
             run = GateRun(
                 **result.model_dump(), item=loaded.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict
             )
@@ -794,6 +823,26 @@ class Service:
 
         return self._mutate(c.item, fn, cache=True)
 
+    def _finish_without_gate(
+        self, s: Session, loaded: _Loaded, c: Claim, result: GateResult, verdict: str | None
+    ) -> DoneResult:
+        """A milestone without a gate is done when the drive reaches it (or
+        waits for review): no gate run is stored, no attempt is spent."""
+        s.execute(
+            update(MILESTONES)
+            .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
+            .values(lease_owner=None, lease_expires=None)
+        )
+        m = loaded.graph.get(c.milestone.name)
+        loaded.dirty = True
+        base = {"item": loaded.id, "revision": loaded.revision + 1}
+        if m.status is not MilestoneStatus.IN_PROGRESS or m.awaiting_review:
+            return DoneResult(**base, milestone=m, passed=False, note=f"{m.name!r} is {m.status.value}")
+        action = Action.RELEASE if result.outcome is Outcome.INTERRUPTED else Action.DONE
+        changes = loaded.graph.apply(m.name, action, reason=verdict)
+        out = self._persist(s, loaded, changes)
+        return DoneResult(**base, milestone=changes[0].after, passed=action is Action.DONE, changes=out)
+
     def review(
         self,
         name: str,
@@ -827,6 +876,28 @@ class Service:
             )
 
     # -- reading -------------------------------------------------------------
+
+    def plan_order(self, item: int | None = None, until: str | None = None) -> list[str]:
+        """``drive --dry-run``: the order a sequential drive would run the
+        milestones in if every gate passed. Nothing is written."""
+        _, g = self.graph(item)
+        sim = WorkGraph(list(g))
+        if until is not None:
+            import networkx as nx
+
+            sim.get(until)
+            keep = {until, *nx.ancestors(sim.digraph, until)}
+            for other in list(sim):
+                if other.name not in keep:
+                    sim.hold(other.name)
+        order = []
+        while (nxt := sim.next_ready()) is not None:
+            order.append(nxt.name)
+            sim.apply(nxt.name, Action.START)
+            sim.record_attempt(nxt.name, passed=True)
+            if sim.get(nxt.name).awaiting_review:
+                sim.review(nxt.name, approve=True)
+        return order
 
     def next(self, item: int | None = None) -> NextResult:
         item_id = self._resolve(item)

@@ -1,0 +1,84 @@
+"""Prefect artifacts of a drive: a progress artifact updated as milestones
+finish, and at the end a markdown summary with the DAG as a Mermaid diagram
+and a table of milestones (status, attempts, last reason)."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+
+from milepost.flows.events import DriveSummary
+from milepost.graph.dag import WorkGraph
+from milepost.graph.render import to_mermaid
+from milepost.results import Claim, DoneResult
+
+__all__ = ["ArtifactReporter"]
+
+
+class ArtifactReporter:
+    def __init__(self, item: int, total: int) -> None:
+        self.item = item
+        self.total = max(total, 1)
+        self.finished: set[str] = set()
+        created = create_progress_artifact(
+            progress=0.0, key=f"milepost-item-{item}-progress", description=f"work item {item}: milestones done"
+        )
+        # Called from a sync flow, Prefect's async_dispatch returns the id, not a coroutine.
+        self.progress_id: UUID | None = created if isinstance(created, UUID) else None
+
+    def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
+        pass
+
+    def gate_started(self, claim: Claim) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+    def gate_finished(self, claim: Claim, done: DoneResult) -> None:
+        if done.milestone.status.is_done:
+            self.finished.add(done.milestone.name)
+        if self.progress_id is not None:
+            update_progress_artifact(self.progress_id, progress=100.0 * len(self.finished) / self.total)
+
+    def drive_finished(self, summary: DriveSummary) -> None:
+        pass
+
+    def publish(self, summary: DriveSummary, graph: WorkGraph) -> None:
+        done = sum(1 for m in summary.milestones if m.status == "done")
+        if self.progress_id is not None:
+            update_progress_artifact(self.progress_id, progress=100.0 * done / self.total)
+        verdict = "all done" if summary.ok else "not all done"
+        md = "\n".join(
+            [
+                f"# Work item {summary.item}: {summary.objective}",
+                "",
+                f"**{verdict}** — {summary.message}",
+                "",
+                f"{done} of {len(summary.milestones)} milestones done, {summary.gate_runs} gate runs in this drive.",
+                "",
+                "```mermaid",
+                to_mermaid(graph).rstrip(),
+                "```",
+            ]
+        )
+        create_markdown_artifact(markdown=md, key=f"milepost-item-{self.item}-summary", description=verdict)
+        rows: list[dict[str, Any]] = [
+            {
+                "id": m.id,
+                "milestone": m.name,
+                "status": m.view,
+                "attempts": f"{m.attempts}/{m.max_attempts}",
+                "duration_s": round(m.duration, 2),
+                "last_reason": m.last_reason or "",
+            }
+            for m in summary.milestones
+        ]
+        create_table_artifact(table=rows, key=f"milepost-item-{self.item}-milestones", description="milestones")

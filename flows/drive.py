@@ -1,0 +1,606 @@
+"""``drive_workgraph``: a work item's milestone DAG as a Prefect flow.
+
+The loop claims the lowest-id ready milestones (up to ``max_parallel``), runs
+each gate as a Prefect task named after its milestone and submitted with
+``wait_for=`` the futures of its deps run earlier in this flow run (so the
+Prefect UI draws the DAG's edges), records every outcome through the service
+layer, and ends when nothing is ready or running. A failing gate never stops
+other branches: the milestone goes to needs_fix (ready again, after its fix
+hook and retry delay) or stuck.
+
+Claims are leases in the store: a second driver never runs the same gate, and
+a driver killed mid-gate leaves a lease that expires; the next drive reclaims
+the milestone without spending its budget. Ctrl-C or SIGTERM stops the running
+gates (through a stop file their watchdogs poll, so it reaches Dask workers
+too), records the interrupted attempts, makes their milestones ready again and
+re-raises.
+
+Gate results travel from the task to the loop through a JSON file next to the
+attempt's log, not through Prefect's result machinery: that works the same for
+threads and for Dask worker processes, with result persistence off.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State
+from prefect.context import get_run_context
+from prefect.futures import PrefectFuture
+from prefect.states import Completed, Failed
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import BaseModel
+
+from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter, Reporter
+from milepost.gates.command import GateResult, Outcome, run_gate
+from milepost.graph.models import GateCommand
+from milepost.graph.render import display_status
+from milepost.graph.status import MilestoneStatus
+from milepost.results import Claim, DoneResult
+from milepost.service import LEASE_TTL, Service, interrupted_result
+
+__all__ = ["GateFailed", "GateSpec", "drive_workgraph", "gate_task", "run_drive"]
+
+# Gate output forwarded to the Prefect task-run log (the UI); the whole output
+# stays in the log file.
+MAX_LOG_LINES = 2000
+STOP_POLL_SECONDS = 0.2
+
+
+class GateSpec(BaseModel):
+    """Everything one gate (or fix) task needs; pickled to Dask workers."""
+
+    claim: Claim
+    kind: str = "gate"  # or "fix"
+    commands: list[GateCommand]
+    cwd: str
+    env: dict[str, str]
+    timeout: float | None = None
+    log_path: str
+    result_file: str
+    stop_file: str
+
+
+class GateFailed(Exception):
+    """A gate that did not pass: the task run ends Failed (red in the UI)."""
+
+
+def _follow_log(logger: Any, path: Path, done: threading.Event, limit: int) -> None:
+    """Forward the log file's lines to the task-run logger as they are written."""
+    sent = 0
+    pos = 0
+    buf = b""
+    while True:
+        finished = done.is_set()
+        try:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read(1 << 16)
+                pos += len(chunk)
+        except FileNotFoundError:
+            chunk = b""
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if sent < limit:
+                logger.info(line.decode("utf-8", errors="replace"))
+            sent += 1
+        if finished and not chunk:
+            if buf and sent < limit:
+                logger.info(buf.decode("utf-8", errors="replace"))
+            if sent > limit:
+                logger.warning(f"{sent - limit} more lines not forwarded; the whole output is in {path}")
+            return
+        if not chunk:
+            done.wait(0.2)
+
+
+@task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_prints=False)
+def gate_task(spec: GateSpec) -> str:
+    """Run one gate (or fix) attempt; raise :class:`GateFailed` unless it passes."""
+    log_path = Path(spec.log_path)
+    procs: list[Any] = []
+    finished = threading.Event()
+    stopped = threading.Event()
+
+    def watchdog() -> None:
+        while not finished.wait(STOP_POLL_SECONDS):
+            if os.path.exists(spec.stop_file):
+                stopped.set()
+                for p in procs:
+                    with suppress(ProcessLookupError):
+                        os.killpg(p.pid, signal.SIGKILL)
+                return
+
+    # The run logger is bound to this task run's context: take it here, use it in the thread.
+    logger = get_run_logger()
+    follower = threading.Thread(target=_follow_log, args=(logger, log_path, finished, MAX_LOG_LINES), daemon=True)
+    guard = threading.Thread(target=watchdog, daemon=True)
+    follower.start()
+    guard.start()
+    try:
+        result = run_gate(
+            spec.commands,
+            log_path,
+            default_cwd=Path(spec.cwd),
+            env=spec.env,
+            default_timeout=spec.timeout,
+            on_start=procs.append,
+        )
+    finally:
+        finished.set()
+        follower.join(timeout=10)
+        guard.join(timeout=5)
+    if stopped.is_set() and not result.passed:
+        result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
+    tmp = Path(spec.result_file + ".tmp")
+    tmp.write_text(result.model_dump_json())
+    tmp.replace(spec.result_file)
+    name = spec.claim.milestone.name
+    if not result.passed:
+        raise GateFailed(f"{spec.kind} of {name!r} (attempt {spec.claim.attempt}): {result.reason}")
+    return result.reason
+
+
+# -- the loop --------------------------------------------------------------------
+
+
+@dataclass
+class _Running:
+    key: str
+    kind: str
+    claim: Claim
+    spec: GateSpec
+    future: PrefectFuture[Any]
+
+
+@dataclass
+class _DriveContext:
+    """What ``run_drive`` hands the flow body (the engine gets its store as an
+    argument) and what the body hands back."""
+
+    service: Service
+    reporter: Reporter
+    max_parallel: int = 1
+    until: str | None = None
+    summary: DriveSummary | None = None
+    submitted: int = 0
+    flow_run_id: str | None = None
+    durations: dict[str, float] = field(default_factory=dict)
+
+
+_CONTEXT: _DriveContext | None = None
+
+
+def _read_result(spec: GateSpec) -> GateResult:
+    try:
+        return GateResult.model_validate_json(Path(spec.result_file).read_text())
+    except (OSError, ValueError):
+        # The task died before writing its result (a crashed worker).
+        return interrupted_result(spec.claim, datetime.now(UTC), reason="the gate task crashed before reporting")
+
+
+def _fix_command(svc: Service, claim: Claim) -> str | None:
+    m = claim.milestone
+    if m.fix:
+        return m.fix
+    return svc.get_item(claim.item).defaults.fix
+
+
+class _Loop:
+    def __init__(self, ctx: _DriveContext, item_id: int, reporter: Reporter) -> None:
+        self.ctx = ctx
+        self.reporter = reporter
+        self.svc = ctx.service
+        self.item = item_id
+        self.owner = f"drive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.running: dict[str, _Running] = {}
+        self.by_name: dict[str, PrefectFuture[Any]] = {}
+        self.done_q: queue.Queue[str] = queue.Queue()
+        self.timers: list[tuple[float, str]] = []
+        run_dir = self.svc.store.home / "run"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.stop_file = run_dir / f"{self.owner.replace(':', '-')}.stop"
+        self.stop_file.unlink(missing_ok=True)
+        self.gate_runs = 0
+
+    # -- submitting --------------------------------------------------------
+
+    def _submit(self, kind: str, claim: Claim, commands: list[GateCommand], log_path: str, timeout: float | None,
+                extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
+        name = claim.milestone.name
+        key = f"{name}#{claim.attempt}:{kind}"
+        spec = GateSpec(
+            claim=claim,
+            kind=kind,
+            commands=commands,
+            cwd=str(self.svc.store.root),
+            env={**self.svc.gate_env(claim), **(extra_env or {})},
+            timeout=timeout,
+            log_path=log_path,
+            result_file=log_path + ".result.json",
+            stop_file=str(self.stop_file),
+        )
+        deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name]
+        if kind == "fix" and name in self.by_name:
+            deps.append(self.by_name[name])
+        run_name = name if kind == "gate" else f"fix {name}"
+        tags = [f"milepost-item:{self.item}", f"attempt:{claim.attempt}", f"milepost-{kind}"]
+        configured = gate_task.with_options(name=kind, task_run_name=run_name, tags=tags)
+        future: PrefectFuture[Any] = configured.submit(spec, wait_for=deps)  # type: ignore[call-overload]
+        if kind == "gate":
+            self.by_name[name] = future
+        self.running[key] = _Running(key, kind, claim, spec, future)
+        self.ctx.submitted += 1
+        future.add_done_callback(self._notify(key))
+
+    def _notify(self, key: str) -> Any:
+        def done(_future: PrefectFuture[Any]) -> None:
+            self.done_q.put(key)
+
+        return done
+
+    def _fill(self) -> None:
+        while len([r for r in self.running.values() if r.kind == "gate"]) < self.ctx.max_parallel:
+            claim = self.svc.claim_next(self.item, self.owner)
+            if claim is None:
+                return
+            m = claim.milestone
+            self.reporter.gate_started(claim)
+            if not m.has_gate:
+                # Done when reached (or in review), but still a node of the run's graph.
+                self._submit("gate", claim, [], claim.log_path, None)
+                continue
+            self._submit("gate", claim, m.gate, claim.log_path, m.timeout)
+
+    # -- finishing -----------------------------------------------------------
+
+    def _finish(self, r: _Running) -> None:
+        result = _read_result(r.spec)
+        if r.kind == "fix":
+            self.svc.record_fix(r.claim, result)
+            self.reporter.note(f"fix of {r.claim.milestone.name} after attempt {r.claim.attempt}: {result.reason}")
+            self._release_hold(r.claim.milestone.name)
+            return
+        self.gate_runs += 1
+        self.ctx.durations[r.claim.milestone.name] = (
+            self.ctx.durations.get(r.claim.milestone.name, 0.0) + result.duration
+        )
+        done = self.svc.record(r.claim, result, release=result.outcome is Outcome.INTERRUPTED)
+        self.reporter.gate_finished(r.claim, done)
+        self._after_failure(r.claim, done)
+
+    def _after_failure(self, claim: Claim, done: DoneResult) -> None:
+        m = done.milestone
+        if done.passed or m.status is not MilestoneStatus.NEEDS_FIX:
+            return
+        fix = _fix_command(self.svc, claim)
+        if fix:
+            self.svc.hold(self.item, m.name)
+            failure_log = claim.log_path
+            log_path = claim.log_path.removesuffix(".log") + ".fix.log"
+            self._submit(
+                "fix",
+                claim,
+                [GateCommand(name="fix", run=fix)],
+                log_path,
+                m.timeout,
+                {"MILEPOST_FAILURE_LOG": failure_log},
+            )
+        elif m.retry_at is not None:
+            self._hold_until(m.name, m.retry_at)
+
+    def _release_hold(self, name: str) -> None:
+        m = self.svc.cached_graph(self.item).get(name)
+        if m.retry_at is not None and m.retry_at > datetime.now(UTC):
+            self._hold_until(name, m.retry_at)
+        else:
+            self.svc.unhold(self.item, name)
+
+    def _hold_until(self, name: str, when: datetime) -> None:
+        self.svc.hold(self.item, name)
+        wait = max(0.0, (when - datetime.now(UTC)).total_seconds())
+        self.timers.append((time.monotonic() + wait, name))
+        self.reporter.note(f"retry of {name} in {wait:.1f} s")
+
+    def _due_timers(self) -> None:
+        now = time.monotonic()
+        for entry in [t for t in self.timers if t[0] <= now]:
+            self.timers.remove(entry)
+            self.svc.unhold(self.item, entry[1])
+
+    # -- the loop ------------------------------------------------------------
+
+    def run(self) -> None:
+        for name in self.svc.reclaim_expired(self.item):
+            self.reporter.note(f"reclaimed {name}: its earlier driver's lease expired")
+        g = self.svc.cached_graph(self.item)
+        now = datetime.now(UTC)
+        for m in g:
+            if m.retry_at is not None and m.retry_at > now and m.status is MilestoneStatus.NEEDS_FIX:
+                self._hold_until(m.name, m.retry_at)
+        stop_keeper = threading.Event()
+        keeper = threading.Thread(target=self._keep_leases, args=(stop_keeper,), daemon=True)
+        keeper.start()
+        try:
+            while True:
+                self._due_timers()
+                self._fill()
+                if not self.running:
+                    if not self.timers:
+                        return
+                    time.sleep(max(0.05, min(t for t, _ in self.timers) - time.monotonic()))
+                    continue
+                timeout = 0.5 if self.timers else 5.0
+                try:
+                    key = self.done_q.get(timeout=timeout)
+                except queue.Empty:
+                    continue
+                r = self.running.pop(key)
+                r.future.wait()
+                self._finish(r)
+        except BaseException:
+            self._stop_all()
+            raise
+        finally:
+            stop_keeper.set()
+            keeper.join(timeout=5)
+            self.stop_file.unlink(missing_ok=True)
+
+    def _keep_leases(self, stop: threading.Event) -> None:
+        while not stop.wait(LEASE_TTL.total_seconds() / 4):
+            claims = [r.claim for r in list(self.running.values()) if r.kind == "gate"]
+            try:
+                self.svc.renew_leases(claims)
+            except Exception:
+                continue
+
+    def _stop_all(self) -> None:
+        """Interrupted: kill every running gate, record the attempts as
+        interrupted and make their milestones ready again."""
+        if not self.running:
+            return
+        self.stop_file.write_text(self.owner)
+        deadline = time.monotonic() + 15
+        pending = dict(self.running)
+        while pending and time.monotonic() < deadline:
+            try:
+                key = self.done_q.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            pending.pop(key, None)
+        for r in self.running.values():
+            if r.kind != "gate":
+                continue
+            result = _read_result(r.spec) if r.key not in pending else None
+            if result is None or result.outcome is not Outcome.INTERRUPTED:
+                result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
+            done = self.svc.record(r.claim, result, release=True)
+            self.reporter.gate_finished(r.claim, done)
+        self.running.clear()
+
+
+def _summary(ctx: _DriveContext, item_id: int, interrupted: bool = False) -> DriveSummary:
+    it, g = ctx.service.graph(item_id)
+    ms = []
+    for m in g:
+        view = display_status(g, m)
+        ms.append(
+            MilestoneSummary(
+                id=m.id,
+                name=m.name,
+                status=m.status.value,
+                view=view,
+                attempts=m.attempts,
+                max_attempts=m.max_attempts,
+                duration=ctx.durations.get(m.name, 0.0),
+                last_reason=m.reason,
+            )
+        )
+    ok = g.all_done()
+    if ok:
+        message = f"all {len(g)} milestones are done"
+    else:
+        parts = []
+        stuck = [
+            m
+            for m in g
+            if m.status is MilestoneStatus.STUCK or (m.status is MilestoneStatus.NEEDS_FIX and not m.budget_left)
+        ]
+        for m in stuck:
+            below = sorted(g.digraph.successors(m.name))
+            blocks = f" (blocks {', '.join(_descendants(g, m.name))})" if below else ""
+            parts.append(f"stuck: {m.name}{blocks}")
+        review = [m.name for m in g if m.awaiting_review]
+        if review:
+            parts.append("waiting for review: " + ", ".join(review))
+        left = [m.name for m in g if not m.status.is_done and m not in stuck and not m.awaiting_review]
+        if left:
+            parts.append("not done: " + ", ".join(left))
+        message = "; ".join(parts) or g.why_nothing_ready()
+    if interrupted:
+        message = "interrupted; " + message
+    return DriveSummary(
+        item=it.id,
+        objective=it.objective,
+        ok=ok and not interrupted,
+        message=message,
+        flow_run_id=ctx.flow_run_id,
+        gate_runs=0,
+        interrupted=interrupted,
+        milestones=ms,
+    )
+
+
+def _descendants(g: Any, name: str) -> list[str]:
+    import networkx as nx
+
+    d = g.digraph
+    return sorted(nx.descendants(d, name), key=lambda n: g.get(n).id)
+
+
+def _flow_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters
+    item = params.get("item_id")
+    ctx = _CONTEXT
+    objective = ""
+    if ctx is not None and item is not None:
+        objective = ctx.service.get_item(item).objective
+    short = (objective[:60] + "…") if len(objective) > 60 else objective
+    return f"item-{item}: {short}" if short else f"item-{item}"
+
+
+@flow(name="drive-workgraph", flow_run_name=_flow_run_name, validate_parameters=True, log_prints=False)
+def drive_workgraph(item_id: int, max_parallel: int = 1, until: str | None = None) -> State[Any]:
+    """Drive a work item's milestone DAG: every gate a task, the DAG's edges
+    the tasks' ``wait_for``. Completed only when every milestone is done."""
+    ctx = _CONTEXT
+    if ctx is None:
+        # Started by Prefect itself (a deployment): open the store from the environment.
+        ctx = _DriveContext(service=Service.open(), reporter=MultiReporter(), max_parallel=max_parallel, until=until)
+    ctx.flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    svc = ctx.service
+    it, g = svc.graph(item_id)
+    if until is not None:
+        keep = {until, *(_ancestors(g, until))}
+        svc.set_holds(item_id, {m.name for m in g if m.name not in keep})
+    from milepost.flows.artifacts import ArtifactReporter
+
+    artifacts = ArtifactReporter(item_id, len(g))
+    reporter: Reporter = MultiReporter(ctx.reporter, artifacts)
+    ctx.reporter.drive_started(it.id, it.objective, len(g), ctx.flow_run_id)
+    loop = _Loop(ctx, item_id, reporter)
+    interrupted = False
+    try:
+        loop.run()
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        svc.set_holds(item_id, set())
+        summary = _summary(ctx, item_id, interrupted)
+        summary.gate_runs = loop.gate_runs
+        ctx.summary = summary
+        if not interrupted:
+            artifacts.publish(summary, svc.graph(item_id)[1])
+    if summary.ok:
+        return Completed(message=summary.message)
+    return Failed(message=summary.message)
+
+
+def _ancestors(g: Any, name: str) -> set[str]:
+    import networkx as nx
+
+    g.get(name)  # raises NotFoundError for an unknown milestone
+    return set(nx.ancestors(g.digraph, name))
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops a drive the way Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _task_runner(kind: str, max_parallel: int, address: str | None) -> Any:
+    if kind == "thread":
+        return ThreadPoolTaskRunner(max_workers=max(1, max_parallel) + 1)
+    if kind == "dask":
+        from prefect_dask.task_runners import DaskTaskRunner
+
+        if address:
+            return DaskTaskRunner(address=address)
+        return DaskTaskRunner(
+            cluster_kwargs={"n_workers": max(1, max_parallel), "threads_per_worker": 1, "processes": True}
+        )
+    raise ValueError(f"unknown task runner {kind!r}: use thread or dask")
+
+
+def run_drive(
+    service: Service,
+    item_id: int,
+    *,
+    max_parallel: int = 1,
+    until: str | None = None,
+    task_runner: str = "thread",
+    dask_address: str | None = None,
+    reporter: Reporter | None = None,
+    wait_timeout: float = 120.0,
+) -> DriveSummary:
+    """Run ``drive_workgraph`` for one item and return its summary. Waits until
+    the Prefect server has recorded every task run of the flow run before
+    returning (a temporary server loses what it has not recorded at exit)."""
+    global _CONTEXT
+    ctx = _DriveContext(service=service, reporter=reporter or MultiReporter(), max_parallel=max_parallel, until=until)
+    _CONTEXT = ctx
+    t0 = time.monotonic()
+    try:
+        runner = _task_runner(task_runner, max_parallel, dask_address)
+        configured = drive_workgraph.with_options(task_runner=runner)
+        with _sigterm_as_interrupt():
+            try:
+                configured(item_id=item_id, max_parallel=max_parallel, until=until, return_state=True)
+            finally:
+                if ctx.flow_run_id:
+                    wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
+    finally:
+        _CONTEXT = None
+    summary = ctx.summary or _summary(ctx, item_id)
+    summary.duration = time.monotonic() - t0
+    summary.flow_run_url = flow_run_url(ctx.flow_run_id)
+    return summary
+
+
+def flow_run_url(flow_run_id: str | None) -> str | None:
+    ui = os.environ.get("PREFECT_UI_URL")
+    if not flow_run_id or not ui:
+        return None
+    return f"{ui.rstrip('/')}/runs/flow-run/{flow_run_id}"
+
+
+def wait_for_task_runs(flow_run_id: str, expected: int, timeout: float = 120.0) -> int:
+    """Poll the API until it holds ``expected`` task runs of the flow run, all
+    in a final state. Returns how many it saw."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    deadline = time.monotonic() + timeout
+    runs_of = FlowRunFilter(id=FlowRunFilterId(any_=[uuid.UUID(flow_run_id)]))
+    with get_client(sync_client=True) as client:
+        while True:
+            seen, offset = 0, 0
+            while True:
+                page = client.read_task_runs(flow_run_filter=runs_of, limit=200, offset=offset)  # the API's maximum
+                seen += sum(1 for r in page if r.state is not None and r.state.is_final())
+                if len(page) < 200:
+                    break
+                offset += 200
+            if seen >= expected or time.monotonic() > deadline:
+                return seen
+            time.sleep(0.25)

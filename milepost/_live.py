@@ -1,0 +1,70 @@
+"""The live terminal view of a drive: a rich table of milestones whose
+statuses update as gates start and finish, with the running gates and the
+elapsed time."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from milepost.flows.events import DriveSummary
+from milepost.results import Claim, DoneResult, MilestoneView
+
+STYLE = {
+    "done": "green",
+    "ready": "cyan",
+    "running": "bold yellow",
+    "in_review": "bold yellow",
+    "needs_fix": "dark_orange",
+    "stuck": "bold red",
+    "blocked": "dim",
+    "locked": "magenta",
+    "hypothesis": "purple",
+}
+
+
+class LiveReporter:
+    def __init__(self, console: Console, views: list[MilestoneView]) -> None:
+        self.console = console
+        self.rows: dict[str, list[Any]] = {v.name: [v.id, v.view, v.attempts, v.max_attempts, ""] for v in views}
+        self.running: dict[str, float] = {}
+        self.t0 = time.monotonic()
+        self.notes: list[str] = []
+        self.live = Live(self._render(), console=console, refresh_per_second=4, get_renderable=self._render)
+
+    def _render(self) -> Group:
+        t = Table(box=None, header_style="bold")
+        for col in ("id", "milestone", "status", "tries", "note"):
+            t.add_column(col)
+        for name, (mid, view, attempts, most, note) in sorted(self.rows.items(), key=lambda kv: int(kv[1][0])):
+            t.add_row(str(mid), name, Text(str(view), style=STYLE.get(str(view), "")), f"{attempts}/{most}", str(note))
+        now = time.monotonic()
+        running = ", ".join(f"{n} ({now - t:.0f} s)" for n, t in self.running.items()) or "-"
+        head = Text(f"elapsed {now - self.t0:.0f} s · running: {running}", style="bold")
+        return Group(head, t, *(Text(n, style="dim") for n in self.notes[-3:]))
+
+    def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
+        self.live.start()
+
+    def gate_started(self, claim: Claim) -> None:
+        self.running[claim.milestone.name] = time.monotonic()
+        self.rows[claim.milestone.name][1] = "running"
+
+    def gate_finished(self, claim: Claim, done: DoneResult) -> None:
+        m = done.milestone
+        self.running.pop(m.name, None)
+        row = self.rows[m.name]
+        row[1] = "in_review" if m.awaiting_review else m.status.value
+        row[2] = m.attempts
+        row[4] = done.gate_run.reason if done.gate_run and not done.passed else ""
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def drive_finished(self, summary: DriveSummary) -> None:
+        self.live.stop()
