@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/mypy -p milepost
 
 test: lint
-	$(BIN)/pytest -n 2
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_graph.py

@@ -109,9 +109,10 @@ def _follow_log(logger: Any, path: Path, done: threading.Event, limit: int) -> N
             done.wait(0.2)
 
 
-@task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_prints=False)
-def gate_task(spec: GateSpec) -> str:
-    """Run one gate (or fix) attempt; raise :class:`GateFailed` unless it passes."""
+def run_gate_spec(spec: GateSpec) -> str:
+    """The body of :data:`gate_task`: run one gate (or fix) attempt; raise
+    :class:`GateFailed` unless it passes. (A plain module-level function, so
+    Dask can pickle the task by reference.)"""
     log_path = Path(spec.log_path)
     procs: list[Any] = []
     finished = threading.Event()
@@ -154,6 +155,9 @@ def gate_task(spec: GateSpec) -> str:
     if not result.passed:
         raise GateFailed(f"{spec.kind} of {name!r} (attempt {spec.claim.attempt}): {result.reason}")
     return result.reason
+
+
+gate_task = task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_prints=False)(run_gate_spec)
 
 
 # -- the loop --------------------------------------------------------------------
@@ -235,9 +239,10 @@ class _Loop:
             result_file=log_path + ".result.json",
             stop_file=str(self.stop_file),
         )
-        deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name]
-        if kind == "fix" and name in self.by_name:
-            deps.append(self.by_name[name])
+        # A fix follows a failed attempt: waiting on that failed future would
+        # leave it NotReady forever, so it waits on nothing (it is submitted
+        # only after the attempt finished anyway).
+        deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind == "gate" else []
         run_name = name if kind == "gate" else f"fix {name}"
         tags = [f"milepost-item:{self.item}", f"attempt:{claim.attempt}", f"milepost-{kind}"]
         configured = gate_task.with_options(name=kind, task_run_name=run_name, tags=tags)
@@ -261,11 +266,14 @@ class _Loop:
                 return
             m = claim.milestone
             self.reporter.gate_started(claim)
-            if not m.has_gate:
-                # Done when reached (or in review), but still a node of the run's graph.
-                self._submit("gate", claim, [], claim.log_path, None)
-                continue
-            self._submit("gate", claim, m.gate, claim.log_path, m.timeout)
+            try:
+                # A milestone without a gate is done when reached, but still a node of the run's graph.
+                self._submit("gate", claim, m.gate, claim.log_path, m.timeout)
+            except BaseException as e:
+                # Never leave a claimed milestone behind a lease nobody renews.
+                why = f"could not submit its gate: {type(e).__name__}: {e}"
+                self.svc.record(claim, interrupted_result(claim, datetime.now(UTC), reason=why), release=True)
+                raise
 
     # -- finishing -----------------------------------------------------------
 
@@ -466,8 +474,7 @@ def _flow_run_name() -> str:
     return f"item-{item}: {short}" if short else f"item-{item}"
 
 
-@flow(name="drive-workgraph", flow_run_name=_flow_run_name, validate_parameters=True, log_prints=False)
-def drive_workgraph(item_id: int, max_parallel: int = 1, until: str | None = None) -> State[Any]:
+def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None = None) -> State[Any]:
     """Drive a work item's milestone DAG: every gate a task, the DAG's edges
     the tasks' ``wait_for``. Completed only when every milestone is done."""
     ctx = _CONTEXT
@@ -487,14 +494,21 @@ def drive_workgraph(item_id: int, max_parallel: int = 1, until: str | None = Non
     ctx.reporter.drive_started(it.id, it.objective, len(g), ctx.flow_run_id)
     loop = _Loop(ctx, item_id, reporter)
     interrupted = False
+    crash: str | None = None
     try:
         loop.run()
     except KeyboardInterrupt:
         interrupted = True
         raise
+    except Exception as e:
+        crash = f"the drive failed: {type(e).__name__}: {e}"
+        raise
     finally:
         svc.set_holds(item_id, set())
         summary = _summary(ctx, item_id, interrupted)
+        if crash:
+            summary.ok = False
+            summary.message = f"{crash}; {summary.message}"
         summary.gate_runs = loop.gate_runs
         ctx.summary = summary
         if not interrupted:
@@ -502,6 +516,12 @@ def drive_workgraph(item_id: int, max_parallel: int = 1, until: str | None = Non
     if summary.ok:
         return Completed(message=summary.message)
     return Failed(message=summary.message)
+
+
+# Decorated apart from its body: Prefect ships the flow object to Dask workers
+# (in the run context), and pickle finds a plain module-level function by
+# reference, where a shadowed one would be pickled by value with its globals.
+drive_workgraph = flow(name="drive-workgraph", flow_run_name=_flow_run_name, log_prints=False)(drive_workgraph_body)
 
 
 def _ancestors(g: Any, name: str) -> set[str]:

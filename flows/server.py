@@ -112,6 +112,11 @@ def configure_prefect(home: Path, *, quiet_console: bool = True) -> str | None:
     return None
 
 
+# Servers started by this process: kept so they are reaped on stop (and
+# Python does not warn about a child it thinks was forgotten).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -157,6 +162,7 @@ def server_start(home: Path, port: int | None = None, timeout: float = 180.0) ->
             env=env,
             start_new_session=True,
         )
+    _CHILDREN[proc.pid] = proc
     _state_file(home).write_text(
         json.dumps({"pid": proc.pid, "port": port, "api_url": api_url, "ui_url": ui_url, "log": str(log)})
     )
@@ -190,5 +196,8 @@ def server_stop(home: Path, timeout: float = 20.0) -> bool:
                 os.waitpid(info.pid, os.WNOHANG)  # reap it if it is our child
         if not _pid_alive(info.pid):
             break
+    child = _CHILDREN.pop(info.pid, None)
+    if child is not None:
+        child.wait(timeout=timeout)
     path.unlink(missing_ok=True)
     return True

@@ -55,7 +55,8 @@ __all__ = ["DEFAULT_AGENT", "LEASE_TTL", "Service"]
 
 T = TypeVar("T")
 DEFAULT_AGENT = "default"
-LEASE_TTL = timedelta(seconds=120)
+# How long a gate's claim stays valid without renewal (renewed every quarter of it).
+LEASE_TTL = timedelta(seconds=float(os.environ.get("MILEPOST_LEASE_TTL", "120")))
 # Under contention the revision CAS loses and the operation re-runs on fresh data.
 MAX_CAS_RETRIES = 20
 

@@ -42,8 +42,23 @@ class CLI:
 
     def __init__(self, cwd: Path, env: dict[str, str] | None = None) -> None:
         self.cwd = cwd
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
-        self.env.update(env or {})
+        self.extra = dict(env or {})
+
+    @property
+    def env(self) -> dict[str, str]:
+        # Read at call time: session fixtures (a Prefect server) may set variables later.
+        base = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_") or k == "MILEPOST_LEASE_TTL"}
+        return {**base, **self.extra}
+
+    def popen(self, *args: str, **env: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "milepost", *args],
+            cwd=self.cwd,
+            env={**self.env, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def __call__(self, *args: str, check: bool | None = None, timeout: float = 120, **env: str) -> Result:
         p = subprocess.run(

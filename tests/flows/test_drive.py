@@ -1,0 +1,302 @@
+"""The drive loop against a real Prefect server, with real subprocess gates."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from milepost.flows.drive import run_drive
+from milepost.flows.events import RecordingReporter
+from milepost.graph import MilestoneStatus
+from milepost.planfile import parse_plan
+from milepost.service import Service
+from tests.conftest import CLI, EXAMPLES
+from tests.flows.conftest import api_get, api_post, flow_run_edges
+
+pytestmark = pytest.mark.xdist_group("prefect")
+
+S = MilestoneStatus
+
+
+def apply(service: Service, text: str) -> int:
+    return service.apply_plan(parse_plan(text)).id
+
+
+def gate_order(service: Service, item: int) -> list[tuple[str, int]]:
+    runs = [r for m in service.get_item(item).milestones for r in service.runs(m.name, item)]
+    return [(r.milestone, r.attempt) for r in sorted(runs, key=lambda r: r.started_at)]
+
+
+def test_sequential_drive_of_the_example_in_lowest_id_order(
+    prefect_api: str, service: Service, workspace: Path
+) -> None:
+    for p in (EXAMPLES / "refactor").iterdir():
+        (shutil.copytree if p.is_dir() else shutil.copy)(p, workspace / p.name)
+    item = service.apply_plan(parse_plan((workspace / "plan.yaml").read_text())).id
+    rec = RecordingReporter()
+    summary = run_drive(service, item, reporter=rec)
+    assert summary.ok and summary.message == "all 9 milestones are done"
+    started = [e[1][0] for e in rec.events if e[0] == "gate_started"]
+    assert started == [
+        "analyze-a", "analyze-b", "analyze-c", "extract-a", "extract-b", "extract-c", "merge", "test", "commit",
+    ]  # fmt: skip
+    assert [n for n, _ in gate_order(service, item)] == started
+    # The flow run: Completed, named after the item, its graph the DAG's edges.
+    fr = api_get(prefect_api, f"/flow_runs/{summary.flow_run_id}")
+    assert fr["state_type"] == "COMPLETED" and fr["name"].startswith(f"item-{item}: Extract interfaces")
+    labels, edges = flow_run_edges(prefect_api, summary.flow_run_id or "")
+    dag = {(d, m.name) for m in service.get_item(item).milestones for d in m.deps}
+    assert labels == set(started) and edges == dag
+    # Artifacts: progress, summary with the Mermaid DAG, the milestone table.
+    arts = api_post(prefect_api, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [summary.flow_run_id]}}})
+    by_type = {a["type"]: a for a in arts}
+    assert set(by_type) >= {"progress", "markdown", "table"}
+    assert by_type["progress"]["data"] == 100.0
+    assert "```mermaid" in by_type["markdown"]["data"] and "m4 --> m7" in by_type["markdown"]["data"]
+
+
+def test_gate_output_reaches_the_task_run_logs(prefect_api: str, service: Service) -> None:
+    item = apply(service, "objective: logs\nmilestones:\n  - {name: talk, gate: 'echo hello-from-the-gate; exit 0'}\n")
+    summary = run_drive(service, item)
+    runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [summary.flow_run_id]}}})
+    deadline = time.monotonic() + 20
+    messages: list[str] = []
+    while time.monotonic() < deadline and not any("hello-from-the-gate" in m for m in messages):
+        logs = api_post(prefect_api, "/logs/filter", {"logs": {"task_run_id": {"any_": [runs[0]["id"]]}}})
+        messages = [entry["message"] for entry in logs]
+        time.sleep(0.5)
+    assert any("hello-from-the-gate" in m for m in messages)
+
+
+def test_flaky_gate_ends_done_with_two_attempts(prefect_api: str, service: Service, workspace: Path) -> None:
+    counter = workspace / "count"
+    gate = f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; test $n -ge 1"
+    item = apply(service, f"objective: flaky\nmilestones:\n  - name: flaky\n    gate: '{gate}'\n")
+    summary = run_drive(service, item)
+    assert summary.ok
+    m = service.get_item(item).milestones[0]
+    assert m.status is S.DONE and m.attempts == 2
+    assert [r.outcome.value for r in service.runs("flaky", item)] == ["failed", "passed"]
+    # Both attempts are task runs named after the milestone: the failed one red, the retry green.
+    runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [summary.flow_run_id]}}})
+    assert sorted((r["name"], r["state_type"]) for r in runs) == [("flaky", "COMPLETED"), ("flaky", "FAILED")]
+
+
+def test_failing_gate_is_stuck_after_budget_and_other_branches_finish(
+    prefect_api: str, cli: CLI, workspace: Path
+) -> None:
+    (workspace / "plan.yaml").write_text(
+        "objective: stuck\nmilestones:\n"
+        "  - {name: bad, gate: 'echo run >> bad.txt; exit 1', retries: 2}\n"
+        "  - {name: after-bad, deps: [bad], gate: 'true'}\n"
+        "  - {name: good, gate: 'true'}\n"
+        "  - {name: after-good, deps: [good], gate: 'true'}\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    r = cli("drive")
+    assert r.code == 1, r.err
+    assert (workspace / "bad.txt").read_text().count("run") == 3
+    shown = {m["name"]: m for m in cli.json("list")["milestones"]}
+    assert shown["bad"]["status"] == "stuck" and shown["bad"]["attempts"] == 3
+    assert shown["after-bad"]["status"] == "pending"
+    assert shown["good"]["status"] == "done" and shown["after-good"]["status"] == "done"
+    assert "stuck: bad (blocks after-bad)" in r.out
+    fr_id = next(ln for ln in r.out.splitlines() if "flow run:" in ln).rsplit("/", 1)[1]
+    fr = api_get(prefect_api, f"/flow_runs/{fr_id}")
+    assert fr["state_type"] == "FAILED" and "stuck: bad" in fr["state"]["message"]
+
+
+def test_parallel_drive_overlaps_and_respects_the_limit(prefect_api: str, service: Service, workspace: Path) -> None:
+    log = workspace / "spans.txt"
+    gate = f"echo start $(date +%s.%N) >> {log}; sleep 1; echo end $(date +%s.%N) >> {log}"
+    ms = "".join(f"  - {{name: w{i}, gate: '{gate}'}}\n" for i in range(6))
+    item = apply(service, f"objective: wide\nmilestones:\n{ms}  - {{name: join, deps: [w0, w1, w2, w3, w4, w5]}}\n")
+    t0 = time.monotonic()
+    rec = RecordingReporter()
+    summary = run_drive(service, item, max_parallel=3, reporter=rec)
+    wall = time.monotonic() - t0
+    assert summary.ok
+    events = sorted(
+        (float(t), 1 if kind == "start" else -1) for kind, t in (ln.split() for ln in log.read_text().splitlines())
+    )
+    live, peak = 0, 0
+    for _, step in events:
+        live += step
+        peak = max(peak, live)
+    assert peak == 3  # really overlapping, never more than N
+    assert wall < 6 * 1.0  # clearly less than the sequential sum of the gates
+    assert [e[1][0] for e in rec.events if e[0] == "gate_started"][:3] == ["w0", "w1", "w2"]
+
+
+def test_two_drivers_run_every_gate_exactly_once(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    ms = "".join(f"  - {{name: m{i}, gate: 'echo m{i} >> ran.txt; sleep 0.3'}}\n" for i in range(8))
+    (workspace / "plan.yaml").write_text(f"objective: two drivers\nmilestones:\n{ms}")
+    cli("plan", "apply", "plan.yaml", check=True)
+    procs = [cli.popen("drive", "1", "--max-parallel", "2") for _ in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode in (0, 1) for p in procs), outs
+    lines = (workspace / "ran.txt").read_text().split()
+    assert sorted(lines) == sorted(f"m{i}" for i in range(8))
+    assert all(m["status"] == "done" for m in cli.json("list")["milestones"])
+
+
+def _wait_for(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+
+
+def test_sigkill_leaves_a_lease_the_next_drive_reclaims(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    marker = workspace / "started"
+    gate = f"if [ -e {marker} ]; then exit 0; fi; echo $$ > {marker}; sleep 60"
+    (workspace / "plan.yaml").write_text(f"objective: kill\nmilestones:\n  - name: slow\n    gate: '{gate}'\n")
+    cli("plan", "apply", "plan.yaml", check=True)
+    proc = cli.popen("drive", MILEPOST_LEASE_TTL="3")
+    _wait_for(marker)
+    time.sleep(0.3)
+    proc.kill()
+    proc.communicate(timeout=30)
+    gate_pid = int(marker.read_text())
+    os.kill(gate_pid, signal.SIGKILL)  # the orphaned gate (its own session) would run on
+    assert cli.json("list")["milestones"][0]["status"] == "in_progress"
+    time.sleep(3.5)  # the lease expires
+    r = cli("drive", MILEPOST_LEASE_TTL="3")
+    assert r.code == 0, r.err + r.out
+    m = cli.json("list")["milestones"][0]
+    assert m["status"] == "done" and m["attempts"] == 1  # the interrupted attempt spent no budget
+    runs = cli.json("runs", "slow")["runs"]
+    assert [x["outcome"] for x in runs] == ["interrupted", "passed"]
+    assert "lease" in runs[0]["reason"]
+
+
+def test_sigint_exits_130_and_the_milestone_is_ready_again(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    marker = workspace / "started"
+    (workspace / "plan.yaml").write_text(
+        f"objective: interrupt\nmilestones:\n  - name: slow\n    gate: 'echo $$ > {marker}; sleep 60'\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    proc = cli.popen("drive")
+    _wait_for(marker)
+    time.sleep(0.3)
+    gate_pid = int(marker.read_text())
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert not Path(f"/proc/{gate_pid}").exists() or "Z" in Path(f"/proc/{gate_pid}/stat").read_text().split()[2]
+    m = cli.json("list")["milestones"][0]
+    assert m["status"] == "pending" and m["view"] == "ready" and m["attempts"] == 0
+    assert [x["outcome"] for x in cli.json("runs", "slow")["runs"]] == ["interrupted"]
+
+
+def test_sigterm_stops_like_sigint(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    marker = workspace / "started"
+    (workspace / "plan.yaml").write_text(
+        f"objective: term\nmilestones:\n  - name: slow\n    gate: 'touch {marker}; sleep 60'\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    proc = cli.popen("drive")
+    _wait_for(marker)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert cli.json("list")["milestones"][0]["view"] == "ready"
+
+
+def test_review_gate_waits_for_an_operator(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    (workspace / "plan.yaml").write_text(
+        "objective: review\nmilestones:\n"
+        "  - {name: design, gate: 'true', review: true}\n"
+        "  - {name: build, deps: [design], gate: 'true'}\n"
+        "  - {name: docs, gate: 'true'}\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    r = cli("drive")
+    assert r.code == 1 and "waiting for review: design" in r.out
+    shown = {m["name"]: m for m in cli.json("list")["milestones"]}
+    assert shown["design"]["view"] == "in_review" and shown["docs"]["status"] == "done"
+    assert cli.json("item", "show")["readiness"] == "waiting_for_operator"
+    r = cli("reject", "design", "--reason", "too big")
+    assert r.code == 0 and "design: in_progress -> needs_fix" in r.out
+    cli("drive")  # passes again, waits for review again
+    cli("approve", "design", check=True)
+    r = cli("drive")
+    assert r.code == 0, r.out
+
+
+def test_fix_hook_runs_between_attempts_with_its_context(prefect_api: str, service: Service, workspace: Path) -> None:
+    fixed = workspace / "fixed"
+    env_out = workspace / "fix-env.txt"
+    fix = f"echo $MILEPOST_ITEM $MILEPOST_MILESTONE $MILEPOST_ATTEMPT $MILEPOST_FAILURE_LOG > {env_out}; touch {fixed}"
+    item = apply(
+        service,
+        f"objective: fix\nmilestones:\n  - name: lint\n    gate: 'test -e {fixed}'\n    fix: '{fix}'\n",
+    )
+    summary = run_drive(service, item)
+    assert summary.ok
+    got_item, got_name, got_attempt, got_log = env_out.read_text().split()
+    assert (got_item, got_name, got_attempt) == (str(item), "lint", "1")
+    assert got_log.endswith("lint/attempt-1.log") and Path(got_log).is_file()
+    assert service.get_item(item).milestones[0].attempts == 2
+    with service.store.read() as s:
+        from sqlalchemy import select
+
+        from milepost.service import REFS
+
+        refs = s.execute(select(REFS.c.kind, REFS.c.ref).where(REFS.c.item_id == item)).all()
+    assert [k for k, _ in refs] == ["fix"] and refs[0][1].endswith("attempt-1.fix.log")
+
+
+def test_retry_delay_backs_off(prefect_api: str, service: Service, workspace: Path) -> None:
+    stamps = workspace / "stamps"
+    gate = f"date +%s.%N >> {stamps}; test $(wc -l < {stamps}) -ge 3"
+    item = apply(service, f"objective: backoff\nmilestones:\n  - name: net\n    retry_delay: 1\n    gate: '{gate}'\n")
+    summary = run_drive(service, item)
+    assert summary.ok
+    t = [float(x) for x in stamps.read_text().split()]
+    assert len(t) == 3
+    assert t[1] - t[0] >= 1.0 and t[2] - t[1] >= 2.0  # 1 s, then 2 s
+
+
+def test_until_and_dry_run(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    for p in (EXAMPLES / "refactor").iterdir():
+        (shutil.copytree if p.is_dir() else shutil.copy)(p, workspace / p.name)
+    cli("plan", "apply", "plan.yaml", check=True)
+    order = cli.json("drive", "--dry-run", "--until", "extract-b")["order"]
+    assert order == ["analyze-b", "extract-b"]
+    r = cli("drive", "--until", "extract-b")
+    assert r.code == 1  # the item is not all done
+    done = [m["name"] for m in cli.json("list")["milestones"] if m["status"] == "done"]
+    assert done == ["analyze-b", "extract-b"]
+
+
+def test_json_events(prefect_api: str, cli: CLI) -> None:
+    cli("item", "create", "events", check=True)
+    cli("add", "a", "--gate", "true", check=True)
+    import json
+
+    r = cli("--json", "drive")
+    events = [json.loads(ln) for ln in r.out.splitlines()]
+    assert [e["event"] for e in events] == ["drive_started", "gate_started", "gate_finished", "drive_finished"]
+    assert events[2]["status"] == "done" and events[-1]["ok"] is True
+
+
+def test_dask_runner_on_a_local_cluster(prefect_api: str, service: Service, workspace: Path) -> None:
+    out = workspace / "pids"
+    ms = "".join(f"  - {{name: d{i}, gate: 'echo $PPID >> {out}; sleep 0.5'}}\n" for i in range(4))
+    item = apply(
+        service, f"objective: dask\nmilestones:\n{ms}  - {{name: end, deps: [d0, d1, d2, d3], gate: 'true'}}\n"
+    )
+    os.environ.setdefault("DASK_DISTRIBUTED__LOGGING__DISTRIBUTED", "warning")
+    summary = run_drive(service, item, max_parallel=2, task_runner="dask")
+    assert summary.ok, summary.message
+    # Gates ran in Dask worker processes, not in this one.
+    assert str(os.getpid()) not in out.read_text().split()
+    _labels, edges = flow_run_edges(prefect_api, summary.flow_run_id or "")
+    assert edges == {(f"d{i}", "end") for i in range(4)}
