@@ -26,6 +26,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_graph.py
+	$(BIN)/python benchmarks/bench_drive.py
 
 clean:
 	rm -rf $(VENV) demo-workspace build dist *.egg-info

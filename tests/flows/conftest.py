@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,28 +21,43 @@ from milepost.flows.server import server_start, server_stop
 pytestmark = pytest.mark.xdist_group("prefect")
 
 
-@pytest.fixture(scope="session")
-def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    home = tmp_path_factory.mktemp("prefect-server") / ".milepost"
-    home.mkdir()
-    info = server_start(home, timeout=240)
-    assert info.api_url and info.healthy
-    saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_UI_URL", "PREFECT_HOME")}
-    os.environ["PREFECT_API_URL"] = info.api_url
-    os.environ["PREFECT_UI_URL"] = info.ui_url or ""
+def pytest_configure(config: pytest.Config) -> None:
+    """Prefect reads its settings when it is imported, and the test modules
+    import it at collection: so the server's address is chosen (and put in
+    the environment, which the CLI subprocesses inherit too) before that."""
+    home = Path(tempfile.mkdtemp(prefix="milepost-prefect-test-")) / ".milepost"
+    (home / "prefect").mkdir(parents=True)
+    os.environ["MILEPOST_TEST_PREFECT_HOME"] = str(home)
+    port = _free_port()
+    os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+    os.environ["PREFECT_UI_URL"] = f"http://127.0.0.1:{port}"
     os.environ["PREFECT_HOME"] = str(home / "prefect")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
+    os.environ["DO_NOT_TRACK"] = "1"
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "CRITICAL"
+    os.environ["MILEPOST_TEST_PREFECT_PORT"] = str(port)
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[str]:
+    home = Path(os.environ["MILEPOST_TEST_PREFECT_HOME"])
+    info = server_start(home, port=int(os.environ["MILEPOST_TEST_PREFECT_PORT"]), timeout=240)
+    assert info.api_url == os.environ["PREFECT_API_URL"] and info.healthy
     try:
         yield info.api_url
+        # Send what Prefect's background workers still hold while the server is up.
+        from prefect._internal.concurrency.services import QueueService
+
+        QueueService.drain_all(timeout=10, at_exit=False)
     finally:
         server_stop(home)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        shutil.rmtree(home.parent, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def api_get(api: str, path: str) -> Any:
