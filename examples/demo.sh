@@ -53,5 +53,24 @@ done
 step milepost next
 step milepost list
 step milepost graph --format mermaid
+
+# Part two: the same plan driven automatically as a Prefect flow (Prefect's
+# temporary server, its home in .milepost/prefect), three gates at a time.
+# The bad edit again: the gates that need module B fail until their budget is
+# spent, the other branches still finish, and drive exits 1 naming what is stuck.
+rm -rf dist
+cp src/mod_b.py "$ws/.mod_b.good"
+step milepost plan apply plan.yaml
+printf 'def broken(:\n' >> src/mod_b.py
+expect_fail milepost drive --max-parallel 3
+step milepost runs analyze-b
+
+# The operator undoes the edit and resets what is stuck; the next drive finishes.
+mv "$ws/.mod_b.good" src/mod_b.py
+for name in $(milepost --json list | python3 -c 'import json, sys; print(" ".join(m["name"] for m in json.load(sys.stdin)["milestones"] if m["status"] == "stuck"))'); do
+  step milepost reset "$name" --reason "removed the bad edit"
+done
+step milepost drive --max-parallel 3
 echo
-echo "demo finished: every milestone is done (store: $ws/.milepost)"
+echo "demo finished: both work items are done (store: $ws/.milepost)"
+echo "browse the runs in the Prefect UI: cd $ws && milepost server start"
