@@ -306,3 +306,35 @@ def test_version_and_help(bare_cli: CLI) -> None:
     assert h.code == 0 and "Exit codes" in h.out
     for cmd in ("add", "start", "done", "next", "list", "reset", "plan", "graph", "runs", "log", "item"):
         assert cmd in h.out
+
+
+def test_server_status_when_none_runs(cli: CLI) -> None:
+    r = cli("server", "status")
+    assert r.code == 1 and "not running" in r.out
+    assert cli("--json", "server", "status").data["running"] is False
+
+
+def test_drive_dry_run_needs_no_prefect(item: CLI) -> None:
+    assert item.json("drive", "--dry-run")["order"] == ["a", "b", "c"]  # b is ready once a is done, and lower
+    assert item.json("drive", "--dry-run", "--until", "b")["order"] == ["a", "b"]
+    r = item("drive", "--dry-run", "--until", "nope")
+    assert r.code == 2 and "no milestone 'nope'" in r.err
+
+
+def test_approve_refused_when_not_in_review(item: CLI, workspace: Path) -> None:
+    item("start", "a", check=True)
+    before = snapshot(workspace)
+    r = item("approve", "a")
+    assert r.code == 2 and "cannot approve 'a': it is not waiting for review (status in_progress)" in r.err
+    assert snapshot(workspace) == before
+
+
+def test_done_by_hand_on_a_review_milestone(cli: CLI) -> None:
+    cli("item", "create", "review by hand", check=True)
+    cli("add", "design", "--gate", "true", "--review", check=True)
+    cli("start", "design", check=True)
+    r = cli("done", "design")
+    assert r.code == 0 and "in_review" in r.out and "milepost approve design" in r.out
+    assert cli.json("item", "show")["readiness"] == "waiting_for_operator"
+    cli("approve", "design", check=True)
+    assert cli.json("list")["milestones"][0]["status"] == "done"

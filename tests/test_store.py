@@ -186,3 +186,42 @@ def test_actions_on_stored_graph(any_service: Service) -> None:
     views = {v.name: v for v in svc.milestone_views()[1]}
     assert views["a"].view == "needs_fix" and views["b"].status is S.LOCKED
     assert svc.next().milestone.name == "a"  # type: ignore[union-attr]
+
+
+def test_an_old_schema_is_migrated_on_open_and_keeps_its_data(tmp_path: Path) -> None:
+    """A store made by the first schema (0001) opens with the current code:
+    the migration runs on open and every row survives."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    db = tmp_path / "old.db"
+    engine = create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(Path(__file__).resolve().parent.parent / "milepost" / "migrations"))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(
+            text(
+                "INSERT INTO work_items (id, agent, objective, state, plan_status, todo_list, defaults, revision,"
+                " created_at, updated_at) VALUES (1, 'default', 'old', 'open', 'draft', '[]', '{}', 3,"
+                " '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO milestones (id, item_id, seq, name, acceptance, gate, retries, review, status, attempts,"
+                " created_at, updated_at) VALUES (1, 1, 1, 'legacy', 'works', '[]', 2, 0, 'pending', 0,"
+                " '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+            )
+        )
+    engine.dispose()
+    svc = Service(Store.open(f"sqlite:///{db}", tmp_path, tmp_path))
+    assert svc.store.schema_version() == SCHEMA_HEAD
+    item = svc.get_item(1)
+    assert item.objective == "old" and item.revision == 3
+    assert [(m.name, m.acceptance, m.awaiting_review, m.retry_delay) for m in item.milestones] == [
+        ("legacy", "works", False, None)
+    ]
+    svc.close()

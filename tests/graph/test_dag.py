@@ -226,3 +226,54 @@ def test_large_graph_next_ready_loop_is_incremental() -> None:
         g.apply(m.name, Action.DONE)
     assert order == list(range(1, n + 1))
     assert len(g._heap) == 0
+
+
+def test_review_gate_approve_and_reject() -> None:
+    g = WorkGraph()
+    g.add("design", review=True, retries=1)
+    g.add("build", ["design"])
+    g.apply("design", Action.START)
+    ch = g.record_attempt("design", passed=True)
+    assert ch.after.status is S.IN_PROGRESS and ch.after.awaiting_review and ch.action is Action.AWAIT_REVIEW
+    assert g.next_ready() is None and "waiting for review: design" in g.why_nothing_ready()
+    with pytest.raises(TransitionError, match=r"cannot done 'design': its gate passed and it waits for review"):
+        g.apply("design", Action.DONE)
+    with pytest.raises(InvalidValueError, match=r"reject 'design' needs a reason"):
+        g.review("design", approve=False)
+    ch = g.review("design", approve=False, reason="too big")
+    assert ch.after.status is S.NEEDS_FIX and not ch.after.awaiting_review
+    g.apply("design", Action.START)
+    g.record_attempt("design", passed=True)
+    ch = g.review("design", approve=False, reason="still too big")
+    assert ch.after.status is S.STUCK  # the rejected attempt was the last of the budget
+    with pytest.raises(TransitionError, match=r"cannot approve 'build'"):
+        g.review("build", approve=True)
+
+
+def test_review_approve_makes_done() -> None:
+    g = WorkGraph()
+    g.add("design", review=True)
+    g.apply("design", Action.START)
+    g.record_attempt("design", passed=True)
+    assert g.review("design", approve=True).after.status is S.DONE
+
+
+def test_hold_keeps_a_milestone_out_of_next_ready() -> None:
+    g = WorkGraph()
+    g.add("a")
+    g.add("b")
+    g.hold("a")
+    assert g.next_ready().name == "b"
+    g.hold("b")
+    assert g.next_ready() is None and "retry delayed: a, b" in g.why_nothing_ready()
+    g.unhold("a")
+    assert g.next_ready().name == "a"
+
+
+def test_release_returns_a_claim_without_spending_budget() -> None:
+    g = WorkGraph()
+    g.add("a")
+    g.apply("a", Action.START)
+    ch = g.apply("a", Action.RELEASE, reason="driver stopped")
+    assert ch[0].after.status is S.PENDING and ch[0].after.attempts == 0
+    assert g.next_ready().name == "a"
