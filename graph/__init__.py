@@ -2,7 +2,16 @@
 tables, readiness and plan models. No I/O; depends on pydantic and networkx."""
 
 from milepost.graph.dag import Change, NextPick, WorkGraph, validate_milestones
-from milepost.graph.item import Readiness, check_open, check_structure_editable, readiness
+from milepost.graph.item import (
+    Readiness,
+    ReadinessView,
+    TodoState,
+    WaitKind,
+    check_open,
+    check_structure_editable,
+    readiness,
+    readiness_view,
+)
 from milepost.graph.models import (
     DEFAULT_RETRIES,
     GateCommand,
@@ -41,8 +50,11 @@ __all__ = [
     "PlanMilestone",
     "PlanStatus",
     "Readiness",
+    "ReadinessView",
     "TodoItem",
+    "TodoState",
     "Wait",
+    "WaitKind",
     "WorkGraph",
     "WorkItem",
     "allowed_actions",
@@ -51,6 +63,7 @@ __all__ = [
     "check_structure_editable",
     "plan_from_item",
     "readiness",
+    "readiness_view",
     "transition",
     "validate_milestones",
 ]

@@ -1,25 +1,87 @@
-"""Work-item rules that need no I/O: structure freeze and derived readiness."""
+"""Work-item rules that need no I/O: structure freeze, waits and the derived
+readiness of an item.
+
+Readiness is derived, never stored, in this precedence (first match wins):
+
+1. the item is completed or cancelled;
+2. an active wait (by kind: task_result > operator_input > timer > external > system);
+3. ``blocked_by`` (a blocker someone recorded);
+4. ``after``: another work item it waits for is not completed yet;
+5. ``plan_status`` needs_input (the operator must answer);
+6. the milestone DAG: runnable when a milestone is ready, one is in progress,
+   or all are done and the item awaits its report; waiting for an operator
+   when a milestone waits for review and nothing else can move; blocked when
+   milestones are stuck (or held: locked, unconfirmed) and nothing can move.
+
+Each answer carries the coarse readiness, a fine state and a reason.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
-from milepost.errors import FrozenPlanError, TransitionError
+from milepost.errors import FrozenPlanError, InvalidValueError, TransitionError
 from milepost.graph.dag import WorkGraph
-from milepost.graph.models import WorkItem
+from milepost.graph.models import Wait, WorkItem
 from milepost.graph.status import ItemState, MilestoneStatus, PlanStatus
 
-__all__ = ["Readiness", "check_open", "check_structure_editable", "readiness"]
+__all__ = [
+    "WAIT_PRECEDENCE",
+    "WAIT_READINESS",
+    "Readiness",
+    "ReadinessView",
+    "TodoState",
+    "WaitKind",
+    "check_open",
+    "check_structure_editable",
+    "make_wait",
+    "readiness",
+    "readiness_view",
+]
 
 
 class Readiness(StrEnum):
-    """Coarse readiness of a work item; derived, never stored."""
+    """Coarse readiness of a work item: what a scheduler needs to know."""
 
     RUNNABLE = "runnable"
     WAITING_FOR_OPERATOR = "waiting_for_operator"
     BLOCKED = "blocked"
     COMPLETED = "completed"
     CANCELLED = "cancelled"
+
+
+class WaitKind(StrEnum):
+    TASK_RESULT = "task_result"
+    OPERATOR_INPUT = "operator_input"
+    TIMER = "timer"
+    EXTERNAL = "external"
+    SYSTEM = "system"
+
+
+class TodoState(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+
+
+# Which wait speaks first when several are active, and what each means.
+WAIT_PRECEDENCE = (WaitKind.TASK_RESULT, WaitKind.OPERATOR_INPUT, WaitKind.TIMER, WaitKind.EXTERNAL, WaitKind.SYSTEM)
+WAIT_READINESS = {
+    WaitKind.TASK_RESULT: Readiness.BLOCKED,
+    WaitKind.OPERATOR_INPUT: Readiness.WAITING_FOR_OPERATOR,
+    WaitKind.TIMER: Readiness.BLOCKED,
+    WaitKind.EXTERNAL: Readiness.BLOCKED,
+    WaitKind.SYSTEM: Readiness.BLOCKED,
+}
+
+
+@dataclass(frozen=True)
+class ReadinessView:
+    readiness: Readiness
+    state: str  # the fine state: which wait, which blocker, what the DAG says
+    reason: str
 
 
 def check_open(item: WorkItem) -> None:
@@ -43,17 +105,69 @@ def check_structure_editable(item: WorkItem, what: str) -> None:
         )
 
 
-def readiness(item: WorkItem, g: WorkGraph) -> Readiness:
+def make_wait(kind: str, reason: str, resource: str | None, deadline: datetime | None, now: datetime) -> Wait:
+    """Validate a wait: a reason always; task_result needs a resource, timer a
+    deadline (with a zone), external a resource to be woken by."""
+    try:
+        k = WaitKind(kind)
+    except ValueError:
+        allowed = ", ".join(w.value for w in WaitKind)
+        raise InvalidValueError(f"unknown wait kind {kind!r}: use one of {allowed}") from None
+    if not reason.strip():
+        raise InvalidValueError(f"a {k.value} wait needs a reason: pass --reason TEXT")
+    if k in (WaitKind.TASK_RESULT, WaitKind.EXTERNAL) and not resource:
+        raise InvalidValueError(f"a {k.value} wait needs --resource (the task id or outside object it waits on)")
+    if k is WaitKind.TIMER:
+        if deadline is None:
+            raise InvalidValueError("a timer wait needs --until TIME (ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z)")
+        if deadline.tzinfo is None:
+            raise InvalidValueError(f"--until {deadline.isoformat()} has no zone: add one, e.g. Z or +01:00")
+    return Wait(kind=k.value, resource=resource, reason=reason.strip(), deadline=deadline, since=now)
+
+
+def readiness_view(item: WorkItem, g: WorkGraph, *, after_open: bool = False) -> ReadinessView:
+    """Derive readiness (see the module docstring for the precedence).
+    ``after_open``: the item named in ``item.after`` is not completed yet."""
     if item.state is ItemState.COMPLETED:
-        return Readiness.COMPLETED
+        return ReadinessView(Readiness.COMPLETED, "completed", "completed with a report")
     if item.state is ItemState.CANCELLED:
-        return Readiness.CANCELLED
+        return ReadinessView(Readiness.CANCELLED, "cancelled", item.cancel_reason or "cancelled")
+    waits = sorted((w for w in item.waits), key=lambda w: WAIT_PRECEDENCE.index(WaitKind(w.kind)))
+    if waits:
+        w = waits[0]
+        on = f" {w.resource}" if w.resource else ""
+        until = f" until {w.deadline.isoformat()}" if w.deadline else ""
+        return ReadinessView(WAIT_READINESS[WaitKind(w.kind)], f"waiting_{w.kind}", f"{w.kind}{on}{until}: {w.reason}")
+    if item.blocked_by:
+        return ReadinessView(Readiness.BLOCKED, "blocked_by", item.blocked_by)
+    if item.after is not None and after_open:
+        return ReadinessView(Readiness.BLOCKED, "after_item", f"waits for work item {item.after} to complete")
     if item.plan_status is PlanStatus.NEEDS_INPUT:
-        return Readiness.WAITING_FOR_OPERATOR
-    if g.next_ready() is not None or g.all_done():
-        return Readiness.RUNNABLE
-    if any(m.status is MilestoneStatus.IN_PROGRESS and not m.awaiting_review for m in g):
-        return Readiness.RUNNABLE
-    if any(m.awaiting_review for m in g):
-        return Readiness.WAITING_FOR_OPERATOR
-    return Readiness.BLOCKED
+        return ReadinessView(Readiness.WAITING_FOR_OPERATOR, "needs_input", "the plan needs operator input")
+    if not len(g):
+        return ReadinessView(Readiness.RUNNABLE, "planning", "no milestones yet: plan them")
+    nxt = g.next_ready()
+    if nxt is not None:
+        return ReadinessView(Readiness.RUNNABLE, "milestone_ready", f"next: {nxt.name}")
+    if g.all_done():
+        return ReadinessView(
+            Readiness.RUNNABLE, "awaiting_report", "every milestone is done: complete it with a report"
+        )
+    active = [m.name for m in g if m.status is MilestoneStatus.IN_PROGRESS and not m.awaiting_review]
+    if active:
+        return ReadinessView(Readiness.RUNNABLE, "in_progress", "in progress: " + ", ".join(active))
+    review = [m.name for m in g if m.awaiting_review]
+    stuck = [
+        m.name
+        for m in g
+        if m.status is MilestoneStatus.STUCK or (m.status is MilestoneStatus.NEEDS_FIX and not m.budget_left)
+    ]
+    if review and not stuck:
+        return ReadinessView(Readiness.WAITING_FOR_OPERATOR, "review", "waiting for review: " + ", ".join(review))
+    if stuck:
+        return ReadinessView(Readiness.BLOCKED, "stuck", "stuck: " + ", ".join(stuck))
+    return ReadinessView(Readiness.BLOCKED, "held", g.why_nothing_ready())
+
+
+def readiness(item: WorkItem, g: WorkGraph, *, after_open: bool = False) -> Readiness:
+    return readiness_view(item, g, after_open=after_open).readiness

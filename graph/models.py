@@ -21,9 +21,11 @@ __all__ = [
     "GateCommand",
     "ItemDefaults",
     "Milestone",
+    "PlanArtifact",
     "TodoItem",
     "Wait",
     "WorkItem",
+    "WorkRef",
     "check_name",
     "check_retries",
     "check_timeout",
@@ -123,6 +125,26 @@ class Wait(_Read):
     since: datetime | None = None
 
 
+class WorkRef(_Read):
+    """Evidence: a gate run's log, a fix, a PR, a document."""
+
+    kind: str
+    ref: str
+    reason: str = ""
+    at: datetime | None = None
+
+
+class PlanArtifact(_Read):
+    """The item's plan.md, as found on disk (never invented)."""
+
+    path: str
+    status: str  # available | missing | unreadable
+    sha256: str | None = None
+    size: int | None = None
+    preview: str | None = None
+    preview_complete: bool = False
+
+
 class WorkItem(_Read):
     id: int
     agent: str
@@ -130,12 +152,17 @@ class WorkItem(_Read):
     state: ItemState = ItemState.OPEN
     plan_status: PlanStatus = PlanStatus.DRAFT
     readiness: str = "runnable"
+    readiness_state: str = ""
+    readiness_reason: str = ""
+    current: bool = False
     revision: int = 1
     todo_list: list[TodoItem] = Field(default_factory=list)
     blocked_by: str | None = None
     recheck_at: datetime | None = None
-    wait: Wait | None = None
+    waits: list[Wait] = Field(default_factory=list)
+    after: int | None = None
     report: str | None = None
+    cancel_reason: str | None = None
     defaults: ItemDefaults = Field(default_factory=ItemDefaults)
     created_at: datetime | None = None
     updated_at: datetime | None = None

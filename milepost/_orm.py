@@ -71,7 +71,10 @@ class ItemRow(Base):
     plan_status: Mapped[str] = mapped_column(String(16), default="draft")
     todo_list: Mapped[list[Any]] = mapped_column(default=list)
     blocked_by: Mapped[str | None] = mapped_column(Text)
+    # True when the active wait set blocked_by (settling the wait clears it).
+    blocked_by_wait: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     recheck_at: Mapped[datetime | None]
+    recheck_consumed_at: Mapped[datetime | None]
     wait: Mapped[dict[str, Any] | None]
     report: Mapped[str | None] = mapped_column(Text)
     cancel_reason: Mapped[str | None] = mapped_column(Text)

@@ -61,10 +61,11 @@ STATUS_STYLE = {
 class Ctx:
     """What every command shares: global flags and the lazily opened service."""
 
-    def __init__(self, db: str | None, agent: str | None, as_json: bool) -> None:
+    def __init__(self, db: str | None, agent: str | None, as_json: bool, operator: bool = False) -> None:
         self.db = db
         self.agent = agent
         self.json = as_json
+        self.operator = operator
         self._service: Service | None = None
 
     @property
@@ -72,7 +73,7 @@ class Ctx:
         if self._service is None:
             from milepost.service import Service
 
-            self._service = Service.open(self.db, self.agent)
+            self._service = Service.open(self.db, self.agent, operator=self.operator)
         return self._service
 
     def console(self) -> Console:
@@ -123,9 +124,10 @@ def revision_option(f: F) -> F:
 @click.option("--db", envvar="MILEPOST_DB", metavar="URL", help="SQLAlchemy database URL [env MILEPOST_DB].")
 @click.option("--agent", envvar="MILEPOST_AGENT", metavar="NAME", help="Act as this agent [env MILEPOST_AGENT].")
 @click.option("--json", "as_json", is_flag=True, help='Print one JSON document on stdout; errors as {"error": ...}.')
+@click.option("--operator", is_flag=True, help="Act as an operator: change other agents' items too.")
 @click.version_option(package_name="milepost")
 @click.pass_context
-def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool) -> None:
+def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, operator: bool) -> None:
     """milepost: plan a milestone DAG, prove each milestone with a gate.
 
     \b
@@ -133,7 +135,7 @@ def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool) ->
     2 bad input or refused transition, nothing changed; 3 environment
     (no store, database unreachable); 130 interrupted.
     """
-    ctx.obj = Ctx(db, agent, as_json)
+    ctx.obj = Ctx(db, agent, as_json, operator)
     ctx.call_on_close(lambda: ctx.obj._service.close() if ctx.obj._service else None)
 
 
@@ -185,24 +187,31 @@ PLAN_STATUS = click.Choice(["draft", "ready", "needs_input"])
 @click.option("--plan-status", type=PLAN_STATUS, default="draft", show_default=True)
 @click.option("--retries", type=click.IntRange(min=0), default=None, help="Default retry budget of its milestones.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Default gate timeout (s).")
+@click.option("--after", type=int, default=None, metavar="ID", help="Wait until work item ID is completed.")
 @pass_ctx
-def item_create(c: Ctx, objective: str, plan_status: str, retries: int | None, timeout: float | None) -> None:
-    """Create a work item and make it this agent's current item."""
+def item_create(c: Ctx, objective: str, plan_status: str, retries: int | None, timeout: float | None,
+                after: int | None) -> None:  # fmt: skip
+    """Create a work item (with its plan.md) and make it this agent's current item."""
     from milepost.graph.models import DEFAULT_RETRIES, ItemDefaults
 
     defaults = ItemDefaults(retries=DEFAULT_RETRIES if retries is None else retries, timeout=timeout)
-    it = c.service.create_item(objective, plan_status=_plan_status(plan_status), defaults=defaults)
+    it = c.service.create_item(objective, plan_status=_plan_status(plan_status), defaults=defaults, after=after)
     c.emit(
         it.model_dump(mode="json"), lambda con: con.print(f"created work item {it.id}: {_esc(it.objective)} (current)")
     )
 
 
 @item.command("list")
+@click.option(
+    "--filter", "filter_", default="all", show_default=True,
+    type=click.Choice(["all", "open", "completed", "cancelled", "current", "queued", "blocked",
+                       "waiting_for_operator", "runnable"]),
+)  # fmt: skip
 @click.option("--limit", type=click.IntRange(min=1), default=None)
 @pass_ctx
-def item_list(c: Ctx, limit: int | None) -> None:
-    """List work items with their readiness."""
-    items = c.service.list_items(limit)
+def item_list(c: Ctx, filter_: str, limit: int | None) -> None:
+    """List work items with their readiness (and why)."""
+    items = c.service.list_items(filter_, limit)
 
     def human(con: Console) -> None:
         from rich.table import Table
@@ -211,15 +220,16 @@ def item_list(c: Ctx, limit: int | None) -> None:
             con.print("no work items yet: `milepost item create OBJECTIVE` or `milepost plan apply FILE`")
             return
         t = Table(box=None, header_style="bold")
-        for col in ("", "id", "state", "readiness", "plan", "rev", "milestones", "objective"):
-            t.add_column(col)
+        for col in ("", "id", "agent", "readiness", "why", "plan", "rev", "milestones", "objective"):
+            t.add_column(col, overflow="fold")
         for i in items:
             counts = ", ".join(f"{n} {k}" for k, n in sorted(i.counts.items()))
             t.add_row(
                 "*" if i.current else "",
                 str(i.id),
-                _styled(i.state),
+                i.agent,
                 _styled(i.readiness),
+                _esc(i.readiness_reason),
                 i.plan_status,
                 str(i.revision),
                 counts or "-",
@@ -241,31 +251,108 @@ def item_show(c: Ctx, item_id: int | None) -> None:
 def _show_item(c: Ctx, item_id: int | None) -> None:
     from milepost.results import item_with_views
 
-    it, views = c.service.milestone_views(item_id)
+    svc = c.service
+    it, views = svc.milestone_views(item_id)
+    plan = svc.plan_artifact(it.id)
+    refs = svc.refs(it.id)
 
     def human(con: Console) -> None:
         con.print(f"[bold]work item {it.id}[/]: {_esc(it.objective)}")
         con.print(
-            f"state {_styled(it.state.value)} · readiness {_styled(it.readiness)} · plan {it.plan_status.value}"
-            f" · revision {it.revision} · agent {it.agent}"
+            f"state {_styled(it.state.value)} · readiness {_styled(it.readiness)} ({it.readiness_state}:"
+            f" {_esc(it.readiness_reason)}) · plan {it.plan_status.value} · revision {it.revision}"
+            f" · agent {it.agent}{' · current' if it.current else ''}"
         )
+        for w in it.waits:
+            on = f" on {w.resource}" if w.resource else ""
+            until = f" until {w.deadline:%Y-%m-%d %H:%M:%S %Z}" if w.deadline else ""
+            con.print(f"wait: {w.kind}{on}{until}: {_esc(w.reason)}")
+        if it.blocked_by:
+            con.print(f"blocked by: {_esc(it.blocked_by)}")
+        if it.after is not None:
+            con.print(f"after work item {it.after}")
+        if it.recheck_at:
+            con.print(f"recheck at: {it.recheck_at:%Y-%m-%d %H:%M:%S %Z}")
+        size = f", {plan.size} bytes, sha256 {plan.sha256[:12]}" if plan.sha256 else ""
+        con.print(f"plan: {plan.path} ({plan.status}{size})")
+        for t in it.todo_list:
+            mark = {"completed": "x", "in_progress": "~"}.get(t.state, " ")
+            con.print(f"  [{mark}] {_esc(t.text)}")
         _milestone_table(con, views)
+        if refs:
+            con.print(f"evidence: {len(refs)} refs (last: {refs[-1].kind} {_esc(refs[-1].ref)})")
+        if it.report:
+            con.print(f"report: {_esc(it.report)}")
 
-    c.emit(item_with_views(it, views), human)
+    data = item_with_views(it, views)
+    data["plan"] = plan.model_dump(mode="json")
+    data["work_refs"] = [r.model_dump(mode="json") for r in refs]
+    c.emit(data, human)
+
+
+def _todo(entries: tuple[str, ...]) -> Any:
+    from milepost.errors import InvalidValueError
+    from milepost.graph.item import TodoState
+    from milepost.graph.models import TodoItem
+
+    out = []
+    for e in entries:
+        text, sep, state = e.rpartition(":")
+        if not sep or not text.strip() or state not in {t.value for t in TodoState}:
+            raise InvalidValueError(
+                f"invalid todo {e!r}: use TEXT:STATE with STATE one of pending, in_progress, completed"
+            )
+        out.append(TodoItem(text=text.strip(), state=state))
+    return out
+
+
+def _time(value: str | None, flag: str) -> Any:
+    from datetime import datetime
+
+    from milepost.errors import InvalidValueError
+
+    if value is None:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidValueError(
+            f"invalid {flag} {value!r}: use ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z"
+        ) from None
+    if t.tzinfo is None:
+        raise InvalidValueError(f"invalid {flag} {value!r}: no zone; add one, e.g. 2026-12-01T09:00:00Z")
+    return t
 
 
 @item.command("update")
 @click.argument("item_id", type=int)
 @click.option("--objective", default=None)
 @click.option("--plan-status", type=PLAN_STATUS, default=None, help="ready freezes the DAG's structure.")
+@click.option(
+    "--todo",
+    multiple=True,
+    metavar="TEXT:STATE",
+    help="Replace the todo list (repeat; STATE pending|in_progress|completed).",
+)
+@click.option("--clear-todo", is_flag=True, help="Empty the todo list.")
+@click.option("--blocked-by", default=None, metavar="TEXT", help="Record what blocks the item.")
+@click.option("--clear-blocked-by", is_flag=True, help="Remove the recorded blocker.")
+@click.option("--recheck-at", default=None, metavar="TIME", help="When the scheduler reconsiders a blocked item.")
 @revision_option
 @pass_ctx
-def item_update(
-    c: Ctx, item_id: int, objective: str | None, plan_status: str | None, expect_revision: int | None
-) -> None:
-    """Change a work item's objective or plan status."""
+def item_update(c: Ctx, item_id: int, objective: str | None, plan_status: str | None, todo: tuple[str, ...],
+                clear_todo: bool, blocked_by: str | None, clear_blocked_by: bool, recheck_at: str | None,
+                expect_revision: int | None) -> None:  # fmt: skip
+    """Change a work item: objective, plan status, todo list, blocker, recheck time."""
     it = c.service.update_item(
-        item_id, objective=objective, plan_status=_plan_status(plan_status), expect_revision=expect_revision
+        item_id,
+        objective=objective,
+        plan_status=_plan_status(plan_status),
+        todo=_todo(todo) if todo else ([] if clear_todo else None),
+        blocked_by=blocked_by,
+        clear_blocked_by=clear_blocked_by,
+        recheck_at=_time(recheck_at, "--recheck-at"),
+        expect_revision=expect_revision,
     )
     c.emit(
         it.model_dump(mode="json"),
@@ -275,11 +362,115 @@ def item_update(
 
 @item.command("pick")
 @click.argument("item_id", type=int)
+@click.option("--clear-blocker", is_flag=True, help="Also clear its resolved blocker and waits (needs --reason).")
+@click.option("--reason", default=None, help="Why the blocker is resolved.")
 @pass_ctx
-def item_pick(c: Ctx, item_id: int) -> None:
-    """Make ITEM_ID this agent's current work item."""
-    it = c.service.pick(item_id)
-    c.emit(it.model_dump(mode="json"), lambda con: con.print(f"current work item: {it.id} ({_esc(it.objective)})"))
+def item_pick(c: Ctx, item_id: int, clear_blocker: bool, reason: str | None) -> None:
+    """Make ITEM_ID this agent's current work item (a blocked one stays blocked)."""
+    it = c.service.pick(item_id, clear_blocker=clear_blocker, reason=reason)
+    c.emit(
+        it.model_dump(mode="json"),
+        lambda con: con.print(f"current work item: {it.id} ({_esc(it.objective)}), {_styled(it.readiness)}"),
+    )
+
+
+@item.command("wait")
+@click.argument("item_id", type=int, required=False)
+@click.option("--wake", "kind", required=True,
+              type=click.Choice(["operator_input", "task_result", "external", "timer", "system"]),
+              help="What wakes the item.")  # fmt: skip
+@click.option("--resource", default=None, help="The task id or outside object (PR, CI run, URL) it waits on.")
+@click.option("--until", default=None, metavar="TIME", help="Timer deadline, ISO 8601 with a zone.")
+@click.option("--reason", required=True, help="Why it waits.")
+@revision_option
+@pass_ctx
+def item_wait(c: Ctx, item_id: int | None, kind: str, resource: str | None, until: str | None, reason: str,
+              expect_revision: int | None) -> None:  # fmt: skip
+    """Record that a work item waits (replaces its earlier wait)."""
+    it = c.service.wait_item(
+        kind, reason, resource=resource, until=_time(until, "--until"), item=item_id, expect_revision=expect_revision
+    )
+    c.emit(it.model_dump(mode="json"), lambda con: con.print(f"work item {it.id} waits: {_esc(it.readiness_reason)}"))
+
+
+@item.command("wake")
+@click.option("--resource", required=True, help="The task or outside object that changed.")
+@pass_ctx
+def item_wake(c: Ctx, resource: str) -> None:
+    """An external event: settle every wait on RESOURCE (none matching is fine)."""
+    woken = c.service.wake(resource)
+    text = f"woke work item(s) {', '.join(map(str, woken))}" if woken else f"no wait matches resource {resource!r}"
+    c.emit({"resource": resource, "woken": woken}, lambda con: con.print(text))
+
+
+@item.command("complete")
+@click.argument("item_id", type=int, required=False)
+@click.option("--report", default=None, help="What was achieved (required, or --report-file).")
+@click.option("--report-file", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@revision_option
+@pass_ctx
+def item_complete(c: Ctx, item_id: int | None, report: str | None, report_file: Path | None,
+                  expect_revision: int | None) -> None:  # fmt: skip
+    """Close a work item with its report (every milestone must be done)."""
+    from milepost.errors import InvalidValueError
+
+    if report_file is not None:
+        try:
+            report = report_file.read_text()
+        except OSError as e:
+            raise InvalidValueError(f"cannot read --report-file {str(report_file)!r}: {e.strerror}") from None
+    if report is None:
+        raise InvalidValueError("a completion report is required: pass --report TEXT or --report-file FILE")
+    r = c.service.complete(report, item=item_id, expect_revision=expect_revision)
+
+    def human(con: Console) -> None:
+        con.print(r.message)
+        for w in r.warnings:
+            con.print(f"[yellow]warning:[/] {_esc(w)}")
+
+    c.emit(r.model_dump(mode="json"), human)
+
+
+@item.command("cancel")
+@click.argument("item_id", type=int, required=False)
+@click.option("--reason", required=True, help="Why the work is abandoned.")
+@revision_option
+@pass_ctx
+def item_cancel(c: Ctx, item_id: int | None, reason: str, expect_revision: int | None) -> None:
+    """Abandon a work item (state cancelled, with the reason)."""
+    it = c.service.cancel(reason, item=item_id, expect_revision=expect_revision)
+    c.emit(it.model_dump(mode="json"), lambda con: con.print(f"cancelled work item {it.id}: {_esc(reason)}"))
+
+
+@cli.group()
+def ref() -> None:
+    """Evidence of a work item (gate runs add theirs automatically)."""
+
+
+@ref.command("add")
+@click.argument("kind")
+@click.argument("reference")
+@click.option("--reason", default="", help="Why it is evidence.")
+@item_option
+@pass_ctx
+def ref_add(c: Ctx, kind: str, reference: str, reason: str, item: int | None) -> None:
+    """Add evidence: KIND (pr, ci, doc, ...) and a REFERENCE (URL, path, id)."""
+    r = c.service.add_ref(kind, reference, reason, item=item)
+    c.emit(r.model_dump(mode="json"), lambda con: con.print(f"added {r.kind} {r.ref}"))
+
+
+@ref.command("list")
+@item_option
+@pass_ctx
+def ref_list(c: Ctx, item: int | None) -> None:
+    """The evidence of a work item."""
+    refs = c.service.refs(item)
+
+    def human(con: Console) -> None:
+        for r in refs:
+            con.print(f"{r.at:%Y-%m-%d %H:%M:%S} {r.kind} {_esc(r.ref)} {_esc(r.reason)}")
+
+    c.emit({"work_refs": [r.model_dump(mode="json") for r in refs]}, human)
 
 
 # -- milestones --------------------------------------------------------------

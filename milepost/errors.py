@@ -21,6 +21,7 @@ gate that fails) are values, never exceptions.
     │   ├── BlockedError                        (deps not done)
     │   ├── BudgetSpentError
     │   └── FrozenPlanError                     (structure edit on a non-draft plan)
+    ├── NotOwnerError (PermissionError)          exit 2 (another agent's item)
     ├── StaleRevisionError                      exit 2
     ├── ConcurrentUpdateError                   exit 2 (retries exhausted under contention)
     └── EnvironmentProblem                      exit 3
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidValueError",
     "MilepostError",
     "NotFoundError",
+    "NotOwnerError",
     "PlanError",
     "PlanFileError",
     "SelfDependencyError",
@@ -126,6 +128,10 @@ class BudgetSpentError(TransitionError):
 
 class FrozenPlanError(TransitionError):
     kind = "frozen_plan"
+
+
+class NotOwnerError(MilepostError, PermissionError):
+    kind = "not_owner"
 
 
 class StaleRevisionError(MilepostError):

@@ -97,8 +97,17 @@ class ItemSummary(BaseModel):
     plan_status: str
     readiness: str
     revision: int
+    readiness_state: str = ""
+    readiness_reason: str = ""
     current: bool = False
     counts: dict[str, int] = Field(default_factory=dict)
+
+
+class CompletionResult(BaseModel):
+    item: WorkItem
+    already: bool
+    message: str
+    warnings: list[str] = Field(default_factory=list)
 
 
 def item_with_views(item: WorkItem, views: list[MilestoneView]) -> dict[str, object]:

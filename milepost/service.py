@@ -28,19 +28,30 @@ from milepost.errors import (
     InputError,
     InvalidValueError,
     NotFoundError,
+    NotOwnerError,
     StaleRevisionError,
     TransitionError,
 )
 from milepost.gates.command import GateResult, Outcome, run_gate
 from milepost.graph.dag import Change, WorkGraph
-from milepost.graph.item import check_open, check_structure_editable, readiness
-from milepost.graph.models import GateCommand, ItemDefaults, Milestone, WorkItem, check_name
+from milepost.graph.item import TodoState, check_open, check_structure_editable, make_wait, readiness_view
+from milepost.graph.models import (
+    GateCommand,
+    ItemDefaults,
+    Milestone,
+    PlanArtifact,
+    TodoItem,
+    WorkItem,
+    WorkRef,
+    check_name,
+)
 from milepost.graph.plan import Plan, plan_from_item
 from milepost.graph.render import display_status
 from milepost.graph.status import Action, ItemState, MilestoneStatus, PlanStatus, transition
 from milepost.results import (
     ActionResult,
     Claim,
+    CompletionResult,
     DoneResult,
     GateRun,
     ItemSummary,
@@ -78,6 +89,8 @@ class _Loaded:
     graph: WorkGraph
     pks: dict[str, int]
     revision: int
+    after_open: bool = False  # the item it waits for (``after``) is not completed
+    current: bool = False  # it is its owner agent's current item
     dirty: bool = False
     events: list[tuple[str | None, str, str | None, str | None, str | None]] = field(default_factory=list)
 
@@ -113,17 +126,20 @@ def _change(c: Change) -> MilestoneChange:
 class Service:
     """milepost's operations on one store, acting as one agent."""
 
-    def __init__(self, store: Store, agent: str = DEFAULT_AGENT) -> None:
+    def __init__(self, store: Store, agent: str = DEFAULT_AGENT, *, operator: bool = False) -> None:
         self.store = store
+        self.operator = operator
         self.agent = check_name(agent, "agent") if agent != DEFAULT_AGENT else agent
         self._cache: dict[int, _Loaded] = {}
         # Milestones a drive keeps out of its schedule (retry delays, --until); in memory only.
         self._holds: dict[int, set[str]] = {}
 
     @classmethod
-    def open(cls, db: str | None = None, agent: str | None = None, cwd: Path | None = None) -> Service:
+    def open(
+        cls, db: str | None = None, agent: str | None = None, cwd: Path | None = None, *, operator: bool = False
+    ) -> Service:
         ws = resolve_workspace(db, cwd)
-        return cls(Store.open(ws.url, ws.home, ws.root), agent or DEFAULT_AGENT)
+        return cls(Store.open(ws.url, ws.home, ws.root), agent or DEFAULT_AGENT, operator=operator)
 
     def close(self) -> None:
         self.store.close()
@@ -168,7 +184,19 @@ class Service:
         for name in self._holds.get(item_id, ()):
             if name in graph:
                 graph.hold(name)
-        return _Loaded(row=row, graph=graph, pks={r.name: r.id for r in mrows}, revision=row.revision)
+        after_open = False
+        if row.after_item_id is not None:
+            after_state = s.execute(select(ITEMS.c.state).where(ITEMS.c.id == row.after_item_id)).scalar()
+            after_open = after_state != ItemState.COMPLETED.value
+        focus = s.execute(select(FOCUS.c.item_id).where(FOCUS.c.agent == row.agent)).scalar()
+        return _Loaded(
+            row=row,
+            graph=graph,
+            pks={r.name: r.id for r in mrows},
+            revision=row.revision,
+            after_open=after_open,
+            current=focus == row.id,
+        )
 
     def _item(self, loaded: _Loaded) -> WorkItem:
         r = loaded.row
@@ -182,16 +210,31 @@ class Service:
             todo_list=r.todo_list or [],
             blocked_by=r.blocked_by,
             recheck_at=r.recheck_at,
-            wait=r.wait,
+            waits=[r.wait] if r.wait else [],
+            after=r.after_item_id,
             report=r.report,
+            cancel_reason=r.cancel_reason,
+            current=loaded.current,
             defaults=ItemDefaults.model_validate(r.defaults or {}),
             created_at=r.created_at,
             updated_at=r.updated_at,
             completed_at=r.completed_at,
             milestones=list(loaded.graph),
         )
-        item.readiness = readiness(item, loaded.graph).value
+        view = readiness_view(item, loaded.graph, after_open=loaded.after_open)
+        item.readiness, item.readiness_state, item.readiness_reason = view.readiness.value, view.state, view.reason
         return item
+
+    def _check_owner(self, loaded: _Loaded) -> None:
+        """An agent changes only its own items; an operator may change any."""
+        owner = loaded.row.agent
+        if owner != self.agent and not self.operator:
+            raise NotOwnerError(
+                f"work item {loaded.id} belongs to agent {owner!r}, not {self.agent!r}:"
+                f" act as that agent (--agent {owner}) or as an operator (--operator)",
+                item=loaded.id,
+                owner=owner,
+            )
 
     def _focused(self, s: Session) -> int | None:
         return s.execute(select(FOCUS.c.item_id).where(FOCUS.c.agent == self.agent)).scalar()
@@ -222,6 +265,7 @@ class Service:
         expect_revision: int | None = None,
         *,
         cache: bool = False,
+        check_owner: bool = True,
     ) -> T:
         """Run ``fn`` in a write transaction on fresh data. When ``fn`` marked
         the item dirty, bump its revision with a compare-and-swap and write the
@@ -244,6 +288,8 @@ class Service:
                         loaded = self._load(s, item_id)
                     loaded.dirty = False
                     loaded.events = []
+                    if check_owner:
+                        self._check_owner(loaded)
                     if expect_revision is not None and loaded.revision != expect_revision:
                         raise StaleRevisionError(
                             f"work item {item_id} is at revision {loaded.revision}, not {expect_revision}:"
@@ -326,15 +372,19 @@ class Service:
         plan_status: PlanStatus = PlanStatus.DRAFT,
         defaults: ItemDefaults | None = None,
         milestones: list[Milestone] | None = None,
+        after: int | None = None,
     ) -> WorkItem:
         """Create a work item (optionally with its whole validated milestone
-        set, as ``plan apply`` does) and focus it for this agent."""
+        set, as ``plan apply`` does), write its plan.md and focus it for this
+        agent. ``after``: the item waits until that one is completed."""
         if not objective.strip():
             raise InvalidValueError("objective is empty: describe what the work item should achieve")
         milestones = milestones or []
         WorkGraph(milestones)  # validates the whole set before anything is written
         now = utcnow()
         with self.store.write() as s:
+            if after is not None and s.execute(select(ITEMS.c.id).where(ITEMS.c.id == after)).first() is None:
+                raise NotFoundError(f"--after {after}: no work item {after}; see `milepost item list`", item=after)
             item_id = s.execute(
                 insert(ITEMS)
                 .values(
@@ -344,6 +394,7 @@ class Service:
                     plan_status=plan_status.value,
                     todo_list=[],
                     defaults=(defaults or ItemDefaults()).model_dump(mode="json"),
+                    after_item_id=after,
                     revision=1,
                     created_at=now,
                     updated_at=now,
@@ -352,6 +403,7 @@ class Service:
             ).scalar_one()
             if milestones:
                 self._insert_milestones(s, item_id, milestones, now)
+            self._write_plan_md(item_id, objective.strip(), milestones)
             s.execute(
                 insert(EVENTS).values(
                     item_id=item_id, action="create", reason=objective.strip(), agent=self.agent, revision=1, at=now
@@ -402,6 +454,68 @@ class Service:
         else:
             s.execute(update(FOCUS).where(FOCUS.c.agent == self.agent).values(item_id=item_id))
 
+    # -- the plan artifact -----------------------------------------------------
+
+    def plan_path(self, item_id: int) -> Path:
+        return self.store.home / "work-items" / str(item_id) / "plan.md"
+
+    def _write_plan_md(self, item_id: int, objective: str, milestones: list[Milestone]) -> None:
+        lines = [f"# {objective}", "", "## Milestones", ""]
+        for m in milestones:
+            deps = f" (after {', '.join(m.deps)})" if m.deps else ""
+            lines.append(f"- **{m.name}**{deps}: {m.acceptance or 'no acceptance text yet'}")
+        if not milestones:
+            lines.append("- none yet")
+        lines += ["", "## Approach", "", "(edit this file: it is the durable plan of the work item)", ""]
+        path = self.plan_path(item_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():  # never overwrite what someone wrote
+            path.write_text("\n".join(lines))
+
+    def plan_artifact(self, item_id: int, preview_bytes: int = 1024) -> PlanArtifact:
+        """The plan.md as found: available (hash, size, preview), missing or unreadable."""
+        import hashlib
+
+        path = self.plan_path(item_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return PlanArtifact(path=str(path), status="missing")
+        except OSError:
+            return PlanArtifact(path=str(path), status="unreadable")
+        return PlanArtifact(
+            path=str(path),
+            status="available",
+            sha256=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            preview=data[:preview_bytes].decode("utf-8", errors="replace"),
+            preview_complete=len(data) <= preview_bytes,
+        )
+
+    # -- evidence ---------------------------------------------------------------
+
+    def add_ref(self, kind: str, ref: str, reason: str = "", *, item: int | None = None) -> WorkRef:
+        if not kind.strip() or not ref.strip():
+            raise InvalidValueError(
+                "a work ref needs a kind and a ref, e.g. `milepost ref add pr https://... --reason`"
+            )
+        now = utcnow()
+
+        def fn(s: Session, loaded: _Loaded) -> WorkRef:
+            check_open(self._item(loaded))
+            s.execute(insert(REFS).values(item_id=loaded.id, kind=kind.strip(), ref=ref.strip(), reason=reason, at=now))
+            loaded.events.append((None, "ref", None, None, f"{kind}: {ref}"))
+            loaded.dirty = True
+            return WorkRef(kind=kind.strip(), ref=ref.strip(), reason=reason, at=now)
+
+        return self._mutate(item, fn)
+
+    def refs(self, item: int | None = None) -> list[WorkRef]:
+        item_id = self._resolve(item)
+        with self.store.read() as s:
+            rows = s.execute(select(REFS).where(REFS.c.item_id == item_id).order_by(REFS.c.id)).all()
+        return [WorkRef(kind=r.kind, ref=r.ref, reason=r.reason, at=r.at) for r in rows]
+
     def get_item(self, item: int | None = None) -> WorkItem:
         item_id = self._resolve(item)
         with self.store.read() as s:
@@ -411,14 +525,25 @@ class Service:
         with self.store.read() as s:
             return self._focused(s)
 
-    def list_items(self, limit: int | None = None) -> list[ItemSummary]:
+    LIST_FILTERS = (
+        "all", "open", "completed", "cancelled", "current", "queued", "blocked", "waiting_for_operator", "runnable",
+    )  # fmt: skip
+
+    def list_items(self, filter: str = "all", limit: int | None = None) -> list[ItemSummary]:
+        """Work items with their readiness. ``current``: this agent's focused
+        item; ``queued``: open runnable items that are not current, oldest first."""
+        if filter not in self.LIST_FILTERS:
+            raise InvalidValueError(f"unknown filter {filter!r}: use one of {', '.join(self.LIST_FILTERS)}")
         with self.store.read() as s:
             focused = self._focused(s)
             ids = s.execute(select(ITEMS.c.id).order_by(ITEMS.c.id)).scalars().all()
             out = []
-            for item_id in ids[:limit] if limit else ids:
+            for item_id in ids:
                 loaded = self._load(s, item_id)
                 item = self._item(loaded)
+                current = item.id == focused
+                if not _matches(filter, item, current):
+                    continue
                 counts: dict[str, int] = {}
                 for m in loaded.graph:
                     v = display_status(loaded.graph, m)
@@ -431,17 +556,39 @@ class Service:
                         state=item.state.value,
                         plan_status=item.plan_status.value,
                         readiness=item.readiness,
+                        readiness_state=item.readiness_state,
+                        readiness_reason=item.readiness_reason,
                         revision=item.revision,
-                        current=item.id == focused,
+                        current=current,
                         counts=counts,
                     )
                 )
+                if limit and len(out) >= limit:
+                    break
             return out
 
-    def pick(self, item: int) -> WorkItem:
-        with self.store.write() as s:
-            self._load(s, item)  # must exist
-            self._set_focus(s, item)
+    def pick(self, item: int, *, clear_blocker: bool = False, reason: str | None = None) -> WorkItem:
+        """Make ``item`` this agent's current item. A blocked item is focused
+        for inspection without becoming runnable; ``clear_blocker`` (with a
+        reason) also clears its blocker and its waits."""
+        if clear_blocker and not (reason and reason.strip()):
+            raise InvalidValueError(f"clearing the blocker of work item {item} needs a reason: pass --reason TEXT")
+
+        def fn(s: Session, loaded: _Loaded) -> None:
+            current = self._item(loaded)
+            check_open(current)
+            if clear_blocker:
+                s.execute(
+                    update(ITEMS)
+                    .where(ITEMS.c.id == loaded.id)
+                    .values(blocked_by=None, blocked_by_wait=False, wait=None)
+                )
+                loaded.events.append((None, "clear_blocker", current.blocked_by, None, reason))
+                loaded.dirty = True
+            self._set_focus(s, loaded.id)
+
+        self._mutate(item, fn)
+        self._cache.pop(item, None)
         return self.get_item(item)
 
     def update_item(
@@ -450,8 +597,16 @@ class Service:
         *,
         objective: str | None = None,
         plan_status: PlanStatus | None = None,
+        todo: list[TodoItem] | None = None,
+        blocked_by: str | None = None,
+        clear_blocked_by: bool = False,
+        recheck_at: datetime | None = None,
         expect_revision: int | None = None,
     ) -> WorkItem:
+        """Change a work item; ``todo`` replaces the whole todo list."""
+        if recheck_at is not None and recheck_at.tzinfo is None:
+            raise InvalidValueError(f"--recheck-at {recheck_at.isoformat()} has no zone: add one, e.g. Z")
+
         def fn(s: Session, loaded: _Loaded) -> None:
             current = self._item(loaded)
             check_open(current)
@@ -460,6 +615,7 @@ class Service:
                 if not objective.strip():
                     raise InvalidValueError("objective is empty: describe what the work item should achieve")
                 values["objective"] = objective.strip()
+                loaded.events.append((None, "objective", None, None, values["objective"]))
             if plan_status is not None and plan_status is not current.plan_status:
                 if plan_status is PlanStatus.DRAFT:
                     busy = [m.name for m in loaded.graph if m.status is MilestoneStatus.IN_PROGRESS]
@@ -471,14 +627,205 @@ class Service:
                         )
                 values["plan_status"] = plan_status.value
                 loaded.events.append((None, "plan_status", current.plan_status.value, plan_status.value, None))
+            if todo is not None:
+                values["todo_list"] = [t.model_dump(mode="json") for t in todo]
+                loaded.events.append((None, "todo", None, None, f"{len(todo)} entries"))
+            if blocked_by is not None:
+                if not blocked_by.strip():
+                    raise InvalidValueError(
+                        "--blocked-by is empty: say what blocks the item, or use --clear-blocked-by"
+                    )
+                values.update(blocked_by=blocked_by.strip(), blocked_by_wait=False, recheck_consumed_at=None)
+                loaded.events.append((None, "blocked_by", None, None, blocked_by.strip()))
+            elif clear_blocked_by:
+                values.update(blocked_by=None, blocked_by_wait=False)
+                loaded.events.append((None, "blocked_by", current.blocked_by, None, "cleared"))
+            if recheck_at is not None:
+                values.update(recheck_at=recheck_at, recheck_consumed_at=None)
+                loaded.events.append((None, "recheck_at", None, None, recheck_at.isoformat()))
             if values:
                 s.execute(update(ITEMS).where(ITEMS.c.id == loaded.id).values(**values))
-                if "objective" in values:
-                    loaded.events.append((None, "objective", None, None, values["objective"]))
                 loaded.dirty = True
 
         self._mutate(item, fn, expect_revision)
-        return self.get_item(self._resolve(item))
+        item_id = self._resolve(item)
+        self._cache.pop(item_id, None)
+        return self.get_item(item_id)
+
+    # -- waits -------------------------------------------------------------------
+
+    def wait_item(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        resource: str | None = None,
+        until: datetime | None = None,
+        item: int | None = None,
+        expect_revision: int | None = None,
+    ) -> WorkItem:
+        """Record the item's active wait (replacing an earlier one) and the
+        blocker it establishes."""
+        wait = make_wait(kind, reason, resource, until, utcnow())
+
+        def fn(s: Session, loaded: _Loaded) -> None:
+            current = self._item(loaded)
+            check_open(current)
+            values: dict[str, Any] = {"wait": wait.model_dump(mode="json")}
+            # A wait sets the blocker unless an independent one is recorded already.
+            if not current.blocked_by or loaded.row.blocked_by_wait:
+                values.update(blocked_by=f"{wait.kind}: {wait.reason}", blocked_by_wait=True)
+            s.execute(update(ITEMS).where(ITEMS.c.id == loaded.id).values(**values))
+            loaded.events.append((None, "wait", None, wait.kind, f"{wait.resource or ''} {wait.reason}".strip()))
+            loaded.dirty = True
+
+        self._mutate(item, fn, expect_revision)
+        item_id = self._resolve(item)
+        self._cache.pop(item_id, None)
+        return self.get_item(item_id)
+
+    def _settle(self, item_id: int, why: str) -> None:
+        """Clear an item's wait, and the blocker that wait established."""
+
+        def fn(s: Session, loaded: _Loaded) -> None:
+            if loaded.row.wait is None:
+                return
+            values: dict[str, Any] = {"wait": None}
+            if loaded.row.blocked_by_wait:
+                values.update(blocked_by=None, blocked_by_wait=False)
+            s.execute(update(ITEMS).where(ITEMS.c.id == loaded.id).values(**values))
+            loaded.events.append((None, "wake", loaded.row.wait.get("kind"), None, why))
+            loaded.dirty = True
+
+        self._mutate(item_id, fn, check_owner=False)
+        self._cache.pop(item_id, None)
+
+    def wake(self, resource: str) -> list[int]:
+        """An external event (a PR updated, CI finished): settle every open
+        item's wait on ``resource``. Returns the items woken (none is harmless)."""
+        if not resource.strip():
+            raise InvalidValueError("--resource is empty: name the task or outside object that changed")
+        with self.store.read() as s:
+            rows = s.execute(
+                select(ITEMS.c.id, ITEMS.c.wait).where(ITEMS.c.state == ItemState.OPEN.value, ITEMS.c.wait.is_not(None))
+            ).all()
+        woken = [r.id for r in rows if r.wait and r.wait.get("resource") == resource]
+        for item_id in woken:
+            self._settle(item_id, f"wake {resource}")
+        return woken
+
+    def expire(self, now: datetime | None = None) -> list[str]:
+        """The scheduler's clock: timer waits past their deadline are settled,
+        and a due ``recheck_at`` lifts the item's blocker once (consumed) so it
+        is reconsidered. Returns what happened, one line each."""
+        now = now or utcnow()
+        notes: list[str] = []
+        with self.store.read() as s:
+            rows = s.execute(
+                select(ITEMS.c.id, ITEMS.c.wait, ITEMS.c.recheck_at, ITEMS.c.recheck_consumed_at).where(
+                    ITEMS.c.state == ItemState.OPEN.value
+                )
+            ).all()
+        for r in rows:
+            w = r.wait
+            if w and w.get("kind") == "timer" and w.get("deadline"):
+                deadline = datetime.fromisoformat(w["deadline"])
+                if deadline <= now:
+                    self._settle(r.id, f"timer {deadline.isoformat()} expired")
+                    notes.append(f"work item {r.id}: timer expired")
+            if r.recheck_at is not None and r.recheck_consumed_at is None and r.recheck_at <= now:
+
+                def fn(s: Session, loaded: _Loaded) -> None:
+                    s.execute(
+                        update(ITEMS)
+                        .where(ITEMS.c.id == loaded.id)
+                        .values(blocked_by=None, blocked_by_wait=False, recheck_consumed_at=now)
+                    )
+                    loaded.events.append((None, "recheck", loaded.row.blocked_by, None, "recheck_at is due"))
+                    loaded.dirty = True
+
+                self._mutate(r.id, fn, check_owner=False)
+                self._cache.pop(r.id, None)
+                notes.append(f"work item {r.id}: recheck due, blocker lifted")
+        return notes
+
+    # -- completion --------------------------------------------------------------
+
+    def complete(self, report: str, *, item: int | None = None, expect_revision: int | None = None) -> CompletionResult:
+        """Close an item with its report: refused while a milestone is not
+        done or the report is empty; clears focus and waits; warns about
+        unfinished todos. Completing a completed item changes nothing."""
+
+        def fn(s: Session, loaded: _Loaded) -> CompletionResult:
+            current = self._item(loaded)
+            if current.state is ItemState.COMPLETED:
+                return CompletionResult(
+                    item=current, already=True, message=f"work item {loaded.id} is already completed"
+                )
+            check_open(current)
+            if not report.strip():
+                raise InvalidValueError(f"work item {loaded.id}: the completion report is empty; say what was achieved")
+            undone = [m for m in loaded.graph if not m.status.is_done]
+            if undone:
+                listed = ", ".join(f"{m.name} ({display_status(loaded.graph, m)})" for m in undone)
+                raise TransitionError(
+                    f"cannot complete work item {loaded.id}: milestones not done: {listed}",
+                    item=loaded.id,
+                    not_done=[m.name for m in undone],
+                )
+            now = utcnow()
+            s.execute(
+                update(ITEMS)
+                .where(ITEMS.c.id == loaded.id)
+                .values(
+                    state=ItemState.COMPLETED.value,
+                    report=report.strip(),
+                    completed_at=now,
+                    wait=None,
+                    blocked_by=None,
+                    blocked_by_wait=False,
+                )
+            )
+            s.execute(update(FOCUS).where(FOCUS.c.item_id == loaded.id).values(item_id=None))
+            loaded.events.append((None, "complete", ItemState.OPEN.value, ItemState.COMPLETED.value, None))
+            loaded.dirty = True
+            todos = [t.text for t in current.todo_list if t.state != TodoState.COMPLETED.value]
+            warnings = [f"unfinished todo: {t}" for t in todos]
+            return CompletionResult(
+                item=current, already=False, message=f"completed work item {loaded.id}", warnings=warnings
+            )
+
+        result = self._mutate(item, fn, expect_revision)
+        self._cache.pop(result.item.id, None)
+        result.item = self.get_item(result.item.id)
+        return result
+
+    def cancel(self, reason: str, *, item: int | None = None, expect_revision: int | None = None) -> WorkItem:
+        """Abandon an item (Holon has no way to; its users asked for one)."""
+        if not reason.strip():
+            raise InvalidValueError("cancelling needs a reason: pass --reason TEXT")
+
+        def fn(s: Session, loaded: _Loaded) -> int:
+            current = self._item(loaded)
+            check_open(current)
+            busy = [m.name for m in loaded.graph if m.status is MilestoneStatus.IN_PROGRESS and not m.awaiting_review]
+            if busy:
+                raise TransitionError(
+                    f"cannot cancel work item {loaded.id}: {', '.join(busy)} in progress; finish or fix them first"
+                )
+            s.execute(
+                update(ITEMS)
+                .where(ITEMS.c.id == loaded.id)
+                .values(state=ItemState.CANCELLED.value, cancel_reason=reason.strip(), completed_at=utcnow(), wait=None)
+            )
+            s.execute(update(FOCUS).where(FOCUS.c.item_id == loaded.id).values(item_id=None))
+            loaded.events.append((None, "cancel", ItemState.OPEN.value, ItemState.CANCELLED.value, reason.strip()))
+            loaded.dirty = True
+            return loaded.id
+
+        item_id = self._mutate(item, fn, expect_revision)
+        self._cache.pop(item_id, None)
+        return self.get_item(item_id)
 
     # -- plans ---------------------------------------------------------------
 
@@ -793,6 +1140,16 @@ class Service:
                 .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
                 .values(lease_owner=None, lease_expires=None)
             )
+            # Every gate run is evidence of the work item.
+            s.execute(
+                insert(REFS).values(
+                    item_id=loaded.id,
+                    kind="gate_run",
+                    ref=result.log_path or "",
+                    reason=f"{c.milestone.name} attempt {c.attempt}: {result.outcome.value} ({result.reason})",
+                    at=result.finished_at,
+                )
+            )
             loaded.dirty = True
             m = loaded.graph.get(c.milestone.name)
             base = {"item": loaded.id, "revision": loaded.revision + 1, "gate_run": run}
@@ -983,6 +1340,21 @@ class Service:
         with self.store.read() as s:
             rows = s.execute(select(EVENTS).where(EVENTS.c.item_id == item_id).order_by(EVENTS.c.id)).all()
         return [dict(r._mapping) for r in rows]
+
+
+def _matches(filter: str, item: WorkItem, current: bool) -> bool:
+    open_ = item.state is ItemState.OPEN
+    return {
+        "all": True,
+        "open": open_,
+        "completed": item.state is ItemState.COMPLETED,
+        "cancelled": item.state is ItemState.CANCELLED,
+        "current": current,
+        "queued": open_ and not current and item.readiness == "runnable",
+        "blocked": open_ and item.readiness == "blocked",
+        "waiting_for_operator": open_ and item.readiness == "waiting_for_operator",
+        "runnable": open_ and item.readiness == "runnable",
+    }[filter]
 
 
 class _LostRace(Exception):

@@ -27,7 +27,7 @@ from milepost.errors import DatabaseUnreachableError, EnvironmentProblem
 __all__ = ["SCHEMA_HEAD", "Store", "mask_url"]
 
 # The newest migration; opening a store whose schema is older upgrades it.
-SCHEMA_HEAD = "0002"
+SCHEMA_HEAD = "0003"
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -133,27 +133,49 @@ class Store:
         if version == SCHEMA_HEAD:
             return
         with self._migration_lock() as conn:
-            # Another process may have migrated while we waited for the lock.
+            if self.dialect == "sqlite":
+                # A migration that re-creates a table (SQLite's batch mode) drops
+                # the old one: with foreign keys on, ON DELETE CASCADE would
+                # delete every dependent row. The pragma only works outside a
+                # transaction, so it goes to the driver before anything else.
+                conn.connection.driver_connection.execute("PRAGMA foreign_keys = OFF")
             try:
-                version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            except SQLAlchemyError:
-                conn.rollback()
-                version = None
-            if version == SCHEMA_HEAD:
-                return
-            if version is not None and not _known_revision(version):
-                raise EnvironmentProblem(
-                    f"database {mask_url(self.url)} has schema {version!r}, newer than this milepost"
-                    f" (head {SCHEMA_HEAD}); upgrade milepost"
-                )
-            from alembic import command
-            from alembic.config import Config
+                self._upgrade(conn)
+            finally:
+                if self.dialect == "sqlite":
+                    conn.rollback()  # nothing is open after a commit; this only ends a failed one
+                    conn.connection.driver_connection.execute("PRAGMA foreign_keys = ON")
 
-            cfg = Config()
-            cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+    def _upgrade(self, conn: Any) -> None:
+        """Run the pending migrations on ``conn`` (the migration lock is held)."""
+        # Another process may have migrated while we waited for the lock.
+        try:
+            version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        except SQLAlchemyError:
+            conn.rollback()
+            version = None
+        if version == SCHEMA_HEAD:
+            return
+        if version is not None and not _known_revision(version):
+            raise EnvironmentProblem(
+                f"database {mask_url(self.url)} has schema {version!r}, newer than this milepost"
+                f" (head {SCHEMA_HEAD}); upgrade milepost"
+            )
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+        conn.commit()
+        if self.dialect == "sqlite":
+            problems = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
             conn.commit()
+            if problems:
+                raise EnvironmentProblem(
+                    f"migration left {len(problems)} rows with broken references in {mask_url(self.url)}"
+                )
 
     @contextlib.contextmanager
     def _migration_lock(self) -> Iterator[Any]:

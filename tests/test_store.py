@@ -224,4 +224,7 @@ def test_an_old_schema_is_migrated_on_open_and_keeps_its_data(tmp_path: Path) ->
     assert [(m.name, m.acceptance, m.awaiting_review, m.retry_delay) for m in item.milestones] == [
         ("legacy", "works", False, None)
     ]
+    # The connection the migration used goes back to the pool with foreign keys on again.
+    with svc.store.engine.connect() as c:
+        assert c.execute(text("PRAGMA foreign_keys")).scalar() == 1
     svc.close()

@@ -16,10 +16,10 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("milestones", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("awaiting_review", sa.Boolean(), server_default=sa.false(), nullable=False))
-        batch_op.add_column(sa.Column("retry_delay", sa.Float(), nullable=True))
-        batch_op.add_column(sa.Column("retry_at", sa.DateTime(timezone=True), nullable=True))
+    # Plain ADD COLUMN: SQLite does it in place (a batch copy would re-create the table).
+    op.add_column("milestones", sa.Column("awaiting_review", sa.Boolean(), server_default=sa.false(), nullable=False))
+    op.add_column("milestones", sa.Column("retry_delay", sa.Float(), nullable=True))
+    op.add_column("milestones", sa.Column("retry_at", sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
