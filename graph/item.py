@@ -113,10 +113,11 @@ def make_wait(kind: str, reason: str, resource: str | None, deadline: datetime |
     except ValueError:
         allowed = ", ".join(w.value for w in WaitKind)
         raise InvalidValueError(f"unknown wait kind {kind!r}: use one of {allowed}") from None
+    a = "an" if k.value[0] in "aeiou" else "a"
     if not reason.strip():
-        raise InvalidValueError(f"a {k.value} wait needs a reason: pass --reason TEXT")
+        raise InvalidValueError(f"{a} {k.value} wait needs a reason: pass --reason TEXT")
     if k in (WaitKind.TASK_RESULT, WaitKind.EXTERNAL) and not resource:
-        raise InvalidValueError(f"a {k.value} wait needs --resource (the task id or outside object it waits on)")
+        raise InvalidValueError(f"{a} {k.value} wait needs --resource (the task id or outside object it waits on)")
     if k is WaitKind.TIMER:
         if deadline is None:
             raise InvalidValueError("a timer wait needs --until TIME (ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z)")

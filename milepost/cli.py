@@ -935,6 +935,63 @@ def _show_summary(con: Console, summary: Any) -> None:
         con.print(f"flow run: {summary.flow_run_url}")
 
 
+@cli.command()
+@pass_ctx
+def tick(c: Ctx) -> None:
+    """One scheduler tick: expire timers and due rechecks, then drive the
+    runnable items (current ones first, then queued oldest first)."""
+    svc = c.service
+    svc.operator = True  # the scheduler acts for every agent
+    from milepost.flows.server import configure_prefect
+
+    expired = svc.expire()
+    driven: list[dict[str, Any]] = []
+    if svc.drivable_items():  # only then is Prefect imported
+        configure_prefect(svc.store.home)
+        from milepost.flows.events import JsonLinesReporter, LineReporter, Reporter
+        from milepost.flows.tick import run_tick
+
+        reporter: Reporter = JsonLinesReporter(sys.stderr) if c.json else LineReporter()
+        result = run_tick(svc, reporter)
+        expired += result.expired
+        driven = result.driven
+
+    def human(con: Console) -> None:
+        for line in expired:
+            con.print(line)
+        for d in driven:
+            con.print(f"work item {d['item']}: {'all done' if d['ok'] else _esc(d['message'])}")
+        if not expired and not driven:
+            con.print("nothing to do: no timer or recheck due, no item with a ready milestone")
+
+    c.emit({"expired": expired, "driven": driven}, human)
+
+
+@cli.command()
+@click.option("--interval", type=click.FloatRange(min=1), default=60, show_default=True, help="Seconds between ticks.")
+@click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
+@pass_ctx
+def serve(c: Ctx, interval: float, name: str) -> None:
+    """Serve the tick flow with Prefect: a tick every INTERVAL seconds, until
+    interrupted. Uses the workspace's Prefect server (`milepost server start`)
+    or PREFECT_API_URL."""
+    from milepost.errors import EnvironmentProblem
+    from milepost.flows.server import configure_prefect
+
+    home = _home(c)
+    api = configure_prefect(home, quiet_console=False)
+    if api is None:
+        raise EnvironmentProblem("serve needs a running Prefect server: `milepost server start` or set PREFECT_API_URL")
+    if c.db:
+        os.environ["MILEPOST_DB"] = c.db  # the served flow runs open the same store
+    from datetime import timedelta
+
+    from milepost.flows.tick import tick_flow
+
+    click.echo(f"serving {name}: a tick every {interval:g} s against {api} (Ctrl-C stops)", err=True)
+    tick_flow.serve(name=name, interval=timedelta(seconds=interval))
+
+
 @cli.group()
 def server() -> None:
     """The workspace's Prefect server (UI on loopback)."""

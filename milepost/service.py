@@ -521,6 +521,18 @@ class Service:
         with self.store.read() as s:
             return self._item(self._load(s, item_id))
 
+    def drivable_items(self) -> list[int]:
+        """What a scheduler tick drives: open items with a ready milestone,
+        every agent's current item first, then the queued ones, oldest first."""
+        items = [i for i in self.list_items("open") if i.readiness_state == "milestone_ready"]
+        current = set(self.current_items())
+        return [i.id for i in sorted(items, key=lambda i: (i.id not in current, i.id))]
+
+    def current_items(self) -> list[int]:
+        """Every agent's current item."""
+        with self.store.read() as s:
+            return [i for i in s.execute(select(FOCUS.c.item_id)).scalars() if i is not None]
+
     def current_item_id(self) -> int | None:
         with self.store.read() as s:
             return self._focused(s)
@@ -635,7 +647,7 @@ class Service:
                     raise InvalidValueError(
                         "--blocked-by is empty: say what blocks the item, or use --clear-blocked-by"
                     )
-                values.update(blocked_by=blocked_by.strip(), blocked_by_wait=False, recheck_consumed_at=None)
+                values.update(blocked_by=blocked_by.strip(), blocked_by_wait=False)
                 loaded.events.append((None, "blocked_by", None, None, blocked_by.strip()))
             elif clear_blocked_by:
                 values.update(blocked_by=None, blocked_by_wait=False)
