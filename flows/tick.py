@@ -8,6 +8,8 @@ tick flow with Prefect (``flow.serve``) so it runs every S seconds.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from typing import Any
 
 from prefect import flow
@@ -47,3 +49,32 @@ def tick_body() -> dict[str, Any]:
 
 # Decorated apart from its body, like drive_workgraph (see there).
 tick_flow = flow(name="milepost-tick", log_prints=False)(tick_body)
+
+
+def deploy_tick(pool: str, name: str, interval: float | None, job_env: dict[str, str], working_dir: str) -> str:
+    """Register the tick flow as a deployment on a work pool (a process pool
+    is created when missing), so Prefect workers anywhere run ticks against
+    the shared database. The flow is found by module path: workers need
+    milepost installed, nothing else. Returns the deployment id."""
+    from datetime import timedelta
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.deployments.runner import EntrypointType, deploy
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_work_pool(pool)
+        except ObjectNotFound:
+            client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+    deployment = tick_flow.to_deployment(
+        name=name,
+        interval=timedelta(seconds=interval) if interval else None,
+        entrypoint_type=EntrypointType.MODULE_PATH,
+        job_variables={"env": job_env, "working_dir": working_dir},
+    )
+    # deploy() prints a table of its own; milepost's stdout carries only milepost's output.
+    with contextlib.redirect_stdout(io.StringIO()):
+        ids = deploy(deployment, work_pool_name=pool, build=False, push=False, print_next_steps_message=False)
+    return str(ids[0])

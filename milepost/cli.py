@@ -992,6 +992,36 @@ def serve(c: Ctx, interval: float, name: str) -> None:
     tick_flow.serve(name=name, interval=timedelta(seconds=interval))
 
 
+@cli.command()
+@click.option("--pool", required=True, help="Work pool (a process pool is created when missing).")
+@click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
+@click.option("--interval", type=click.FloatRange(min=1), default=None, help="Seconds between scheduled ticks.")
+@pass_ctx
+def deploy(c: Ctx, pool: str, name: str, interval: float | None) -> None:
+    """Register the tick flow as a Prefect deployment on a work pool: Prefect
+    workers on any machine (`prefect worker start --pool POOL`) then run ticks
+    against the shared database (MILEPOST_DB)."""
+    from sqlalchemy.engine import make_url
+
+    from milepost.errors import EnvironmentProblem
+    from milepost.flows.server import configure_prefect
+    from milepost.workspace import resolve_workspace
+
+    ws = resolve_workspace(c.db)
+    if configure_prefect(ws.home) is None:
+        raise EnvironmentProblem("deploy needs a Prefect server: `milepost server start` or set PREFECT_API_URL")
+    # A password is not written into the deployment: workers set MILEPOST_DB themselves then.
+    env = {} if make_url(ws.url).password else {"MILEPOST_DB": ws.url}
+    from milepost.flows.tick import deploy_tick
+
+    dep = deploy_tick(pool, name, interval, env, str(ws.root))
+    hint = "" if env else " (the URL has a password: set MILEPOST_DB on the workers)"
+    c.emit(
+        {"deployment_id": dep, "pool": pool, "name": f"milepost-tick/{name}", "interval": interval},
+        lambda con: con.print(f"deployed milepost-tick/{name} on pool {pool!r} ({dep}){hint}"),
+    )
+
+
 @cli.group()
 def server() -> None:
     """The workspace's Prefect server (UI on loopback)."""

@@ -36,6 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "CRITICAL"
     os.environ["MILEPOST_TEST_PREFECT_PORT"] = str(port)
+    # `milepost serve` tests: let the server schedule and the runner poll quickly.
+    os.environ["PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS"] = "2"
+    os.environ["PREFECT_RUNNER_POLL_FREQUENCY"] = "1"
 
 
 @pytest.fixture(scope="session")

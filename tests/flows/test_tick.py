@@ -1,0 +1,86 @@
+"""The scheduler tick and the served tick flow, against the real server."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CLI
+from tests.flows.conftest import api_post
+
+pytestmark = pytest.mark.xdist_group("prefect")
+
+
+def test_tick_drives_current_first_then_queued_oldest_first(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    order = workspace / "order.txt"
+    for name in ("older", "newer", "current"):
+        cli("item", "create", name, check=True)
+        cli("add", "work", "--gate", f"echo {name} >> {order}", check=True)
+    cli("item", "create", "nothing ready", check=True)  # no milestone: not driven
+    cli("item", "create", "timer", check=True)
+    cli("add", "work", "--gate", f"echo timer >> {order}", check=True)
+    cli("item", "wait", "--wake", "timer", "--until", "2020-01-01T00:00:00Z", "--reason", "cool down", check=True)
+    cli("item", "pick", "3", check=True)
+    r = cli("--json", "tick")
+    assert r.code == 0, r.err
+    data = r.data
+    assert data["expired"] == ["work item 5: timer expired"]
+    assert [d["item"] for d in data["driven"]] == [3, 1, 2, 5]
+    assert all(d["ok"] for d in data["driven"])
+    assert order.read_text().split() == ["current", "older", "newer", "timer"]
+    assert cli.json("tick")["driven"] == []  # nothing left to drive
+
+
+def test_serve_runs_ticks_as_a_served_flow(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    marker = workspace / "ticked"
+    cli("item", "create", "served", check=True)
+    cli("add", "work", "--gate", f"touch {marker}", check=True)
+    proc = cli.popen("serve", "--interval", "2")
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no tick ran within 120 s"
+            time.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while cli.json("list")["milestones"][0]["status"] != "done":
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=30)
+        except Exception:
+            proc.kill()
+            proc.communicate()
+    runs = api_post(prefect_api, "/flow_runs/filter", {"flows": {"name": {"any_": ["milepost-tick"]}}})
+    assert any(r["state_type"] == "COMPLETED" for r in runs)
+
+
+def test_deploy_then_a_worker_runs_a_tick(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    marker = workspace / "worked"
+    cli("item", "create", "deployed", check=True)
+    cli("add", "work", "--gate", f"touch {marker}", check=True)
+    dep = cli.json("deploy", "--pool", "milepost-test-pool")
+    run = api_post(prefect_api, f"/deployments/{dep['deployment_id']}/create_flow_run", {})
+    worker = Path(sys.executable).with_name("prefect")
+    p = subprocess.run(
+        [str(worker), "worker", "start", "--pool", "milepost-test-pool", "--run-once"],
+        cwd="/",  # the deployment says where the workspace is
+        env={k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert marker.exists(), p.stdout[-2000:] + p.stderr[-2000:]
+    assert cli.json("list")["milestones"][0]["status"] == "done"
+    from tests.flows.conftest import api_get
+
+    assert api_get(prefect_api, f"/flow_runs/{run['id']}")["state_type"] == "COMPLETED"
