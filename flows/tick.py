@@ -60,7 +60,7 @@ def deploy_tick(pool: str, name: str, interval: float | None, job_env: dict[str,
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
-    from prefect.deployments.runner import EntrypointType, deploy
+    from prefect.deployments.runner import EntrypointType, RunnerDeployment, deploy  # type: ignore[attr-defined]
     from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
@@ -68,13 +68,15 @@ def deploy_tick(pool: str, name: str, interval: float | None, job_env: dict[str,
             client.read_work_pool(pool)
         except ObjectNotFound:
             client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
-    deployment = tick_flow.to_deployment(
+    deployment = tick_flow.to_deployment(  # sync here: Prefect's async_dispatch returns the value
         name=name,
         interval=timedelta(seconds=interval) if interval else None,
         entrypoint_type=EntrypointType.MODULE_PATH,
         job_variables={"env": job_env, "working_dir": working_dir},
     )
+    assert isinstance(deployment, RunnerDeployment)
     # deploy() prints a table of its own; milepost's stdout carries only milepost's output.
     with contextlib.redirect_stdout(io.StringIO()):
         ids = deploy(deployment, work_pool_name=pool, build=False, push=False, print_next_steps_message=False)
+    assert isinstance(ids, list)
     return str(ids[0])
