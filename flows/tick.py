@@ -60,8 +60,9 @@ def deploy_tick(pool: str, name: str, interval: float | None, job_env: dict[str,
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
-    from prefect.deployments.runner import EntrypointType, RunnerDeployment, deploy  # type: ignore[attr-defined]
+    from prefect.deployments.runner import RunnerDeployment, deploy
     from prefect.exceptions import ObjectNotFound
+    from prefect.types.entrypoint import EntrypointType
 
     with get_client(sync_client=True) as client:
         try:
