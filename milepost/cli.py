@@ -364,10 +364,11 @@ def item_update(c: Ctx, item_id: int, objective: str | None, plan_status: str | 
 @click.argument("item_id", type=int)
 @click.option("--clear-blocker", is_flag=True, help="Also clear its resolved blocker and waits (needs --reason).")
 @click.option("--reason", default=None, help="Why the blocker is resolved.")
+@revision_option
 @pass_ctx
-def item_pick(c: Ctx, item_id: int, clear_blocker: bool, reason: str | None) -> None:
+def item_pick(c: Ctx, item_id: int, clear_blocker: bool, reason: str | None, expect_revision: int | None) -> None:
     """Make ITEM_ID this agent's current work item (a blocked one stays blocked)."""
-    it = c.service.pick(item_id, clear_blocker=clear_blocker, reason=reason)
+    it = c.service.pick(item_id, clear_blocker=clear_blocker, reason=reason, expect_revision=expect_revision)
     c.emit(
         it.model_dump(mode="json"),
         lambda con: con.print(f"current work item: {it.id} ({_esc(it.objective)}), {_styled(it.readiness)}"),
@@ -452,10 +453,11 @@ def ref() -> None:
 @click.argument("reference")
 @click.option("--reason", default="", help="Why it is evidence.")
 @item_option
+@revision_option
 @pass_ctx
-def ref_add(c: Ctx, kind: str, reference: str, reason: str, item: int | None) -> None:
+def ref_add(c: Ctx, kind: str, reference: str, reason: str, item: int | None, expect_revision: int | None) -> None:
     """Add evidence: KIND (pr, ci, doc, ...) and a REFERENCE (URL, path, id)."""
-    r = c.service.add_ref(kind, reference, reason, item=item)
+    r = c.service.add_ref(kind, reference, reason, item=item, expect_revision=expect_revision)
     c.emit(r.model_dump(mode="json"), lambda con: con.print(f"added {r.kind} {r.ref}"))
 
 

@@ -494,7 +494,9 @@ class Service:
 
     # -- evidence ---------------------------------------------------------------
 
-    def add_ref(self, kind: str, ref: str, reason: str = "", *, item: int | None = None) -> WorkRef:
+    def add_ref(
+        self, kind: str, ref: str, reason: str = "", *, item: int | None = None, expect_revision: int | None = None
+    ) -> WorkRef:
         if not kind.strip() or not ref.strip():
             raise InvalidValueError(
                 "a work ref needs a kind and a ref, e.g. `milepost ref add pr https://... --reason`"
@@ -508,7 +510,7 @@ class Service:
             loaded.dirty = True
             return WorkRef(kind=kind.strip(), ref=ref.strip(), reason=reason, at=now)
 
-        return self._mutate(item, fn)
+        return self._mutate(item, fn, expect_revision)
 
     def refs(self, item: int | None = None) -> list[WorkRef]:
         item_id = self._resolve(item)
@@ -579,7 +581,9 @@ class Service:
                     break
             return out
 
-    def pick(self, item: int, *, clear_blocker: bool = False, reason: str | None = None) -> WorkItem:
+    def pick(
+        self, item: int, *, clear_blocker: bool = False, reason: str | None = None, expect_revision: int | None = None
+    ) -> WorkItem:
         """Make ``item`` this agent's current item. A blocked item is focused
         for inspection without becoming runnable; ``clear_blocker`` (with a
         reason) also clears its blocker and its waits."""
@@ -599,7 +603,7 @@ class Service:
                 loaded.dirty = True
             self._set_focus(s, loaded.id)
 
-        self._mutate(item, fn)
+        self._mutate(item, fn, expect_revision)
         self._cache.pop(item, None)
         return self.get_item(item)
 

@@ -250,7 +250,8 @@ def test_fix_hook_runs_between_attempts_with_its_context(prefect_api: str, servi
         from milepost.service import REFS
 
         refs = s.execute(select(REFS.c.kind, REFS.c.ref).where(REFS.c.item_id == item)).all()
-    assert [k for k, _ in refs] == ["fix"] and refs[0][1].endswith("attempt-1.fix.log")
+    assert [k for k, _ in refs] == ["gate_run", "fix", "gate_run"]  # attempt 1, its fix, attempt 2
+    assert refs[1][1].endswith("attempt-1.fix.log")
 
 
 def test_retry_delay_backs_off(prefect_api: str, service: Service, workspace: Path) -> None:
