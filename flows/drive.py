@@ -51,7 +51,7 @@ from milepost.graph.models import GateCommand
 from milepost.graph.render import display_status
 from milepost.graph.status import MilestoneStatus
 from milepost.results import Claim, DoneResult
-from milepost.service import LEASE_TTL, Service, interrupted_result
+from milepost.service import Service, interrupted_result
 
 __all__ = ["GateFailed", "GateSpec", "drive_workgraph", "gate_task", "run_drive"]
 
@@ -342,7 +342,7 @@ class _Loop:
             if m.retry_at is not None and m.retry_at > now and m.status is MilestoneStatus.NEEDS_FIX:
                 self._hold_until(m.name, m.retry_at)
         stop_keeper = threading.Event()
-        keeper = threading.Thread(target=self._keep_leases, args=(stop_keeper,), daemon=True)
+        keeper = threading.Thread(target=self.svc.keep_leases, args=(self._gate_claims, stop_keeper), daemon=True)
         keeper.start()
         try:
             while True:
@@ -369,13 +369,8 @@ class _Loop:
             keeper.join(timeout=5)
             self.stop_file.unlink(missing_ok=True)
 
-    def _keep_leases(self, stop: threading.Event) -> None:
-        while not stop.wait(LEASE_TTL.total_seconds() / 4):
-            claims = [r.claim for r in list(self.running.values()) if r.kind == "gate"]
-            try:
-                self.svc.renew_leases(claims)
-            except Exception:
-                continue
+    def _gate_claims(self) -> list[Claim]:
+        return [r.claim for r in list(self.running.values()) if r.kind == "gate"]
 
     def _stop_all(self) -> None:
         """Interrupted: kill every running gate, record the attempts as

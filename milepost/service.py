@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import Row, Table, delete, func, insert, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from milepost._orm import DepRow, EventRow, FocusRow, GateRunRow, ItemRow, MilestoneRow, WorkRefRow, utcnow
@@ -1008,7 +1009,7 @@ class Service:
         if isinstance(claimed, DoneResult):
             return claimed
         stop = threading.Event()
-        keeper = threading.Thread(target=self._keep_leases, args=([claimed], stop), daemon=True)
+        keeper = threading.Thread(target=self.keep_leases, args=(lambda: [claimed], stop), daemon=True)
         keeper.start()
         started = datetime.now(UTC)
         try:
@@ -1083,9 +1084,22 @@ class Service:
                     .values(lease_expires=utcnow() + LEASE_TTL)
                 )
 
-    def _keep_leases(self, claims: list[Claim], stop: threading.Event) -> None:
+    def keep_leases(self, claims: Callable[[], Iterable[Claim]], stop: threading.Event) -> None:
+        """Renew the leases of ``claims()`` every quarter of their lifetime
+        until ``stop`` is set (run it in a thread while gates run)."""
         while not stop.wait(LEASE_TTL.total_seconds() / 4):
-            self.renew_leases(claims)
+            try:
+                self.renew_leases(claims())
+            except DBAPIError:
+                continue  # a missed renewal is retried; the lease has slack for three
+
+    @staticmethod
+    def _drop_lease(s: Session, c: Claim) -> None:
+        s.execute(
+            update(MILESTONES)
+            .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
+            .values(lease_owner=None, lease_expires=None)
+        )
 
     def reclaim_expired(self, item: int) -> list[str]:
         """Milestones whose gate lease expired (their driver died): record the
@@ -1151,11 +1165,7 @@ class Service:
                     finished_at=result.finished_at,
                 )
             )
-            s.execute(
-                update(MILESTONES)
-                .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
-                .values(lease_owner=None, lease_expires=None)
-            )
+            self._drop_lease(s, c)
             # Every gate run is evidence of the work item.
             s.execute(
                 insert(REFS).values(
@@ -1202,11 +1212,7 @@ class Service:
     ) -> DoneResult:
         """A milestone without a gate is done when the drive reaches it (or
         waits for review): no gate run is stored, no attempt is spent."""
-        s.execute(
-            update(MILESTONES)
-            .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
-            .values(lease_owner=None, lease_expires=None)
-        )
+        self._drop_lease(s, c)
         m = loaded.graph.get(c.milestone.name)
         loaded.dirty = True
         base = {"item": loaded.id, "revision": loaded.revision + 1}
