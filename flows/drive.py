@@ -572,6 +572,7 @@ def run_drive(
     the Prefect server has recorded every task run of the flow run before
     returning (a temporary server loses what it has not recorded at exit)."""
     global _CONTEXT
+    service.check_can_drive(item_id)
     ctx = _DriveContext(service=service, reporter=reporter or MultiReporter(), max_parallel=max_parallel, until=until)
     _CONTEXT = ctx
     t0 = time.monotonic()

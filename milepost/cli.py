@@ -880,6 +880,7 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     """
     svc = c.service
     item = svc.resolve_item(item_id)
+    svc.check_can_drive(item)
     if dry_run:
         order = svc.plan_order(item, until)
         c.emit(

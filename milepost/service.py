@@ -524,6 +524,16 @@ class Service:
         with self.store.read() as s:
             return self._item(self._load(s, item_id))
 
+    def check_can_drive(self, item: int) -> WorkItem:
+        """Refuse (before any Prefect start-up) to drive an item that is not
+        open or belongs to another agent."""
+        with self.store.read() as s:
+            loaded = self._load(s, item)
+            self._check_owner(loaded)
+            current = self._item(loaded)
+        check_open(current)
+        return current
+
     def drivable_items(self) -> list[int]:
         """What a scheduler tick drives: open items with a ready milestone,
         every agent's current item first, then the queued ones, oldest first."""

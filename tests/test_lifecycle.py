@@ -107,6 +107,8 @@ def test_completion(cli: CLI, workspace: Path) -> None:
     assert cli.json("item", "show", "1")["report"] == "Built and shipped."  # stored once
     r = cli("add", "more", "--item", "1")
     assert r.code == 2 and "work item 1 is completed" in r.err
+    r = cli("drive", "1")
+    assert r.code == 2 and "work item 1 is completed" in r.err
 
 
 def test_cancel_with_reason(cli: CLI) -> None:
@@ -134,6 +136,8 @@ def test_focus_and_ownership(cli: CLI, workspace: Path) -> None:
     r = cli("--agent", "bob", "item", "pick", str(alice))
     assert r.code == 2 and "belongs to agent 'alice'" in r.err
     assert snapshot(workspace) == before
+    r = cli("--agent", "bob", "drive", str(alice), "--dry-run")
+    assert r.code == 2 and "belongs to agent 'alice'" in r.err
     cli("--agent", "bob", "--operator", "start", "a1", "--item", str(alice), check=True)
     assert cli.json("--agent", "alice", "list")["milestones"][0]["status"] == "in_progress"
     events = cli.json("--agent", "alice", "history")["events"]
