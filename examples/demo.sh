@@ -73,4 +73,4 @@ done
 step milepost drive --max-parallel 3
 echo
 echo "demo finished: both work items are done (store: $ws/.milepost)"
-echo "browse the runs in the Prefect UI: cd $ws && milepost server start"
+echo "browse the runs in the Prefect UI: cd $ws && $(command -v milepost) server start"

@@ -170,7 +170,7 @@ def init(c: Ctx, path: Path) -> None:
 
 @cli.group()
 def item() -> None:
-    """Work items: create, list, show, update, pick."""
+    """Work items: create, list, show, update, pick, wait, wake, complete, cancel."""
 
 
 def _plan_status(value: str | None) -> Any:
