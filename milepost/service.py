@@ -1,11 +1,13 @@
 """The service layer: load a work item's graph, apply an action, persist,
 return pydantic results. The CLI, the MCP server and the flows call only this.
 
-Every state change is one write transaction that ends with a compare-and-swap
-of the item's revision (``UPDATE work_items SET revision = r + 1 WHERE id = :id
-AND revision = r``); if another writer got there first the transaction is
-rolled back and retried on fresh data, so two processes can never both apply
-a transition. ``expect_revision`` lets a caller refuse to act on stale data.
+Every state change is one write transaction. It starts by locking the item
+(its row on PostgreSQL, the database on SQLite) and ends with a
+compare-and-swap of the item's revision (``UPDATE work_items SET revision =
+r + 1 WHERE id = :id AND revision = r``); if another writer got there first
+the transaction is rolled back and retried on fresh data, so two processes can
+never both apply a transition. ``expect_revision`` lets a caller refuse to act
+on stale data.
 """
 
 from __future__ import annotations
@@ -280,11 +282,15 @@ class Service:
         for _ in range(MAX_CAS_RETRIES):
             try:
                 with self.store.write() as s:
+                    # Writers of one item take turns: the item's row lock on
+                    # PostgreSQL (SQLite's BEGIN IMMEDIATE already serializes),
+                    # taken before anything is read, so no step acts on data
+                    # another writer is about to change. The revision CAS at
+                    # the end stays as the guard.
+                    stored = s.execute(select(ITEMS.c.revision).where(ITEMS.c.id == item_id).with_for_update()).scalar()
                     loaded = self._cache.get(item_id) if cache else None
-                    if loaded is not None:
-                        stored = s.execute(select(ITEMS.c.revision).where(ITEMS.c.id == item_id)).scalar()
-                        if stored != loaded.revision:
-                            loaded = None
+                    if loaded is not None and stored != loaded.revision:
+                        loaded = None
                     if loaded is None:
                         loaded = self._load(s, item_id)
                     loaded.dirty = False

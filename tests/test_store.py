@@ -15,7 +15,6 @@ from milepost.errors import DatabaseUnreachableError, StaleRevisionError, StoreN
 from milepost.graph import Action, MilestoneStatus
 from milepost.service import ITEMS, Service
 from milepost.store import SCHEMA_HEAD, Store
-from tests.conftest import Postgres
 
 S = MilestoneStatus
 
@@ -80,31 +79,29 @@ def test_gate_runs_are_evidence(any_service: Service) -> None:
     assert runs[0].log_path != runs[1].log_path
 
 
-@pytest.mark.postgres
-def test_lost_cas_reruns_on_fresh_data(postgres: Postgres, workspace: Path) -> None:
-    """PostgreSQL: another writer bumps the revision between our read and our
-    write; the CAS loses, the transaction rolls back and the operation re-runs.
-    (On SQLite a writer takes the lock before it reads, so there is no race.)"""
-    svc = Service(Store.open(postgres.create_db("mp_lost_cas"), workspace / ".milepost", workspace))
+def test_lost_cas_rolls_back_and_reruns(any_service: Service) -> None:
+    """Writers lock the item first, so a second writer cannot slip in; the
+    revision compare-and-swap stays as the guard. Make it fire: bump the
+    revision inside the transaction after the load. The CAS finds 0 rows, the
+    whole transaction (the bump too) rolls back and the operation re-runs."""
+    svc = any_service
     it = svc.create_item("race")
     svc.add_milestone("a")
-    calls = []
+    calls: list[int] = []
     original = svc._load
 
     def load_then_interfere(s, item_id):  # type: ignore[no-untyped-def]
         loaded = original(s, item_id)
         if not calls:
-            with svc.store.engine.connect() as other:
-                other.execute(update(ITEMS).where(ITEMS.c.id == item_id).values(revision=ITEMS.c.revision + 1))
-                other.commit()
+            s.execute(update(ITEMS).where(ITEMS.c.id == item_id).values(revision=ITEMS.c.revision + 1))
         calls.append(loaded.revision)
         return loaded
 
     svc._load = load_then_interfere  # type: ignore[method-assign]
-    svc.start("a")
-    assert calls == [2, 3]
-    assert svc.get_item(it.id).revision == 4
-    svc.close()
+    r = svc.start("a")
+    assert calls == [2, 2]  # loaded twice: the first attempt was rolled back whole
+    assert r.revision == 3 and svc.get_item(it.id).revision == 3
+    assert [e["action"] for e in svc.events()].count("start") == 1
 
 
 def test_threads_racing_one_start_exactly_one_wins(any_service: Service) -> None:
@@ -228,3 +225,33 @@ def test_an_old_schema_is_migrated_on_open_and_keeps_its_data(tmp_path: Path) ->
     with svc.store.engine.connect() as c:
         assert c.execute(text("PRAGMA foreign_keys")).scalar() == 1
     svc.close()
+
+
+def test_concurrent_claims_never_hand_out_one_milestone_twice(any_service: Service) -> None:
+    """Two drivers' claim loops on one item (SQLite: the write lock; PostgreSQL:
+    the revision compare-and-swap): every milestone is claimed exactly once."""
+    svc = any_service
+    item = svc.create_item("claims").id
+    for i in range(12):
+        svc.add_milestone(f"m{i}")
+    claimed: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(3)
+
+    def driver(n: int) -> None:
+        other = Service(Store(svc.store.url, svc.store.home, svc.store.root))
+        barrier.wait()
+        try:
+            while (c := other.claim_next(item, f"driver-{n}")) is not None:
+                with lock:
+                    claimed.append(c.milestone.name)
+        finally:
+            other.close()
+
+    threads = [threading.Thread(target=driver, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(claimed) == sorted(f"m{i}" for i in range(12))
+    assert all(m.status is S.IN_PROGRESS for m in svc.get_item(item).milestones)
