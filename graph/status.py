@@ -13,8 +13,6 @@ from enum import StrEnum
 from milepost.errors import TransitionError
 
 __all__ = [
-    "ACTIVE_STATUSES",
-    "EXHAUSTING",
     "REASON_REQUIRED",
     "TRANSITIONS",
     "USER_ACTIONS",
@@ -41,10 +39,6 @@ class MilestoneStatus(StrEnum):
     @property
     def is_done(self) -> bool:
         return self is MilestoneStatus.DONE
-
-
-# Statuses in which someone is working on the milestone right now.
-ACTIVE_STATUSES = frozenset({MilestoneStatus.IN_PROGRESS})
 
 
 class Action(StrEnum):
@@ -96,9 +90,6 @@ TRANSITIONS: dict[tuple[MilestoneStatus, Action], MilestoneStatus] = {
     (S.IN_PROGRESS, A.APPROVE): S.DONE,
     (S.IN_PROGRESS, A.REJECT): S.NEEDS_FIX,
 }
-
-# Outcomes that spend the budget: when it is spent they lead to stuck instead.
-EXHAUSTING = frozenset({A.FAIL, A.REJECT})
 
 # Actions an operator must justify; the reason is kept in the event log.
 REASON_REQUIRED = frozenset({A.NEEDS_FIX, A.RESET, A.LOCK, A.UNLOCK, A.REJECT})

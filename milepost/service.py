@@ -552,10 +552,6 @@ class Service:
         with self.store.read() as s:
             return [i for i in s.execute(select(FOCUS.c.item_id)).scalars() if i is not None]
 
-    def current_item_id(self) -> int | None:
-        with self.store.read() as s:
-            return self._focused(s)
-
     LIST_FILTERS = (
         "all", "open", "completed", "cancelled", "current", "queued", "blocked", "waiting_for_operator", "runnable",
     )  # fmt: skip

@@ -233,12 +233,7 @@ def test_fix_hook_runs_between_attempts_with_its_context(prefect_api: str, servi
     assert (got_item, got_name, got_attempt) == (str(item), "lint", "1")
     assert got_log.endswith("lint/attempt-1.log") and Path(got_log).is_file()
     assert service.get_item(item).milestones[0].attempts == 2
-    with service.store.read() as s:
-        from sqlalchemy import select
-
-        from milepost.service import REFS
-
-        refs = s.execute(select(REFS.c.kind, REFS.c.ref).where(REFS.c.item_id == item)).all()
+    refs = [(r.kind, r.ref) for r in service.refs(item)]
     assert [k for k, _ in refs] == ["gate_run", "fix", "gate_run"]  # attempt 1, its fix, attempt 2
     assert refs[1][1].endswith("attempt-1.fix.log")
 
