@@ -285,3 +285,26 @@ def test_dask_runner_on_a_local_cluster(prefect_api: str, service: Service, work
     assert str(os.getpid()) not in out.read_text().split()
     _labels, edges = flow_run_edges(prefect_api, summary.flow_run_id or "")
     assert edges == {(f"d{i}", "end") for i in range(4)}
+
+
+@pytest.mark.postgres
+def test_drive_on_a_postgresql_store(prefect_api: str, postgres, workspace: Path) -> None:  # type: ignore[no-untyped-def]
+    """The shared-database setup: the store on a PostgreSQL server, two gates
+    in parallel, one flaky, the DAG's edges in the flow run."""
+    from milepost.store import Store
+
+    svc = Service(Store.open(postgres.create_db("mp_drive"), workspace / ".milepost", workspace))
+    counter = workspace / "count"
+    flaky = f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; test $n -ge 1"
+    item = apply(
+        svc,
+        "objective: on postgres\nmilestones:\n"
+        f"  - {{name: a, gate: 'true'}}\n  - name: b\n    gate: '{flaky}'\n"
+        "  - {name: c, deps: [a, b], gate: 'true'}\n",
+    )
+    summary = run_drive(svc, item, max_parallel=2)
+    assert summary.ok, summary.message
+    assert [(m.name, m.attempts) for m in svc.get_item(item).milestones] == [("a", 1), ("b", 2), ("c", 1)]
+    _, edges = flow_run_edges(prefect_api, summary.flow_run_id or "")
+    assert edges == {("a", "c"), ("b", "c")}
+    svc.close()
