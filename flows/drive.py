@@ -47,7 +47,8 @@ from pydantic import BaseModel
 
 from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter, Reporter
 from milepost.gates.command import GateResult, Outcome, run_gate
-from milepost.graph.models import GateCommand
+from milepost.graph.dag import WorkGraph
+from milepost.graph.models import GateCommand, WorkItem
 from milepost.graph.render import display_status
 from milepost.graph.status import MilestoneStatus
 from milepost.results import Claim, DoneResult
@@ -397,8 +398,7 @@ class _Loop:
         self.running.clear()
 
 
-def _summary(ctx: _DriveContext, item_id: int, interrupted: bool = False) -> DriveSummary:
-    it, g = ctx.service.graph(item_id)
+def _summary(ctx: _DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = False) -> DriveSummary:
     ms = []
     for m in g:
         view = display_status(g, m)
@@ -419,14 +419,10 @@ def _summary(ctx: _DriveContext, item_id: int, interrupted: bool = False) -> Dri
         message = f"all {len(g)} milestones are done"
     else:
         parts = []
-        stuck = [
-            m
-            for m in g
-            if m.status is MilestoneStatus.STUCK or (m.status is MilestoneStatus.NEEDS_FIX and not m.budget_left)
-        ]
+        stuck = [m for m in g if m.is_stuck]
         for m in stuck:
-            below = sorted(g.digraph.successors(m.name))
-            blocks = f" (blocks {', '.join(_descendants(g, m.name))})" if below else ""
+            below = g.descendants(m.name)
+            blocks = f" (blocks {', '.join(below)})" if below else ""
             parts.append(f"stuck: {m.name}{blocks}")
         review = [m.name for m in g if m.awaiting_review]
         if review:
@@ -447,13 +443,6 @@ def _summary(ctx: _DriveContext, item_id: int, interrupted: bool = False) -> Dri
         interrupted=interrupted,
         milestones=ms,
     )
-
-
-def _descendants(g: Any, name: str) -> list[str]:
-    import networkx as nx
-
-    d = g.digraph
-    return sorted(nx.descendants(d, name), key=lambda n: g.get(n).id)
 
 
 def _flow_run_name() -> str:
@@ -480,7 +469,7 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     svc = ctx.service
     it, g = svc.graph(item_id)
     if until is not None:
-        keep = {until, *(_ancestors(g, until))}
+        keep = {until, *g.ancestors(until)}
         svc.set_holds(item_id, {m.name for m in g if m.name not in keep})
     from milepost.flows.artifacts import ArtifactReporter
 
@@ -500,14 +489,15 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
         raise
     finally:
         svc.set_holds(item_id, set())
-        summary = _summary(ctx, item_id, interrupted)
+        it, g = svc.graph(item_id)
+        summary = _summary(ctx, it, g, interrupted)
         if crash:
             summary.ok = False
             summary.message = f"{crash}; {summary.message}"
         summary.gate_runs = loop.gate_runs
         ctx.summary = summary
         if not interrupted:
-            artifacts.publish(summary, svc.graph(item_id)[1])
+            artifacts.publish(summary, g)
     if summary.ok:
         return Completed(message=summary.message)
     return Failed(message=summary.message)
@@ -517,13 +507,6 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
 # (in the run context), and pickle finds a plain module-level function by
 # reference, where a shadowed one would be pickled by value with its globals.
 drive_workgraph = flow(name="drive-workgraph", flow_run_name=_flow_run_name, log_prints=False)(drive_workgraph_body)
-
-
-def _ancestors(g: Any, name: str) -> set[str]:
-    import networkx as nx
-
-    g.get(name)  # raises NotFoundError for an unknown milestone
-    return set(nx.ancestors(g.digraph, name))
 
 
 @contextmanager
@@ -587,7 +570,7 @@ def run_drive(
                     wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
     finally:
         _CONTEXT = None
-    summary = ctx.summary or _summary(ctx, item_id)
+    summary = ctx.summary or _summary(ctx, *service.graph(item_id))
     summary.duration = time.monotonic() - t0
     summary.flow_run_url = flow_run_url(ctx.flow_run_id)
     return summary

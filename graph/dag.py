@@ -113,6 +113,16 @@ class WorkGraph:
     def dependents(self, name: str) -> list[str]:
         return sorted(self._g.successors(name), key=lambda n: self._ms[n].id)
 
+    def ancestors(self, name: str) -> list[str]:
+        """Every milestone ``name`` depends on, directly or not, by id."""
+        self.get(name)
+        return sorted(nx.ancestors(self._g, name), key=lambda n: self._ms[n].id)
+
+    def descendants(self, name: str) -> list[str]:
+        """Every milestone that depends on ``name``, directly or not, by id."""
+        self.get(name)
+        return sorted(nx.descendants(self._g, name), key=lambda n: self._ms[n].id)
+
     def undone_deps(self, name: str) -> list[Milestone]:
         return [self._ms[d] for d in self.get(name).deps if not self._ms[d].status.is_done]
 
@@ -174,9 +184,7 @@ class WorkGraph:
         review: list[str] = []
         held: list[str] = []
         for m in self:
-            status = m.status
-            if status is S.NEEDS_FIX and not m.budget_left:
-                status = S.STUCK  # needs a reset just like a stuck one
+            status = S.STUCK if m.is_stuck else m.status
             if m.awaiting_review:
                 review.append(m.name)
                 continue
@@ -388,7 +396,7 @@ class WorkGraph:
     def _reopen_dependents(self, name: str, reason: str) -> list[Change]:
         """A done milestone found faulty reopens everything done that was built
         on it: otherwise a done milestone would stand on an undone dep."""
-        below = sorted(nx.descendants(self._g, name), key=lambda n: self._ms[n].id)
+        below = self.descendants(name)
         busy = [n for n in below if self._ms[n].status is S.IN_PROGRESS]
         if busy:
             raise TransitionError(

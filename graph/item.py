@@ -158,11 +158,7 @@ def readiness_view(item: WorkItem, g: WorkGraph, *, after_open: bool = False) ->
     if active:
         return ReadinessView(Readiness.RUNNABLE, "in_progress", "in progress: " + ", ".join(active))
     review = [m.name for m in g if m.awaiting_review]
-    stuck = [
-        m.name
-        for m in g
-        if m.status is MilestoneStatus.STUCK or (m.status is MilestoneStatus.NEEDS_FIX and not m.budget_left)
-    ]
+    stuck = [m.name for m in g if m.is_stuck]
     if review and not stuck:
         return ReadinessView(Readiness.WAITING_FOR_OPERATOR, "review", "waiting for review: " + ", ".join(review))
     if stuck:

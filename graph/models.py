@@ -104,6 +104,14 @@ class Milestone(_Read):
     def has_gate(self) -> bool:
         return bool(self.gate)
 
+    @property
+    def is_stuck(self) -> bool:
+        """Stuck, or sent back for a fix with no budget left: only an
+        operator's reset moves it again."""
+        return self.status is MilestoneStatus.STUCK or (
+            self.status is MilestoneStatus.NEEDS_FIX and not self.budget_left
+        )
+
 
 class ItemDefaults(_Read):
     retries: Annotated[int, Field(ge=0)] = DEFAULT_RETRIES

@@ -37,7 +37,7 @@ def display_status(g: WorkGraph, m: Milestone) -> str:
         return "ready" if m.status is S.PENDING else "needs_fix"
     if m.status is S.PENDING:
         return "blocked"
-    if m.status is S.NEEDS_FIX and not m.budget_left:
+    if m.is_stuck:
         return "stuck"
     return m.status.value
 

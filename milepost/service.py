@@ -1275,10 +1275,7 @@ class Service:
         _, g = self.graph(item)
         sim = WorkGraph(list(g))
         if until is not None:
-            import networkx as nx
-
-            sim.get(until)
-            keep = {until, *nx.ancestors(sim.digraph, until)}
+            keep = {until, *sim.ancestors(until)}
             for other in list(sim):
                 if other.name not in keep:
                     sim.hold(other.name)
