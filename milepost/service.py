@@ -617,7 +617,6 @@ class Service:
             self._set_focus(s, loaded.id)
 
         self._mutate(item, fn, expect_revision)
-        self._cache.pop(item, None)
         return self.get_item(item)
 
     def update_item(
@@ -678,7 +677,6 @@ class Service:
 
         self._mutate(item, fn, expect_revision)
         item_id = self._resolve(item)
-        self._cache.pop(item_id, None)
         return self.get_item(item_id)
 
     # -- waits -------------------------------------------------------------------
@@ -710,7 +708,6 @@ class Service:
 
         self._mutate(item, fn, expect_revision)
         item_id = self._resolve(item)
-        self._cache.pop(item_id, None)
         return self.get_item(item_id)
 
     def _settle(self, item_id: int, why: str) -> None:
@@ -727,7 +724,6 @@ class Service:
             loaded.dirty = True
 
         self._mutate(item_id, fn, check_owner=False)
-        self._cache.pop(item_id, None)
 
     def wake(self, resource: str) -> list[int]:
         """An external event (a PR updated, CI finished): settle every open
@@ -774,7 +770,6 @@ class Service:
                     loaded.dirty = True
 
                 self._mutate(r.id, fn, check_owner=False)
-                self._cache.pop(r.id, None)
                 notes.append(f"work item {r.id}: recheck due, blocker lifted")
         return notes
 
@@ -825,7 +820,6 @@ class Service:
             )
 
         result = self._mutate(item, fn, expect_revision)
-        self._cache.pop(result.item.id, None)
         result.item = self.get_item(result.item.id)
         return result
 
@@ -853,7 +847,6 @@ class Service:
             return loaded.id
 
         item_id = self._mutate(item, fn, expect_revision)
-        self._cache.pop(item_id, None)
         return self.get_item(item_id)
 
     # -- plans ---------------------------------------------------------------
