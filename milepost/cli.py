@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from milepost.errors import MilepostError
+from milepost.errors import EnvironmentProblem, InvalidValueError, MilepostError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -291,7 +291,6 @@ def _show_item(c: Ctx, item_id: int | None) -> None:
 
 
 def _todo(entries: tuple[str, ...]) -> Any:
-    from milepost.errors import InvalidValueError
     from milepost.graph.item import TodoState
     from milepost.graph.models import TodoItem
 
@@ -308,8 +307,6 @@ def _todo(entries: tuple[str, ...]) -> Any:
 
 def _time(value: str | None, flag: str) -> Any:
     from datetime import datetime
-
-    from milepost.errors import InvalidValueError
 
     if value is None:
         return None
@@ -413,8 +410,6 @@ def item_wake(c: Ctx, resource: str) -> None:
 def item_complete(c: Ctx, item_id: int | None, report: str | None, report_file: Path | None,
                   expect_revision: int | None) -> None:  # fmt: skip
     """Close a work item with its report (every milestone must be done)."""
-    from milepost.errors import InvalidValueError
-
     if report_file is not None:
         try:
             report = report_file.read_text()
@@ -888,15 +883,7 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
             lambda con: con.print("\n".join(f"{i}. {n}" for i, n in enumerate(order, 1)) or "nothing to run"),
         )
         return
-    from milepost.errors import EnvironmentProblem
-    from milepost.flows.server import configure_prefect
-
-    api = configure_prefect(svc.store.home)
-    if task_runner == "dask" and api is None:
-        raise EnvironmentProblem(
-            "the dask task runner needs a Prefect server its workers can reach:"
-            " run `milepost server start` or set PREFECT_API_URL"
-        )
+    api = _prefect(svc.store.home, "the dask task runner (its workers)" if task_runner == "dask" else None)
     from milepost.flows.events import JsonLinesReporter, LineReporter, Reporter
 
     reporter: Reporter
@@ -945,12 +932,10 @@ def tick(c: Ctx) -> None:
     runnable items (current ones first, then queued oldest first)."""
     svc = c.service
     svc.operator = True  # the scheduler acts for every agent
-    from milepost.flows.server import configure_prefect
-
     expired = svc.expire()
     driven: list[dict[str, Any]] = []
     if svc.drivable_items():  # only then is Prefect imported
-        configure_prefect(svc.store.home)
+        _prefect(svc.store.home)
         from milepost.flows.events import JsonLinesReporter, LineReporter, Reporter
         from milepost.flows.tick import run_tick
 
@@ -978,13 +963,7 @@ def serve(c: Ctx, interval: float, name: str) -> None:
     """Serve the tick flow with Prefect: a tick every INTERVAL seconds, until
     interrupted. Uses the workspace's Prefect server (`milepost server start`)
     or PREFECT_API_URL."""
-    from milepost.errors import EnvironmentProblem
-    from milepost.flows.server import configure_prefect
-
-    home = _home(c)
-    api = configure_prefect(home, quiet_console=False)
-    if api is None:
-        raise EnvironmentProblem("serve needs a running Prefect server: `milepost server start` or set PREFECT_API_URL")
+    api = _prefect(_home(c), "serve", quiet=False)
     if c.db:
         os.environ["MILEPOST_DB"] = c.db  # the served flow runs open the same store
     from datetime import timedelta
@@ -1006,13 +985,10 @@ def deploy(c: Ctx, pool: str, name: str, interval: float | None) -> None:
     against the shared database (MILEPOST_DB)."""
     from sqlalchemy.engine import make_url
 
-    from milepost.errors import EnvironmentProblem
-    from milepost.flows.server import configure_prefect
     from milepost.workspace import resolve_workspace
 
     ws = resolve_workspace(c.db)
-    if configure_prefect(ws.home) is None:
-        raise EnvironmentProblem("deploy needs a Prefect server: `milepost server start` or set PREFECT_API_URL")
+    _prefect(ws.home, "deploy")
     # A password is not written into the deployment: workers set MILEPOST_DB themselves then.
     env = {} if make_url(ws.url).password else {"MILEPOST_DB": ws.url}
     from milepost.flows.tick import deploy_tick
@@ -1062,6 +1038,18 @@ def server_status(c: Ctx) -> None:
     c.emit(info.__dict__, lambda con: con.print(text))
     if not (info.running and info.healthy):
         raise SystemExit(1)
+
+
+def _prefect(home: Path, need: str | None = None, *, quiet: bool = True) -> str | None:
+    """Point Prefect at this workspace (before anything imports it) and return
+    the server's API URL, or None for Prefect's temporary server. With
+    ``need``, a real server is required: refuse (exit 3) when none is up."""
+    from milepost.flows.server import configure_prefect
+
+    api = configure_prefect(home, quiet_console=quiet)
+    if need and api is None:
+        raise EnvironmentProblem(f"{need} needs a Prefect server: run `milepost server start` or set PREFECT_API_URL")
+    return api
 
 
 def _home(c: Ctx) -> Path:
