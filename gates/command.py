@@ -216,26 +216,18 @@ def run_gate(
     finished = datetime.now(UTC)
     duration = time.monotonic() - t0
     bad = next((r for r in results if r.outcome is Outcome.FAILED), None)
+    # The verdict speaks for the failing command, or for the last one when all passed.
+    speaker = bad or (results[-1] if results else None)
     if bad is None:
-        last = results[-1] if results else None
-        return GateResult(
-            outcome=Outcome.PASSED,
-            reason="exit 0" if len(results) == 1 else f"all {len(results)} commands passed",
-            exit_code=last.exit_code if last else 0,
-            duration=duration,
-            tail=last.tail if last else "",
-            log_path=str(log_path),
-            started_at=started,
-            finished_at=finished,
-            commands=results,
-        )
-    reason = bad.reason if len(results) == 1 else f"{bad.name}: {bad.reason}"
+        reason = "exit 0" if len(results) == 1 else f"all {len(results)} commands passed"
+    else:
+        reason = bad.reason if len(results) == 1 else f"{bad.name}: {bad.reason}"
     return GateResult(
-        outcome=Outcome.FAILED,
+        outcome=Outcome.PASSED if bad is None else Outcome.FAILED,
         reason=reason,
-        exit_code=bad.exit_code,
+        exit_code=speaker.exit_code if speaker else 0,
         duration=duration,
-        tail=bad.tail,
+        tail=speaker.tail if speaker else "",
         log_path=str(log_path),
         started_at=started,
         finished_at=finished,
