@@ -15,7 +15,7 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
-from milepost.flows.events import DriveSummary
+from milepost.flows.events import DriveSummary, NullReporter
 from milepost.graph.dag import WorkGraph
 from milepost.graph.render import to_mermaid
 from milepost.results import Claim, DoneResult
@@ -25,7 +25,7 @@ __all__ = ["ArtifactReporter"]
 PROGRESS_INTERVAL = 1.0
 
 
-class ArtifactReporter:
+class ArtifactReporter(NullReporter):
     def __init__(self, item: int, total: int) -> None:
         self.item = item
         self.total = max(total, 1)
@@ -37,15 +37,6 @@ class ArtifactReporter:
         # Called from a sync flow, Prefect's async_dispatch returns the id, not a coroutine.
         self.progress_id: UUID | None = created if isinstance(created, UUID) else None
 
-    def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
-        pass
-
-    def gate_started(self, claim: Claim) -> None:
-        pass
-
-    def note(self, message: str) -> None:
-        pass
-
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         if done.milestone.status.is_done:
             self.finished.add(done.milestone.name)
@@ -55,9 +46,6 @@ class ArtifactReporter:
         if self.progress_id is not None and now - self._last_update >= PROGRESS_INTERVAL:
             self._last_update = now
             update_progress_artifact(self.progress_id, progress=100.0 * len(self.finished) / self.total)
-
-    def drive_finished(self, summary: DriveSummary) -> None:
-        pass
 
     def publish(self, summary: DriveSummary, graph: WorkGraph) -> None:
         done = sum(1 for m in summary.milestones if m.status == "done")

@@ -45,7 +45,7 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel
 
-from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter, Reporter
+from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter, NullReporter, Reporter
 from milepost.gates.command import GateResult, Outcome, run_gate
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import GateCommand, WorkItem
@@ -464,7 +464,7 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     ctx = _CONTEXT
     if ctx is None:
         # Started by Prefect itself (a deployment): open the store from the environment.
-        ctx = _DriveContext(service=Service.open(), reporter=MultiReporter(), max_parallel=max_parallel, until=until)
+        ctx = _DriveContext(service=Service.open(), reporter=NullReporter(), max_parallel=max_parallel, until=until)
     ctx.flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     svc = ctx.service
     it, g = svc.graph(item_id)
@@ -556,7 +556,7 @@ def run_drive(
     returning (a temporary server loses what it has not recorded at exit)."""
     global _CONTEXT
     service.check_can_drive(item_id)
-    ctx = _DriveContext(service=service, reporter=reporter or MultiReporter(), max_parallel=max_parallel, until=until)
+    ctx = _DriveContext(service=service, reporter=reporter or NullReporter(), max_parallel=max_parallel, until=until)
     _CONTEXT = ctx
     t0 = time.monotonic()
     try:

@@ -22,6 +22,7 @@ __all__ = [
     "LineReporter",
     "MilestoneSummary",
     "MultiReporter",
+    "NullReporter",
     "RecordingReporter",
     "Reporter",
 ]
@@ -66,7 +67,9 @@ class Reporter(Protocol):
     def drive_finished(self, summary: DriveSummary) -> None: ...
 
 
-class _Base:
+class NullReporter:
+    """Ignores every event; the base of the others (override what you need)."""
+
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
         pass
 
@@ -83,7 +86,7 @@ class _Base:
         pass
 
 
-class MultiReporter(_Base):
+class MultiReporter(NullReporter):
     def __init__(self, *reporters: Reporter) -> None:
         self.reporters = list(reporters)
 
@@ -108,7 +111,7 @@ class MultiReporter(_Base):
             r.drive_finished(summary)
 
 
-class RecordingReporter(_Base):
+class RecordingReporter(NullReporter):
     """Keeps every event: for tests and for the summary."""
 
     def __init__(self) -> None:
@@ -134,7 +137,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-class JsonLinesReporter(_Base):
+class JsonLinesReporter(NullReporter):
     """One JSON event per line (``milepost --json drive``)."""
 
     def __init__(self, out: IO[str] | None = None) -> None:
@@ -171,7 +174,7 @@ class JsonLinesReporter(_Base):
         self._emit("drive_finished", **summary.model_dump(mode="json"))
 
 
-class LineReporter(_Base):
+class LineReporter(NullReporter):
     """Plain text lines, for logs and pipes."""
 
     def __init__(self, out: IO[str] | None = None) -> None:

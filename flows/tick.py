@@ -15,7 +15,7 @@ from typing import Any
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from milepost.flows.events import MultiReporter, Reporter
+from milepost.flows.events import NullReporter, Reporter
 from milepost.service import Service
 
 __all__ = ["TickResult", "run_tick", "tick_flow"]
@@ -32,7 +32,7 @@ def run_tick(svc: Service, reporter: Reporter | None = None) -> TickResult:
 
     result = TickResult(expired=svc.expire())
     for item in svc.drivable_items():
-        summary = run_drive(svc, item, reporter=reporter or MultiReporter())
+        summary = run_drive(svc, item, reporter=reporter or NullReporter())
         result.driven.append({"item": item, "ok": summary.ok, "message": summary.message})
     return result
 
