@@ -322,7 +322,7 @@ def _time(value: str | None, flag: str) -> Any:
 
 
 @item.command("update")
-@click.argument("item_id", type=int)
+@click.argument("item_id", type=int, required=False)
 @click.option("--objective", default=None)
 @click.option("--plan-status", type=PLAN_STATUS, default=None, help="ready freezes the DAG's structure.")
 @click.option(
@@ -337,10 +337,10 @@ def _time(value: str | None, flag: str) -> Any:
 @click.option("--recheck-at", default=None, metavar="TIME", help="When the scheduler reconsiders a blocked item.")
 @revision_option
 @pass_ctx
-def item_update(c: Ctx, item_id: int, objective: str | None, plan_status: str | None, todo: tuple[str, ...],
+def item_update(c: Ctx, item_id: int | None, objective: str | None, plan_status: str | None, todo: tuple[str, ...],
                 clear_todo: bool, blocked_by: str | None, clear_blocked_by: bool, recheck_at: str | None,
                 expect_revision: int | None) -> None:  # fmt: skip
-    """Change a work item: objective, plan status, todo list, blocker, recheck time."""
+    """Change a work item (default: the current one): objective, plan status, todo list, blocker, recheck time."""
     it = c.service.update_item(
         item_id,
         objective=objective,

@@ -116,10 +116,8 @@ def test_parallel_drive_overlaps_and_respects_the_limit(prefect_api: str, servic
     gate = f"echo start $(date +%s.%N) >> {log}; sleep 1; echo end $(date +%s.%N) >> {log}"
     ms = "".join(f"  - {{name: w{i}, gate: '{gate}'}}\n" for i in range(6))
     item = apply(service, f"objective: wide\nmilestones:\n{ms}  - {{name: join, deps: [w0, w1, w2, w3, w4, w5]}}\n")
-    t0 = time.monotonic()
     rec = RecordingReporter()
     summary = run_drive(service, item, max_parallel=3, reporter=rec)
-    wall = time.monotonic() - t0
     assert summary.ok
     events = sorted(
         (float(t), 1 if kind == "start" else -1) for kind, t in (ln.split() for ln in log.read_text().splitlines())
@@ -129,7 +127,9 @@ def test_parallel_drive_overlaps_and_respects_the_limit(prefect_api: str, servic
         live += step
         peak = max(peak, live)
     assert peak == 3  # really overlapping, never more than N
-    assert wall < 6 * 1.0  # clearly less than the sequential sum of the gates
+    # The gates' own span (first start to last end), not the driver's wall time, so a loaded machine's
+    # Prefect overhead cannot flake it: two waves of 1 s are ~2 s, clearly less than the 6 s sequential sum.
+    assert events[-1][0] - events[0][0] < 4.0
     assert [e[1][0] for e in rec.events if e[0] == "gate_started"][:3] == ["w0", "w1", "w2"]
 
 
