@@ -80,6 +80,18 @@ class CLI:
 
 
 @pytest.fixture
+def milepost_bin(tmp_path: Path) -> Path:
+    """A folder holding a ``milepost`` command that runs this interpreter's entry point: put it
+    first on PATH to run scripts and README lines as a user's shell would."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "milepost"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m milepost "$@"\n')
+    wrapper.chmod(0o755)
+    return bin_dir
+
+
+@pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()

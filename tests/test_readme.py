@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CLI, EXAMPLES, ROOT
+from tests.conftest import CLI, EXAMPLES, ROOT
 
 README = (ROOT / "README.md").read_text()
 # The walkthrough's first two lines set up a shell; the test gives each line a fresh folder and PATH instead.
@@ -36,15 +36,10 @@ def shell_lines(heading: str) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def shell(tmp_path: Path, workspace: Path) -> CLI:
+def shell(milepost_bin: Path, workspace: Path) -> CLI:
     """``milepost`` on PATH as this interpreter's entry point, in a fresh workspace."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    wrapper = bin_dir / "milepost"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m milepost "$@"\n')
-    wrapper.chmod(0o755)
     cli = CLI(workspace)
-    cli.extra["PATH"] = f"{bin_dir}:{cli.env['PATH']}"
+    cli.extra["PATH"] = f"{milepost_bin}:{cli.env['PATH']}"
     return cli
 
 
