@@ -45,6 +45,7 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel
 
+from milepost.errors import StaleRevisionError
 from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter, NullReporter, Reporter
 from milepost.gates.command import GateResult, Outcome, run_gate
 from milepost.graph.dag import WorkGraph
@@ -182,7 +183,9 @@ class _DriveContext:
     reporter: Reporter
     max_parallel: int = 1
     until: str | None = None
+    expect_revision: int | None = None  # guards the first claim only
     summary: DriveSummary | None = None
+    error: StaleRevisionError | None = None  # a refusal run_drive re-raises (the flow run only records it)
     submitted: int = 0
     flow_run_id: str | None = None
     durations: dict[str, float] = field(default_factory=dict)
@@ -262,7 +265,8 @@ class _Loop:
 
     def _fill(self) -> None:
         while len([r for r in self.running.values() if r.kind == "gate"]) < self.ctx.max_parallel:
-            claim = self.svc.claim_next(self.item, self.owner)
+            claim = self.svc.claim_next(self.item, self.owner, self.ctx.expect_revision)
+            self.ctx.expect_revision = None
             if claim is None:
                 return
             m = claim.milestone
@@ -486,6 +490,8 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
         raise
     except Exception as e:
         crash = f"the drive failed: {type(e).__name__}: {e}"
+        if isinstance(e, StaleRevisionError):  # the first claim lost to a writer: a refusal, not a crash
+            ctx.error = e
         raise
     finally:
         svc.set_holds(item_id, set())
@@ -550,13 +556,23 @@ def run_drive(
     dask_address: str | None = None,
     reporter: Reporter | None = None,
     wait_timeout: float = 120.0,
+    expect_revision: int | None = None,
 ) -> DriveSummary:
     """Run ``drive_workgraph`` for one item and return its summary. Waits until
     the Prefect server has recorded every task run of the flow run before
-    returning (a temporary server loses what it has not recorded at exit)."""
+    returning (a temporary server loses what it has not recorded at exit).
+    With ``expect_revision`` the drive refuses (StaleRevisionError) unless the
+    item is at that revision: checked before Prefect starts and again by the
+    first claim, in its transaction."""
     global _CONTEXT
-    service.check_can_drive(item_id)
-    ctx = _DriveContext(service=service, reporter=reporter or NullReporter(), max_parallel=max_parallel, until=until)
+    service.check_can_drive(item_id, expect_revision)
+    ctx = _DriveContext(
+        service=service,
+        reporter=reporter or NullReporter(),
+        max_parallel=max_parallel,
+        until=until,
+        expect_revision=expect_revision,
+    )
     _CONTEXT = ctx
     t0 = time.monotonic()
     try:
@@ -570,6 +586,8 @@ def run_drive(
                     wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
     finally:
         _CONTEXT = None
+    if ctx.error is not None:
+        raise ctx.error
     summary = ctx.summary or _summary(ctx, *service.graph(item_id))
     summary.duration = time.monotonic() - t0
     summary.flow_run_url = flow_run_url(ctx.flow_run_id)

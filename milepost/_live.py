@@ -67,4 +67,8 @@ class LiveReporter:
         self.notes.append(message)
 
     def drive_finished(self, summary: DriveSummary) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Leave the terminal as it was (also when the drive ends by an error or Ctrl-C). Idempotent."""
         self.live.stop()

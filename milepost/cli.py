@@ -862,9 +862,10 @@ def log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
 @click.option("--dask-address", default=None, metavar="ADDR", help="Dask scheduler (default: a LocalCluster).")
 @click.option("--until", default=None, metavar="NAME", help="Drive only NAME and what it depends on.")
 @click.option("--dry-run", is_flag=True, help="Print the order a drive would take; run nothing.")
+@revision_option
 @pass_ctx
 def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask_address: str | None,
-          until: str | None, dry_run: bool) -> None:  # fmt: skip
+          until: str | None, dry_run: bool, expect_revision: int | None) -> None:  # fmt: skip
     """Drive a work item through its DAG as a Prefect flow.
 
     Each gate runs as a Prefect task named after its milestone; failed gates
@@ -875,7 +876,7 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     """
     svc = c.service
     item = svc.resolve_item(item_id)
-    svc.check_can_drive(item)
+    svc.check_can_drive(item, expect_revision)
     if dry_run:
         order = svc.plan_order(item, until)
         c.emit(
@@ -887,22 +888,27 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     from milepost.flows.events import JsonLinesReporter, LineReporter, Reporter
 
     reporter: Reporter
+    live = None
     if c.json:
         reporter = JsonLinesReporter()
     elif sys.stdout.isatty():
         from milepost._live import LiveReporter
 
-        reporter = LiveReporter(c.console(), svc.milestone_views(item)[1])
+        reporter = live = LiveReporter(c.console(), svc.milestone_views(item)[1])
     else:
         reporter = LineReporter()
     if api is None and not c.json:
         click.echo("using Prefect's temporary server (start `milepost server start` for the UI)", err=True)
     from milepost.flows.drive import run_drive
 
-    summary = run_drive(
-        svc, item, max_parallel=max_parallel, until=until, task_runner=task_runner, dask_address=dask_address,
-        reporter=reporter,
-    )  # fmt: skip
+    try:
+        summary = run_drive(
+            svc, item, max_parallel=max_parallel, until=until, task_runner=task_runner, dask_address=dask_address,
+            reporter=reporter, expect_revision=expect_revision,
+        )  # fmt: skip
+    finally:
+        if live is not None:
+            live.stop()
     reporter.drive_finished(summary)
     if not c.json:
         _show_summary(c.console(), summary)

@@ -297,14 +297,7 @@ class Service:
                     loaded.events = []
                     if check_owner:
                         self._check_owner(loaded)
-                    if expect_revision is not None and loaded.revision != expect_revision:
-                        raise StaleRevisionError(
-                            f"work item {item_id} is at revision {loaded.revision}, not {expect_revision}:"
-                            " someone changed it since you read it; read it again and retry",
-                            item=item_id,
-                            expected=expect_revision,
-                            actual=loaded.revision,
-                        )
+                    _check_revision(loaded, expect_revision)
                     result = fn(s, loaded)
                     if loaded.dirty:
                         self._commit_revision(s, loaded)
@@ -530,12 +523,13 @@ class Service:
         with self.store.read() as s:
             return self._item(self._load(s, item_id))
 
-    def check_can_drive(self, item: int) -> WorkItem:
+    def check_can_drive(self, item: int, expect_revision: int | None = None) -> WorkItem:
         """Refuse (before any Prefect start-up) to drive an item that is not
-        open or belongs to another agent."""
+        open, belongs to another agent, or is no longer at ``expect_revision``."""
         with self.store.read() as s:
             loaded = self._load(s, item)
             self._check_owner(loaded)
+            _check_revision(loaded, expect_revision)
             current = self._item(loaded)
         check_open(current)
         return current
@@ -1035,11 +1029,12 @@ class Service:
             keeper.join()
         return self.record(claimed, result, verdict=verdict)
 
-    def claim_next(self, item: int, owner: str) -> Claim | None:
+    def claim_next(self, item: int, owner: str, expect_revision: int | None = None) -> Claim | None:
         """The drive loop's claim: the lowest-id ready milestone becomes
         in_progress with a lease for ``owner``, in one transaction. Uses the
         cached graph, so a pick costs O(log n) unless another writer changed
-        the item (then it reloads)."""
+        the item (then it reloads). ``expect_revision`` guards a drive's first
+        claim (``drive --expect-revision``)."""
 
         def fn(s: Session, loaded: _Loaded) -> Claim | None:
             check_open(self._item(loaded))
@@ -1050,7 +1045,7 @@ class Service:
             self._persist(s, loaded, changes)
             return self._take_lease(s, loaded, m.name, owner)
 
-        return self._mutate(item, fn, cache=True)
+        return self._mutate(item, fn, expect_revision, cache=True)
 
     def cached_graph(self, item: int) -> WorkGraph:
         """The graph the drive loop works on (loaded on first use)."""
@@ -1383,3 +1378,14 @@ def _matches(filter: str, item: WorkItem, current: bool) -> bool:
 
 class _LostRace(Exception):
     """The revision CAS found another writer first: re-run on fresh data."""
+
+
+def _check_revision(loaded: _Loaded, expect_revision: int | None) -> None:
+    if expect_revision is not None and loaded.revision != expect_revision:
+        raise StaleRevisionError(
+            f"work item {loaded.id} is at revision {loaded.revision}, not {expect_revision}:"
+            " someone changed it since you read it; read it again and retry",
+            item=loaded.id,
+            expected=expect_revision,
+            actual=loaded.revision,
+        )

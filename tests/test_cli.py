@@ -200,6 +200,7 @@ BAD = [
         r"invalid timeout -5.0 for milestone 'x': must be a number of seconds > 0",
     ),
     ("stale revision", ["add", "x", "--expect-revision", "2"], r"work item 1 is at revision 4, not 2"),
+    ("stale revision drive", ["drive", "--expect-revision", "2"], r"work item 1 is at revision 4, not 2"),
     ("unknown milestone", ["start", "zzz"], r"no milestone 'zzz' in this work item; known: a, b, c"),
     ("reason missing", ["needs-fix", "a"], r"Missing option '--reason'"),
     ("unknown item", ["list", "--item", "99"], r"no work item 99"),

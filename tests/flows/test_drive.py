@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from milepost.errors import StaleRevisionError
 from milepost.flows.drive import run_drive
 from milepost.flows.events import RecordingReporter
 from milepost.graph import MilestoneStatus
@@ -308,3 +309,98 @@ def test_drive_on_a_postgresql_store(prefect_api: str, postgres, workspace: Path
     _, edges = flow_run_edges(prefect_api, summary.flow_run_id or "")
     assert edges == {("a", "c"), ("b", "c")}
     svc.close()
+
+
+class _WriterAtStart(RecordingReporter):
+    """Another writer changes the item just after the drive's check and before its first claim."""
+
+    def __init__(self, other: Service, item: int) -> None:
+        super().__init__()
+        self.other, self.item = other, item
+
+    def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
+        super().drive_started(item, objective, total, flow_run_id)
+        self.other.update_item(self.item, objective="changed under the drive")
+
+
+def test_expect_revision_guards_the_drives_first_claim(prefect_api: str, service: Service, workspace: Path) -> None:
+    marker = workspace / "ran.txt"
+    item = apply(service, f"objective: guarded\nmilestones:\n  - {{name: a, gate: 'echo a >> {marker}'}}\n")
+    rev = service.get_item(item).revision
+    other = Service.open(cwd=workspace)
+    try:
+        with pytest.raises(StaleRevisionError, match=f"work item {item} is at revision {rev + 1}, not {rev}"):
+            run_drive(service, item, expect_revision=rev, reporter=_WriterAtStart(other, item))
+    finally:
+        other.close()
+    it = service.get_item(item)
+    assert it.revision == rev + 1 and it.objective == "changed under the drive"  # only the other writer's change
+    assert it.milestones[0].status is S.PENDING and service.runs("a", item) == [] and not marker.exists()
+    # With the current revision the drive goes ahead.
+    assert run_drive(service, item, expect_revision=rev + 1).ok and marker.read_text() == "a\n"
+
+
+def _drive_on_a_terminal(cli: CLI, stop_after: Path | None = None, sig: int = signal.SIGINT) -> tuple[int, str]:
+    """``milepost drive`` with a pseudo-terminal as its stdout (so it shows the live table); with
+    ``stop_after``, send ``sig`` once that file appears. Returns the exit code and everything shown."""
+    import pty
+    import subprocess
+    import sys
+    import threading
+
+    master, slave = pty.openpty()
+    env = {**cli.env, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "milepost", "drive"], cwd=cli.cwd, env=env, stdin=slave, stdout=slave, stderr=slave
+    )
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the terminal closed: the process and its children are gone
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if stop_after is not None:
+        _wait_for(stop_after)
+        time.sleep(0.5)
+        proc.send_signal(sig)
+    code = proc.wait(timeout=120)
+    reader.join(timeout=10)
+    os.close(master)
+    return code, b"".join(chunks).decode(errors="replace")
+
+
+HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
+
+
+def test_a_terminal_gets_the_live_table_and_its_cursor_back(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    (workspace / "plan.yaml").write_text(
+        "objective: live\nmilestones:\n  - {name: first, gate: 'sleep 1'}\n  - {name: second, deps: [first]}\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    code, shown = _drive_on_a_terminal(cli)
+    assert code == 0, shown
+    assert "elapsed" in shown and "running: first" in shown  # the live view, updated while the gate ran
+    assert "all done" in shown and "first" in shown and "second" in shown  # then the summary table
+    assert shown.rfind(SHOW_CURSOR) > shown.rfind(HIDE_CURSOR) >= 0
+
+
+def test_ctrl_c_on_a_terminal_exits_130_with_the_cursor_back(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    marker = workspace / "started"
+    (workspace / "plan.yaml").write_text(
+        f"objective: live\nmilestones:\n  - {{name: slow, gate: 'touch {marker}; sleep 60'}}\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    code, shown = _drive_on_a_terminal(cli, stop_after=marker)
+    assert code == 130, shown
+    assert "interrupted" in shown
+    assert shown.rfind(SHOW_CURSOR) > shown.rfind(HIDE_CURSOR) >= 0
+    assert cli.json("list")["milestones"][0]["view"] == "ready"
