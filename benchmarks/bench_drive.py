@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, ws) -> None:  # type: ignore[no-untyped-def]
             sh.with_options(task_run_name=f"m{i}").submit("true").wait()
 
     def milepost_once() -> float:
-        svc = Service(Store.open(ws.url, ws.home, ws.root))
+        svc = Service(Store.open(ws.url, ws.home, ws.root, create=True))
         plan = "objective: bench\nmilestones:\n" + "".join(f"  - {{name: m{i}, gate: 'true'}}\n" for i in range(n))
         item = svc.apply_plan(parse_plan(plan)).id
         t0 = time.perf_counter()
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace, ws) -> None:  # type: ignore[no-untyped-def]
         for j in range(w):
             deps = f", deps: [{', '.join(f'l{layer - 1}w{k}' for k in range(w))}]" if layer else ""
             lines.append(f"  - {{name: l{layer}w{j}, gate: 'sleep {sl}'{deps}}}\n")
-    svc = Service(Store.open(ws.url, ws.home, ws.root))
+    svc = Service(Store.open(ws.url, ws.home, ws.root, create=True))
     item = svc.apply_plan(parse_plan("objective: wide\nmilestones:\n" + "".join(lines))).id
     t0 = time.perf_counter()
     s = run_drive(svc, item, max_parallel=w)

@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,11 +43,14 @@ from prefect.context import get_run_context
 from prefect.futures import PrefectFuture
 from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from milepost.errors import StaleRevisionError
 from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter, NullReporter, Reporter
-from milepost.gates.command import GateResult, Outcome, run_gate
+from milepost.gates._crash import crash_point
+from milepost.gates._supervisor_main import process_start
+from milepost.gates.command import GateResult, Outcome, attempt_files, run_gate, write_result
+from milepost.gates.supervisor import host_identity
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import GateCommand, WorkItem
 from milepost.graph.render import display_status
@@ -73,8 +76,29 @@ class GateSpec(BaseModel):
     env: dict[str, str]
     timeout: float | None = None
     log_path: str
-    result_file: str
     stop_file: str
+    # The driver process (host, boot, pid, start): a gate task in another
+    # process (a Dask worker) stops its gate when that process is gone.
+    driver: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def result_file(self) -> Path:
+        return attempt_files(Path(self.log_path))[1]
+
+
+def driver_identity() -> dict[str, Any]:
+    pid = os.getpid()
+    return {**host_identity(), "pid": pid, "start": process_start(pid)}
+
+
+def _driver_gone(driver: dict[str, Any]) -> bool:
+    """Whether the driver that submitted a gate task has died. Known only on
+    its own machine; a task in the driver's own process never asks."""
+    pid = driver.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid() or driver.get("boot") != host_identity()["boot"]:
+        return False
+    start = process_start(pid)
+    return start is None or (driver.get("start") is not None and start != driver["start"])
 
 
 class GateFailed(Exception):
@@ -116,17 +140,13 @@ def run_gate_spec(spec: GateSpec) -> str:
     :class:`GateFailed` unless it passes. (A plain module-level function, so
     Dask can pickle the task by reference.)"""
     log_path = Path(spec.log_path)
-    procs: list[Any] = []
     finished = threading.Event()
     stopped = threading.Event()
 
     def watchdog() -> None:
         while not finished.wait(STOP_POLL_SECONDS):
-            if os.path.exists(spec.stop_file):
-                stopped.set()
-                for p in procs:
-                    with suppress(ProcessLookupError):
-                        os.killpg(p.pid, signal.SIGKILL)
+            if os.path.exists(spec.stop_file) or _driver_gone(spec.driver):
+                stopped.set()  # run_gate stops the running command's whole group
                 return
 
     # The run logger is bound to this task run's context: take it here, use it in the thread.
@@ -142,7 +162,7 @@ def run_gate_spec(spec: GateSpec) -> str:
             default_cwd=Path(spec.cwd),
             env=spec.env,
             default_timeout=spec.timeout,
-            on_start=procs.append,
+            stop=stopped,
         )
     finally:
         finished.set()
@@ -150,9 +170,7 @@ def run_gate_spec(spec: GateSpec) -> str:
         guard.join(timeout=5)
     if stopped.is_set() and not result.passed:
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
-    tmp = Path(spec.result_file + ".tmp")
-    tmp.write_text(result.model_dump_json())
-    tmp.replace(spec.result_file)
+        write_result(log_path, result)
     name = spec.claim.milestone.name
     if not result.passed:
         raise GateFailed(f"{spec.kind} of {name!r} (attempt {spec.claim.attempt}): {result.reason}")
@@ -196,7 +214,7 @@ _CONTEXT: _DriveContext | None = None
 
 def _read_result(spec: GateSpec) -> GateResult:
     try:
-        return GateResult.model_validate_json(Path(spec.result_file).read_text())
+        return GateResult.model_validate_json(spec.result_file.read_text())
     except (OSError, ValueError):
         # The task died before writing its result (a crashed worker).
         return interrupted_result(spec.claim, datetime.now(UTC), reason="the gate task crashed before reporting")
@@ -225,6 +243,7 @@ class _Loop:
         self.stop_file = run_dir / f"{self.owner.replace(':', '-')}.stop"
         self.stop_file.unlink(missing_ok=True)
         self.gate_runs = 0
+        self.driver = driver_identity()
 
     # -- submitting --------------------------------------------------------
 
@@ -240,8 +259,8 @@ class _Loop:
             env={**self.svc.gate_env(claim), **(extra_env or {})},
             timeout=timeout,
             log_path=log_path,
-            result_file=log_path + ".result.json",
             stop_file=str(self.stop_file),
+            driver=self.driver,
         )
         # A fix follows a failed attempt: waiting on that failed future would
         # leave it NotReady forever, so it waits on nothing (it is submitted
@@ -269,6 +288,7 @@ class _Loop:
             self.ctx.expect_revision = None
             if claim is None:
                 return
+            crash_point("claimed")
             m = claim.milestone
             self.reporter.gate_started(claim)
             try:
@@ -338,9 +358,17 @@ class _Loop:
 
     # -- the loop ------------------------------------------------------------
 
+    def _reclaim(self) -> int:
+        """Take over milestones whose driver died (expired leases); see
+        :meth:`Service.reclaim_expired`. Returns how many."""
+        reclaimed = self.svc.reclaim_expired(self.item, self.owner)
+        for done in reclaimed:
+            why = done.gate_run.reason if done.gate_run else "its driver stopped"
+            self.reporter.note(f"reclaimed {done.milestone.name}: {why}")
+        return len(reclaimed)
+
     def run(self) -> None:
-        for name in self.svc.reclaim_expired(self.item):
-            self.reporter.note(f"reclaimed {name}: its earlier driver's lease expired")
+        self._reclaim()
         g = self.svc.cached_graph(self.item)
         now = datetime.now(UTC)
         for m in g:
@@ -354,7 +382,8 @@ class _Loop:
                 self._due_timers()
                 self._fill()
                 if not self.running:
-                    if not self.timers:
+                    # Before giving up: a driver that died meanwhile may have left work behind.
+                    if not self.timers and not self._reclaim():
                         return
                     time.sleep(max(0.05, min(t for t, _ in self.timers) - time.monotonic()))
                     continue

@@ -1,35 +1,54 @@
 """Command gates: run shell commands, record what happened.
 
 A command runs as ``/bin/sh -c RUN`` in its own session (so a timeout or an
-interrupt can kill the whole process group), with its stdout and stderr
-written straight into the attempt's log file by the kernel: the output never
-passes through this process, so a gate printing 100 MB costs no memory here.
-Afterwards the last few KB are read back from the file as the evidence tail.
+interrupt can kill the whole process group), started by this process's gate
+supervisor (``milepost.gates.supervisor``) so that it dies with this process,
+with its stdout and stderr written straight into the attempt's log file by
+the kernel: the output never passes through this process, so a gate printing
+100 MB costs no memory here. Afterwards the last few KB are read back from
+the file as the evidence tail.
 
 Outcomes are values (:class:`GateResult`); only misuse raises.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
-import subprocess
+import socket
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from milepost.gates._crash import crash_point
+from milepost.gates.supervisor import ExitStatus, LaunchError, read_proc, supervisor
 from milepost.graph.models import GateCommand
 
-__all__ = ["TAIL_BYTES", "CommandResult", "GateResult", "Outcome", "read_tail", "run_gate"]
+__all__ = [
+    "TAIL_BYTES",
+    "CommandResult",
+    "GateResult",
+    "Outcome",
+    "attempt_files",
+    "read_tail",
+    "recover_result",
+    "run_gate",
+    "verdict",
+    "write_result",
+]
 
 TAIL_BYTES = 4096
 # Grace between SIGTERM and SIGKILL when a gate must be stopped.
 KILL_GRACE_SECONDS = 2.0
+# How often a waiting gate looks at its stop event.
+STOP_POLL_SECONDS = 0.2
 
 
 class Outcome(StrEnum):
@@ -58,6 +77,7 @@ class GateResult(BaseModel):
     duration: float = 0.0
     tail: str = ""
     log_path: str | None = None
+    host: str | None = None  # the machine that ran it (its log is there)
     started_at: datetime
     finished_at: datetime
     commands: list[CommandResult] = Field(default_factory=list)
@@ -109,72 +129,83 @@ def _signame(n: int) -> str:
         return str(n)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after a grace."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-    proc.wait()
+def attempt_files(log_path: Path) -> tuple[Path, Path]:
+    """The files beside an attempt's log: its ``.proc`` record (what ran,
+    written by the gate supervisor) and its ``.result.json`` (the verdict)."""
+    stem = str(log_path).removesuffix(".log")
+    return Path(stem + ".proc"), Path(stem + ".result.json")
 
 
 def _run_one(
+    index: int,
     cmd: GateCommand,
     log_fd: int,
     log_path: Path,
     cwd: Path,
     env: Mapping[str, str],
     timeout: float | None,
-    on_start: Callable[[subprocess.Popen[bytes]], None] | None,
+    stop: threading.Event | None,
 ) -> CommandResult:
-    os.write(log_fd, f"=== [{cmd.name}] $ {cmd.run}\n".encode())
+    os.write(log_fd, f"=== [{cmd.name}] $ {cmd.run}\n".encode(errors="replace"))
     start_offset = os.lseek(log_fd, 0, os.SEEK_END)
-    t0 = time.monotonic()
-    if not cwd.is_dir():
-        msg = f"working directory not found: {cwd}"
-        os.write(log_fd, f"milepost: {msg}\n".encode())
+
+    def failed(msg: str) -> CommandResult:
+        os.write(log_fd, f"milepost: {msg}\n".encode(errors="replace"))
         return CommandResult(name=cmd.name, run=cmd.run, outcome=Outcome.FAILED, reason=msg, tail=msg)
-    proc = subprocess.Popen(
-        ["/bin/sh", "-c", cmd.run],
-        stdin=subprocess.DEVNULL,
-        stdout=log_fd,
-        stderr=subprocess.STDOUT,
-        cwd=cwd,
-        env=dict(env),
-        start_new_session=True,
-    )
-    if on_start is not None:
-        on_start(proc)
-    timed_out = False
+
+    if not cwd.is_dir():
+        return failed(f"working directory not found: {cwd}")
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
+        job = supervisor().spawn(
+            ["/bin/sh", "-c", cmd.run],
+            cwd=str(cwd),
+            env=dict(env),
+            log=str(log_path),
+            proc=str(attempt_files(log_path)[0]),
+            cmd=index,
+            timeout=timeout,
+            grace=KILL_GRACE_SECONDS,
+        )
+    except LaunchError as e:
+        return failed(f"cannot start {cmd.name!r}: {e}")
+    crash_point("gate")
+    try:
+        while not job.wait(STOP_POLL_SECONDS):
+            if stop is not None and stop.is_set():
+                job.kill("interrupted")
+                job.wait()
     except BaseException:
-        # Interrupted (Ctrl-C, a stop request): never leave the gate running.
-        _kill_group(proc)
+        # Interrupted (Ctrl-C, SIGTERM): never leave the gate running.
+        job.kill("interrupted")
+        job.wait(KILL_GRACE_SECONDS + 5)
         raise
-    duration = time.monotonic() - t0
+    status = job.status or ExitStatus(pid=job.pid, killed="lost")
     end_offset = os.lseek(log_fd, 0, os.SEEK_END)
     tail = read_tail(log_path, start_offset, end_offset)
-    code = proc.returncode
-    if timed_out:
-        reason = f"timed out after {timeout:g} s"
+    outcome, reason = _judge(status, timeout, tail)
+    if status.timed_out:
         os.write(log_fd, f"\nmilepost: {reason}; process group killed\n".encode())
-        outcome = Outcome.FAILED
-    else:
-        reason = _reason(code, tail)
-        outcome = Outcome.PASSED if code == 0 else Outcome.FAILED
     return CommandResult(
-        name=cmd.name, run=cmd.run, outcome=outcome, exit_code=code, duration=duration, reason=reason, tail=tail
+        name=cmd.name,
+        run=cmd.run,
+        outcome=outcome,
+        exit_code=status.returncode,
+        duration=status.duration,
+        reason=reason,
+        tail=tail,
     )
+
+
+def _judge(status: ExitStatus, timeout: float | None, tail: str) -> tuple[Outcome, str]:
+    """A command's outcome and reason from how it ended."""
+    if status.killed is not None:
+        return Outcome.INTERRUPTED, "interrupted" if status.killed == "interrupted" else f"interrupted: {status.killed}"
+    if status.timed_out:
+        return Outcome.FAILED, f"timed out after {timeout:g} s" if timeout is not None else "timed out"
+    code = status.returncode
+    if code is None:
+        return Outcome.INTERRUPTED, "interrupted: no exit status"
+    return (Outcome.PASSED if code == 0 else Outcome.FAILED), _reason(code, tail)
 
 
 def run_gate(
@@ -184,52 +215,112 @@ def run_gate(
     default_cwd: Path,
     env: Mapping[str, str] | None = None,
     default_timeout: float | None = None,
-    on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> GateResult:
     """Run the commands of one gate attempt in order; all must pass. After a
-    failure the rest are reported as skipped. Output goes to ``log_path``."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    failure the rest are reported as skipped. Output goes to ``log_path``;
+    the verdict is also written beside it (``attempt-N.result.json``).
+
+    The commands run under this process's gate supervisor, so they die with
+    this process. Setting ``stop`` (or Ctrl-C) stops the running command's
+    whole process group; the attempt is then ``interrupted``."""
     started = datetime.now(UTC)
     t0 = time.monotonic()
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as e:
+        reason = f"cannot write the gate's log {log_path}: {e.strerror or e}"
+        return GateResult(
+            outcome=Outcome.FAILED, reason=reason, tail=reason, started_at=started, finished_at=datetime.now(UTC)
+        )
     results: list[CommandResult] = []
     base_env = {**os.environ, **(env or {})}
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        failed = False
-        for cmd in commands:
-            if failed:
-                results.append(
-                    CommandResult(
-                        name=cmd.name, run=cmd.run, outcome=Outcome.SKIPPED, reason="skipped: an earlier command failed"
-                    )
-                )
+        for i, cmd in enumerate(commands):
+            if results and results[-1].outcome is not Outcome.PASSED:
+                why = "skipped: an earlier command failed"
+                if results[-1].outcome is Outcome.INTERRUPTED:
+                    why = "skipped: the attempt was interrupted"
+                results.append(CommandResult(name=cmd.name, run=cmd.run, outcome=Outcome.SKIPPED, reason=why))
                 continue
             cwd = Path(cmd.cwd) if cmd.cwd else default_cwd
             if not cwd.is_absolute():
                 cwd = default_cwd / cwd
             timeout = cmd.timeout if cmd.timeout is not None else default_timeout
-            r = _run_one(cmd, fd, log_path, cwd, {**base_env, **cmd.env}, timeout, on_start)
-            results.append(r)
-            failed = r.outcome is not Outcome.PASSED
+            results.append(_run_one(i, cmd, fd, log_path, cwd, {**base_env, **cmd.env}, timeout, stop))
     finally:
         os.close(fd)
-    finished = datetime.now(UTC)
-    duration = time.monotonic() - t0
-    bad = next((r for r in results if r.outcome is Outcome.FAILED), None)
-    # The verdict speaks for the failing command, or for the last one when all passed.
+    result = verdict(results, started, datetime.now(UTC), time.monotonic() - t0, str(log_path))
+    write_result(log_path, result)
+    return result
+
+
+def verdict(
+    results: list[CommandResult], started: datetime, finished: datetime, duration: float, log_path: str | None
+) -> GateResult:
+    """One gate attempt's result from its commands' results."""
+    bad = next((r for r in results if r.outcome in (Outcome.FAILED, Outcome.INTERRUPTED)), None)
+    # The verdict speaks for the failing (or interrupted) command, or for the last one when all passed.
     speaker = bad or (results[-1] if results else None)
     if bad is None:
         reason = "exit 0" if len(results) == 1 else f"all {len(results)} commands passed"
     else:
         reason = bad.reason if len(results) == 1 else f"{bad.name}: {bad.reason}"
     return GateResult(
-        outcome=Outcome.PASSED if bad is None else Outcome.FAILED,
+        outcome=Outcome.PASSED if bad is None else bad.outcome,
         reason=reason,
         exit_code=speaker.exit_code if speaker else 0,
         duration=duration,
         tail=speaker.tail if speaker else "",
-        log_path=str(log_path),
+        log_path=log_path,
+        host=socket.gethostname(),
         started_at=started,
         finished_at=finished,
         commands=results,
     )
+
+
+def write_result(log_path: Path, result: GateResult) -> None:
+    path = attempt_files(log_path)[1]
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(result.model_dump_json())
+        tmp.replace(path)
+    except OSError:
+        pass  # the verdict still reaches the store; only a later recovery would miss it
+
+
+def recover_result(commands: Sequence[GateCommand], log_path: Path, started: datetime) -> GateResult:
+    """How an attempt whose driver died ended, from the files beside its log
+    (on the machine that ran it): its verdict if its driver wrote one, else
+    what its supervisor recorded of each command; a command that did not end
+    on its own makes the attempt ``interrupted``."""
+    proc_path, result_path = attempt_files(log_path)
+    with contextlib.suppress(OSError, ValueError):
+        return GateResult.model_validate_json(result_path.read_text())
+    ends = {r.get("cmd"): r for r in read_proc(proc_path) if r.get("event") == "end"}
+    tail = ""
+    with contextlib.suppress(OSError):
+        tail = read_tail(log_path)
+    results: list[CommandResult] = []
+    for i, cmd in enumerate(commands):
+        end = ends.get(i)
+        if end is None:
+            results.append(
+                CommandResult(name=cmd.name, run=cmd.run, outcome=Outcome.INTERRUPTED, reason="interrupted", tail=tail)
+            )
+            break
+        status = ExitStatus.from_dict(end)
+        outcome, reason = _judge(status, cmd.timeout, tail)
+        results.append(
+            CommandResult(
+                name=cmd.name, run=cmd.run, outcome=outcome, exit_code=status.returncode,
+                duration=status.duration, reason=reason, tail=tail,
+            )
+        )  # fmt: skip
+        if outcome is not Outcome.PASSED:
+            break
+    duration = sum(r.duration for r in results)
+    out = verdict(results, started, datetime.now(UTC), duration, str(log_path))
+    return out.model_copy(update={"host": None})

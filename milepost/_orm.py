@@ -111,6 +111,8 @@ class MilestoneRow(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     lease_expires: Mapped[datetime | None]
+    # Where the leased attempt runs: host, boot id, driver pid, log path (see service.claims).
+    lease_info: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -137,7 +139,8 @@ class GateRunRow(Base):
     duration: Mapped[float] = mapped_column(Float, default=0.0)
     reason: Mapped[str] = mapped_column(Text, default="")
     tail: Mapped[str] = mapped_column(Text, default="")
-    log_path: Mapped[str | None] = mapped_column(Text)
+    log_path: Mapped[str | None] = mapped_column(Text)  # relative to the workspace root
+    host: Mapped[str | None] = mapped_column(String(255))  # the machine that ran it (its log is there)
     commands: Mapped[list[Any]] = mapped_column(default=list)
     verdict: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime]
@@ -166,6 +169,16 @@ class FocusRow(Base):
 
     agent: Mapped[str] = mapped_column(String(64), primary_key=True)
     item_id: Mapped[int | None] = mapped_column(ForeignKey("work_items.id", ondelete="SET NULL"))
+
+
+class MetaRow(Base):
+    """Facts about the store itself: ``store_id`` (a random id written when
+    the store is created; the evidence on disk is filed under it)."""
+
+    __tablename__ = "store_meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
 
 
 class WorkRefRow(Base):

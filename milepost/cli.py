@@ -13,10 +13,13 @@ Exit codes: 0 success; 1 the operation ran and failed (a gate failed);
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -121,13 +124,14 @@ def revision_option(f: F) -> F:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--db", envvar="MILEPOST_DB", metavar="URL", help="SQLAlchemy database URL [env MILEPOST_DB].")
-@click.option("--agent", envvar="MILEPOST_AGENT", metavar="NAME", help="Act as this agent [env MILEPOST_AGENT].")
+@click.option("--db", metavar="URL", help="SQLAlchemy database URL [env MILEPOST_DB].")
+@click.option("--agent", metavar="NAME", help="Act as this agent [env MILEPOST_AGENT].")
 @click.option("--json", "as_json", is_flag=True, help='Print one JSON document on stdout; errors as {"error": ...}.')
 @click.option("--operator", is_flag=True, help="Act as an operator: change other agents' items too.")
+@click.option("--debug", is_flag=True, help="Show the Python traceback of an error [env MILEPOST_DEBUG].")
 @click.version_option(package_name="milepost")
 @click.pass_context
-def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, operator: bool) -> None:
+def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, operator: bool, debug: bool) -> None:
     """milepost: plan a milestone DAG, prove each milestone with a gate.
 
     \b
@@ -135,7 +139,10 @@ def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, op
     2 bad input or refused transition, nothing changed; 3 environment
     (no store, database unreachable); 130 interrupted.
     """
-    ctx.obj = Ctx(db, agent, as_json, operator)
+    from milepost.settings import load_settings
+
+    settings = load_settings()  # MILEPOST_* from the environment; flags win
+    ctx.obj = Ctx(db or settings.db, agent or settings.agent, as_json, operator)
     ctx.call_on_close(lambda: ctx.obj._service.close() if ctx.obj._service else None)
 
 
@@ -146,23 +153,23 @@ def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, op
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path), default=".")
 @pass_ctx
 def init(c: Ctx, path: Path) -> None:
-    """Create the .milepost/ store in PATH (default: here)."""
-    from milepost.store import Store
-    from milepost.workspace import HOME_DIR, init_workspace
+    """Create the .milepost/ folder and a store in PATH (default: here).
 
-    existed = (path / HOME_DIR).is_dir()
+    The store is the SQLite file .milepost/milepost.db, or the database that
+    --db / MILEPOST_DB names (it must exist; its tables are created). This is
+    the only command that creates a store: every other one refuses a missing
+    or empty database (exit 3)."""
+    from milepost.store import Store, mask_url
+    from milepost.workspace import init_workspace
+
     ws = init_workspace(path)
     url = c.db or ws.url
-    Store.open(url, ws.home, ws.root).close()
-    from milepost.store import mask_url
-
-    data = {"home": str(ws.home), "root": str(ws.root), "db": mask_url(url), "created": not existed}
-    c.emit(
-        data,
-        lambda con: con.print(
-            f"{'already initialized' if existed else 'initialized'} milepost store in {ws.home} (db {mask_url(url)})"
-        ),
-    )
+    store = Store.open(url, ws.home, ws.root, create=True)
+    store.close()
+    data = {"home": str(ws.home), "root": str(ws.root), "db": mask_url(url), "created": store.created,
+            "store_id": store.id}  # fmt: skip
+    verb = "initialized" if store.created else "already initialized:"
+    c.emit(data, lambda con: con.print(f"{verb} milepost store {store.id} in {ws.home} (db {mask_url(url)})"))
 
 
 # -- work items --------------------------------------------------------------
@@ -605,6 +612,9 @@ def done(c: Ctx, name: str, verdict: str | None, item: int | None, expect_revisi
 
 def _show_done(con: Console, r: DoneResult) -> None:
     m, run = r.milestone, r.gate_run
+    if run is None and r.note:
+        con.print(f"[yellow]{_esc(r.note)}[/]")
+        return
     if m.awaiting_review:
         gate = f"gate passed ({run.reason}); " if run else ""
         con.print(f"{m.name}: {_styled('in_review')} — {gate}waiting for `milepost approve {m.name}` or `reject`")
@@ -1093,24 +1103,80 @@ def _fail(as_json: bool, payload: dict[str, Any], message: str, code: int) -> No
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The entry point: run one command, turn every error into one line (or a
+    JSON error document) and an exit code of the contract. ``--debug`` or
+    ``MILEPOST_DEBUG=1`` adds the Python traceback."""
     args = sys.argv[1:] if argv is None else argv
     as_json = "--json" in args
+    debug = "--debug" in args or os.environ.get("MILEPOST_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+    if not args:
+        click.echo(cli.get_help(click.Context(cli, info_name="milepost")))
+        raise SystemExit(0)
+    previous = _sigterm_interrupts()
     try:
         cli.main(args=args, prog_name="milepost", standalone_mode=False)
-    except MilepostError as e:
-        _fail(as_json, e.to_dict(), e.message, e.exit_code)
-    except click.exceptions.Exit as e:
-        raise SystemExit(e.exit_code) from None
-    except click.Abort:
-        _fail(as_json, {"type": "interrupted", "message": "interrupted"}, "interrupted", 130)
-    except click.ClickException as e:
-        message = e.format_message()
-        if isinstance(e, click.UsageError) and e.ctx is not None and not as_json:
-            click.echo(e.ctx.get_usage(), err=True)
-        _fail(as_json, {"type": "usage", "message": message, "exit_code": 2}, message, 2)
-    except KeyboardInterrupt:
-        _fail(as_json, {"type": "interrupted", "message": "interrupted"}, "interrupted", 130)
-    except BrokenPipeError:
-        # `milepost log x | head`: the reader left; that is not an error.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(0) from None
+    except BaseException as e:
+        code, payload, message = _classify(e)
+        if code is None:
+            raise
+        if debug and not isinstance(e, SystemExit):
+            import traceback
+
+            traceback.print_exception(e, file=sys.stderr)
+        if code == 0:
+            raise SystemExit(0) from None
+        _fail(as_json, payload, message, code)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _sigterm_interrupts() -> Any:
+    """SIGTERM (a CI timeout, ``kill``) stops a command the way Ctrl-C does:
+    a running gate's process group is killed and the attempt recorded as
+    interrupted, then exit 130."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _classify(e: BaseException) -> tuple[int | None, dict[str, Any], str]:
+    """(exit code, JSON error payload, one-line message) for an exception that
+    ended a command; code None: let it propagate (a SystemExit of a command)."""
+    if isinstance(e, SystemExit):
+        return None, {}, ""
+    if isinstance(e, MilepostError):
+        return e.exit_code, e.to_dict(), e.message
+    if isinstance(e, click.exceptions.Exit):
+        if e.exit_code == 0:
+            return 0, {}, ""
+        return e.exit_code, {"type": "usage", "message": "exit", "exit_code": e.exit_code}, "exit"
+    if isinstance(e, click.Abort | KeyboardInterrupt):
+        return 130, {"type": "interrupted", "message": "interrupted", "exit_code": 130}, "interrupted"
+    if isinstance(e, click.ClickException):
+        message = _one_line(e.format_message())
+        if isinstance(e, click.UsageError) and e.ctx is not None:
+            message += f" (see `{e.ctx.command_path} --help`)"
+        return 2, {"type": "usage", "message": message, "exit_code": 2}, message
+    if isinstance(e, BrokenPipeError):
+        # `milepost history | head -1`: the reader left; that is not an error.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0, {}, ""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if isinstance(e, SQLAlchemyError | OSError):
+        what = "database" if isinstance(e, SQLAlchemyError) else "system"
+        detail = _one_line(str(getattr(e, "orig", None) or e)) or type(e).__name__
+        message = f"{what} error: {detail}"
+        return 3, {"type": "environment", "message": message, "exit_code": 3}, message
+    message = f"internal error: {type(e).__name__}: {_one_line(str(e))}; rerun with --debug for the traceback"
+    return 1, {"type": "internal", "message": message, "exit_code": 1}, message
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -21,12 +21,14 @@ gate that fails) are values, never exceptions.
     │   ├── BlockedError                        (deps not done)
     │   ├── BudgetSpentError
     │   └── FrozenPlanError                     (structure edit on a non-draft plan)
-    ├── NotOwnerError (PermissionError)          exit 2 (another agent's item)
+    ├── NotOwnerError                           exit 2 (another agent's item)
     ├── StaleRevisionError                      exit 2
     ├── ConcurrentUpdateError                   exit 2 (retries exhausted under contention)
     └── EnvironmentProblem                      exit 3
-        ├── StoreNotFoundError
-        └── DatabaseUnreachableError
+        ├── StoreNotFoundError                  (no store here, or its database is missing or empty)
+        ├── StoreDamagedError                   (a database that is not a sound milepost store)
+        ├── DatabaseUnreachableError
+        └── SettingsError                       (a bad MILEPOST_* value)
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ __all__ = [
     "PlanError",
     "PlanFileError",
     "SelfDependencyError",
+    "SettingsError",
     "StaleRevisionError",
+    "StoreDamagedError",
     "StoreNotFoundError",
     "TransitionError",
     "UnknownDependencyError",
@@ -130,7 +134,7 @@ class FrozenPlanError(TransitionError):
     kind = "frozen_plan"
 
 
-class NotOwnerError(MilepostError, PermissionError):
+class NotOwnerError(MilepostError):
     kind = "not_owner"
 
 
@@ -153,3 +157,11 @@ class StoreNotFoundError(EnvironmentProblem):
 
 class DatabaseUnreachableError(EnvironmentProblem):
     kind = "database_unreachable"
+
+
+class StoreDamagedError(EnvironmentProblem):
+    kind = "store_damaged"
+
+
+class SettingsError(EnvironmentProblem):
+    kind = "settings"

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,7 +36,9 @@ from milepost.errors import (
     StaleRevisionError,
     TransitionError,
 )
-from milepost.gates.command import GateResult, Outcome, run_gate
+from milepost.gates._crash import crash_point
+from milepost.gates.command import GateResult, Outcome, attempt_files, recover_result, run_gate
+from milepost.gates.supervisor import host_identity, stop_attempt
 from milepost.graph.dag import Change, WorkGraph
 from milepost.graph.item import TodoState, check_open, check_structure_editable, make_wait, readiness_view
 from milepost.graph.models import (
@@ -62,17 +65,18 @@ from milepost.results import (
     MilestoneView,
     NextResult,
 )
+from milepost.settings import load_settings
 from milepost.store import Store
 from milepost.workspace import resolve_workspace
 
-__all__ = ["DEFAULT_AGENT", "LEASE_TTL", "Service"]
+__all__ = ["DEFAULT_AGENT", "Service"]
 
 T = TypeVar("T")
 DEFAULT_AGENT = "default"
-# How long a gate's claim stays valid without renewal (renewed every quarter of it).
-LEASE_TTL = timedelta(seconds=float(os.environ.get("MILEPOST_LEASE_TTL", "120")))
 # Under contention the revision CAS loses and the operation re-runs on fresh data.
 MAX_CAS_RETRIES = 20
+# How long a reclaimer waits for a dead driver's gate processes to die after SIGKILL.
+STOP_WAIT_SECONDS = 10.0
 
 # The service speaks SQLAlchemy Core on the ORM's tables: explicit statements, no identity map.
 ITEMS = cast(Table, ItemRow.__table__)
@@ -106,6 +110,13 @@ def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
+def _lease_info(log_path: Path) -> dict[str, Any]:
+    """Where a leased attempt runs, recorded with the claim: a driver that
+    reclaims the lease on the same machine (same boot) makes sure the
+    attempt's processes are gone and reads how it ended from its files."""
+    return {**host_identity(), "pid": os.getpid(), "log": str(log_path)}
+
+
 def interrupted_result(claim: Claim, started: datetime, reason: str = "interrupted") -> GateResult:
     return GateResult(
         outcome=Outcome.INTERRUPTED,
@@ -129,20 +140,39 @@ def _change(c: Change) -> MilestoneChange:
 class Service:
     """milepost's operations on one store, acting as one agent."""
 
-    def __init__(self, store: Store, agent: str = DEFAULT_AGENT, *, operator: bool = False) -> None:
+    def __init__(
+        self, store: Store, agent: str = DEFAULT_AGENT, *, operator: bool = False, lease_ttl: float | None = None
+    ) -> None:
         self.store = store
         self.operator = operator
         self.agent = check_name(agent, "agent") if agent != DEFAULT_AGENT else agent
+        # How long a gate's claim stays valid without renewal (renewed every quarter of it).
+        self.lease_ttl = timedelta(seconds=load_settings().lease_ttl if lease_ttl is None else lease_ttl)
         self._cache: dict[int, _Loaded] = {}
         # Milestones a drive keeps out of its schedule (retry delays, --until); in memory only.
         self._holds: dict[int, set[str]] = {}
 
     @classmethod
     def open(
-        cls, db: str | None = None, agent: str | None = None, cwd: Path | None = None, *, operator: bool = False
+        cls,
+        db: str | None = None,
+        agent: str | None = None,
+        cwd: Path | None = None,
+        *,
+        operator: bool = False,
+        create: bool = False,
     ) -> Service:
-        ws = resolve_workspace(db, cwd)
-        return cls(Store.open(ws.url, ws.home, ws.root), agent or DEFAULT_AGENT, operator=operator)
+        """The store the settings name: ``db`` or ``MILEPOST_DB``, else the
+        SQLite file of the nearest ``.milepost/``; acting as ``agent`` or
+        ``MILEPOST_AGENT``. ``create`` makes a new store (``milepost init``)."""
+        settings = load_settings()
+        ws = resolve_workspace(db or settings.db, cwd)
+        store = Store.open(ws.url, ws.home, ws.root, create=create)
+        try:
+            return cls(store, agent or settings.agent or DEFAULT_AGENT, operator=operator, lease_ttl=settings.lease_ttl)
+        except BaseException:
+            store.close()
+            raise
 
     def close(self) -> None:
         self.store.close()
@@ -457,7 +487,13 @@ class Service:
     # -- the plan artifact -----------------------------------------------------
 
     def plan_path(self, item_id: int) -> Path:
-        return self.store.home / "work-items" / str(item_id) / "plan.md"
+        path = self.store.evidence_dir("work-items") / str(item_id) / "plan.md"
+        if self.store.legacy_layout and not path.exists():
+            # Stores made before schema 0004 kept plan.md outside a store-id folder.
+            old = self.store.home / "work-items" / str(item_id) / "plan.md"
+            if old.exists():
+                return old
+        return path
 
     def _write_plan_md(self, item_id: int, objective: str, milestones: list[Milestone]) -> None:
         lines = [f"# {objective}", "", "## Milestones", ""]
@@ -939,7 +975,7 @@ class Service:
     # -- claims, gates and their outcomes ---------------------------------------
 
     def log_path(self, item_id: int, name: str, attempt: int) -> Path:
-        return self.store.home / "logs" / f"item-{item_id}" / name / f"attempt-{attempt}.log"
+        return self.store.evidence_dir("logs") / f"item-{item_id}" / name / f"attempt-{attempt}.log"
 
     def gate_env(self, claim: Claim) -> dict[str, str]:
         """What a gate (and a fix hook) learns about its context."""
@@ -957,25 +993,24 @@ class Service:
         lease = s.execute(
             select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == pk)
         ).one()
-        if lease.lease_owner and lease.lease_expires and lease.lease_expires > now and lease.lease_owner != owner:
+        if lease.lease_owner and lease.lease_owner != owner:
+            if lease.lease_expires is None or lease.lease_expires <= now:
+                raise _ExpiredLease  # its attempt must be fenced and recorded first
             raise TransitionError(
                 f"cannot run the gate of {name!r}: it is already running ({lease.lease_owner},"
                 f" lease until {lease.lease_expires:%H:%M:%S} UTC); wait for it or let the lease expire",
                 milestone=name,
+                holder=lease.lease_owner,
             )
-        s.execute(
-            update(MILESTONES).where(MILESTONES.c.id == pk).values(lease_owner=owner, lease_expires=now + LEASE_TTL)
-        )
         attempt = (s.execute(select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == pk)).scalar() or 0) + 1
-        m = loaded.graph.get(name)
-        return Claim(
-            item=loaded.id,
-            pk=pk,
-            milestone=m,
-            attempt=attempt,
-            owner=owner,
-            log_path=str(self.log_path(loaded.id, name, attempt)),
+        log = self.log_path(loaded.id, name, attempt)
+        s.execute(
+            update(MILESTONES)
+            .where(MILESTONES.c.id == pk)
+            .values(lease_owner=owner, lease_expires=now + self.lease_ttl, lease_info=_lease_info(log))
         )
+        m = loaded.graph.get(name)
+        return Claim(item=loaded.id, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log))
 
     def done(
         self,
@@ -990,6 +1025,7 @@ class Service:
         fail -> needs_fix, or stuck when the retry budget is spent. A milestone
         with a review gate waits for ``approve``/``reject`` after passing."""
         owner = _owner()
+        item_id = self._resolve(item)
 
         def claim(s: Session, loaded: _Loaded) -> DoneResult | Claim:
             check_open(self._item(loaded))
@@ -1004,30 +1040,56 @@ class Service:
                 )
             return self._take_lease(s, loaded, name, owner)
 
-        claimed = self._mutate(item, claim, expect_revision)
+        for _ in range(3):
+            recovered = self._reclaim_for_done(item_id, name, owner)
+            if recovered is not None and recovered.milestone.status is not MilestoneStatus.IN_PROGRESS:
+                # The dead driver's attempt had ended on its own: that was the attempt.
+                return recovered
+            try:
+                claimed = self._mutate(item_id, claim, expect_revision)
+                break
+            except _ExpiredLease:
+                continue  # expired between the check and the claim: fence it, then claim
+        else:
+            raise ConcurrentUpdateError(f"the lease of {name!r} kept changing hands; try again", milestone=name)
         if isinstance(claimed, DoneResult):
             return claimed
-        stop = threading.Event()
-        keeper = threading.Thread(target=self.keep_leases, args=(lambda: [claimed], stop), daemon=True)
-        keeper.start()
         started = datetime.now(UTC)
         try:
-            result = run_gate(
-                claimed.milestone.gate,
-                Path(claimed.log_path),
-                default_cwd=self.store.root,
-                env=self.gate_env(claimed),
-                default_timeout=claimed.milestone.timeout,
-            )
+            with self._leases_kept([claimed]):
+                result = run_gate(
+                    claimed.milestone.gate,
+                    Path(claimed.log_path),
+                    default_cwd=self.store.root,
+                    env=self.gate_env(claimed),
+                    default_timeout=claimed.milestone.timeout,
+                )
         except KeyboardInterrupt:
             # The gate's process group is already killed: keep the evidence,
             # leave the budget unspent, and let the caller exit 130.
             self.record(claimed, interrupted_result(claimed, started))
             raise
-        finally:
-            stop.set()
-            keeper.join()
         return self.record(claimed, result, verdict=verdict)
+
+    def _reclaim_for_done(self, item: int, name: str, owner: str) -> DoneResult | None:
+        """Before ``done`` runs a gate by hand: a lease left by a driver that
+        died (expired) is taken over and its attempt fenced and recorded first,
+        so its processes are gone and its attempt number is not reused. The
+        milestone stays in progress."""
+        now = utcnow()
+        with self.store.read() as s:
+            row = s.execute(
+                select(MILESTONES.c.id, MILESTONES.c.lease_owner, MILESTONES.c.lease_info).where(
+                    MILESTONES.c.item_id == item,
+                    MILESTONES.c.name == name,
+                    MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
+                    MILESTONES.c.lease_owner.is_not(None),
+                    MILESTONES.c.lease_expires < now,
+                )
+            ).first()
+        if row is None:
+            return None
+        return self._reclaim(item, row.id, name, row.lease_owner, row.lease_info, owner, now, release=False)
 
     def claim_next(self, item: int, owner: str, expect_revision: int | None = None) -> Claim | None:
         """The drive loop's claim: the lowest-id ready milestone becomes
@@ -1043,7 +1105,9 @@ class Service:
                 return None
             changes = loaded.graph.apply(m.name, Action.START)
             self._persist(s, loaded, changes)
-            return self._take_lease(s, loaded, m.name, owner)
+            claim = self._take_lease(s, loaded, m.name, owner)
+            crash_point("claim")
+            return claim
 
         return self._mutate(item, fn, expect_revision, cache=True)
 
@@ -1081,13 +1145,25 @@ class Service:
                 s.execute(
                     update(MILESTONES)
                     .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
-                    .values(lease_expires=utcnow() + LEASE_TTL)
+                    .values(lease_expires=utcnow() + self.lease_ttl)
                 )
+
+    @contextmanager
+    def _leases_kept(self, claims: list[Claim]) -> Iterator[None]:
+        """Renew ``claims``' leases in a thread while the block runs."""
+        stop = threading.Event()
+        keeper = threading.Thread(target=self.keep_leases, args=(lambda: claims, stop), daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            keeper.join()
 
     def keep_leases(self, claims: Callable[[], Iterable[Claim]], stop: threading.Event) -> None:
         """Renew the leases of ``claims()`` every quarter of their lifetime
         until ``stop`` is set (run it in a thread while gates run)."""
-        while not stop.wait(LEASE_TTL.total_seconds() / 4):
+        while not stop.wait(self.lease_ttl.total_seconds() / 4):
             try:
                 self.renew_leases(claims())
             except DBAPIError:
@@ -1098,41 +1174,96 @@ class Service:
         s.execute(
             update(MILESTONES)
             .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
-            .values(lease_owner=None, lease_expires=None)
+            .values(lease_owner=None, lease_expires=None, lease_info=None)
         )
 
-    def reclaim_expired(self, item: int) -> list[str]:
-        """Milestones whose gate lease expired (their driver died): record the
-        attempt as interrupted and make them ready again, budget unspent."""
+    def reclaim_expired(self, item: int, owner: str) -> list[DoneResult]:
+        """Milestones whose gate lease expired (their driver died, or froze):
+        take the lease over for ``owner`` (one reclaimer wins), make sure the
+        previous attempt's processes are gone when they ran on this machine
+        (kill their process groups and wait), then record the attempt. When it
+        had ended on its own, its files beside the log tell how, and that
+        outcome counts (a gate that passed is not run again); otherwise it is
+        ``interrupted``: no budget spent, the milestone is ready again. When
+        the attempt ran on another machine, lease expiry is the only fence:
+        that machine's gate supervisor killed the gate when its driver died."""
         now = utcnow()
         with self.store.read() as s:
             rows = s.execute(
-                select(MILESTONES.c.id, MILESTONES.c.name, MILESTONES.c.lease_owner).where(
+                select(MILESTONES.c.id, MILESTONES.c.name, MILESTONES.c.lease_owner, MILESTONES.c.lease_info).where(
                     MILESTONES.c.item_id == item,
                     MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
                     MILESTONES.c.lease_owner.is_not(None),
                     MILESTONES.c.lease_expires < now,
                 )
             ).all()
-        reclaimed = []
-        for pk, name, owner in rows:
-            with self.store.read() as s:
-                attempt = (
-                    s.execute(select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == pk)).scalar() or 0
-                ) + 1
-            g = self.cached_graph(item)
-            claim = Claim(
-                item=item,
-                pk=pk,
-                milestone=g.get(name),
-                attempt=attempt,
-                owner=owner,
-                log_path=str(self.log_path(item, name, attempt)),
+        out = []
+        for pk, name, old_owner, info in rows:
+            done = self._reclaim(item, pk, name, old_owner, info, owner, now, release=True)
+            if done is not None:
+                out.append(done)
+        return out
+
+    def _reclaim(
+        self,
+        item: int,
+        pk: int,
+        name: str,
+        old_owner: str,
+        info: dict[str, Any] | None,
+        owner: str,
+        now: datetime,
+        *,
+        release: bool,
+    ) -> DoneResult | None:
+        """Take over one expired lease, fence its attempt, record it (see
+        :meth:`reclaim_expired`). None when another driver got there first."""
+        until = utcnow() + self.lease_ttl
+        with self.store.write() as s:
+            taken = s.execute(
+                update(MILESTONES)
+                .where(
+                    MILESTONES.c.id == pk,
+                    MILESTONES.c.lease_owner == old_owner,
+                    MILESTONES.c.lease_expires < now,
+                    MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
+                )
+                .values(lease_owner=owner, lease_expires=until)
             )
-            result = interrupted_result(claim, now, reason=f"lease of {owner} expired: its driver stopped")
-            self.record(claim, result, release=True)
-            reclaimed.append(name)
-        return reclaimed
+            if taken.rowcount != 1:  # type: ignore[attr-defined]
+                return None
+            attempt = (s.execute(select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == pk)).scalar() or 0) + 1
+        crash_point("reclaim")
+        info = info or {}
+        log = Path(info["log"]) if info.get("log") else self.log_path(item, name, attempt)
+        claim = Claim(
+            item=item, pk=pk, milestone=self.cached_graph(item).get(name), attempt=attempt, owner=owner,
+            log_path=str(log),
+        )  # fmt: skip
+        me = host_identity()
+        here = bool(info.get("boot")) and info.get("boot") == me["boot"] and info.get("host") == me["host"]
+        result = interrupted_result(claim, now, reason=f"lease of {old_owner} expired: its driver stopped")
+        if here:
+            with self._leases_kept([claim]):
+                killed = stop_attempt(attempt_files(log)[0], timeout=STOP_WAIT_SECONDS)
+            if killed:
+                groups = ", ".join(map(str, killed))
+                result = interrupted_result(
+                    claim, now, reason=f"lease of {old_owner} expired; killed its process group(s) {groups}"
+                )
+            else:
+                recovered = recover_result(claim.milestone.gate, log, now)
+                if recovered.outcome is not Outcome.INTERRUPTED:
+                    why = f"{recovered.reason} (ended after its driver stopped; recovered from {log.name})"
+                    result = recovered.model_copy(update={"reason": why})
+            result = result.model_copy(update={"host": me["host"]})
+        elif info.get("host"):
+            result = interrupted_result(
+                claim, now, reason=f"lease of {old_owner} expired: its driver on {info['host']} stopped"
+            ).model_copy(update={"host": info["host"]})
+        # Cached graphs of this process may predate the takeover: record on fresh data.
+        self._cache.pop(item, None)
+        return self.record(claim, result, release=release)
 
     def record(self, c: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False) -> DoneResult:
         """Store a gate run (always: evidence is never dropped), free the lease
@@ -1140,11 +1271,28 @@ class Service:
         done (or in review), fail -> needs_fix (ready again after the retry
         delay) or stuck. An interrupted run spends no budget; with ``release``
         the milestone becomes ready again (the drive loop), without it stays
-        in progress (``done`` interrupted by hand)."""
+        in progress (``done`` interrupted by hand).
+
+        Only the lease's holder records: when another driver took the lease
+        over (this one was frozen or cut off from the database long enough for
+        it to expire), that driver records this attempt, and here nothing is
+        written (the note says so)."""
 
         def fn(s: Session, loaded: _Loaded) -> DoneResult:
+            holder = s.execute(select(MILESTONES.c.lease_owner).where(MILESTONES.c.id == c.pk)).scalar()
+            m = loaded.graph.get(c.milestone.name)
+            if holder != c.owner:
+                return DoneResult(
+                    item=loaded.id,
+                    revision=loaded.revision,
+                    milestone=m,
+                    passed=result.passed,
+                    note=f"the lease of {m.name!r} passed to {holder or 'another driver'} while its gate ran"
+                    f" (attempt {c.attempt}); that driver records the attempt, this outcome is not applied",
+                )
             if not c.milestone.has_gate:
                 return self._finish_without_gate(s, loaded, c, result, verdict)
+            stored = self.store.relative(Path(result.log_path)) if result.log_path else None
             run = GateRun(
                 **result.model_dump(), item=loaded.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict
             )
@@ -1158,7 +1306,8 @@ class Service:
                     duration=result.duration,
                     reason=result.reason,
                     tail=result.tail,
-                    log_path=result.log_path,
+                    log_path=stored,
+                    host=result.host,
                     commands=[r.model_dump(mode="json") for r in result.commands],
                     verdict=verdict,
                     started_at=result.started_at,
@@ -1171,13 +1320,12 @@ class Service:
                 insert(REFS).values(
                     item_id=loaded.id,
                     kind="gate_run",
-                    ref=result.log_path or "",
+                    ref=stored or "",
                     reason=f"{c.milestone.name} attempt {c.attempt}: {result.outcome.value} ({result.reason})",
                     at=result.finished_at,
                 )
             )
             loaded.dirty = True
-            m = loaded.graph.get(c.milestone.name)
             base = {"item": loaded.id, "revision": loaded.revision + 1, "gate_run": run}
             if m.status is not MilestoneStatus.IN_PROGRESS or m.awaiting_review:
                 loaded.events.append((m.name, "gate_run", m.status.value, m.status.value, result.reason))
@@ -1203,6 +1351,7 @@ class Service:
                 m.name, result.passed, None if result.passed else result.reason, retry_at=retry_at
             )
             out = self._persist(s, loaded, [change])
+            crash_point("record")
             return DoneResult(**base, milestone=change.after, passed=result.passed, changes=out)
 
         return self._mutate(c.item, fn, cache=True)
@@ -1249,7 +1398,7 @@ class Service:
                 insert(REFS).values(
                     item_id=claim.item,
                     kind="fix",
-                    ref=result.log_path or "",
+                    ref=self.store.relative(Path(result.log_path)) if result.log_path else "",
                     reason=f"fix for {claim.milestone.name} after attempt {claim.attempt}: {result.reason}",
                     at=result.finished_at,
                 )
@@ -1329,7 +1478,8 @@ class Service:
                 duration=r.duration,
                 reason=r.reason,
                 tail=r.tail,
-                log_path=r.log_path,
+                log_path=str(self.store.resolve(r.log_path)) if r.log_path else None,
+                host=r.host,
                 commands=r.commands,
                 verdict=r.verdict,
                 started_at=r.started_at,
@@ -1374,6 +1524,10 @@ def _matches(filter: str, item: WorkItem, current: bool) -> bool:
         "waiting_for_operator": open_ and item.readiness == "waiting_for_operator",
         "runnable": open_ and item.readiness == "runnable",
     }[filter]
+
+
+class _ExpiredLease(Exception):
+    """A claim found another owner's expired lease: reclaim it first."""
 
 
 class _LostRace(Exception):

@@ -17,17 +17,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from milepost.errors import DatabaseUnreachableError, EnvironmentProblem
+from milepost.errors import (
+    DatabaseUnreachableError,
+    EnvironmentProblem,
+    MilepostError,
+    StoreDamagedError,
+    StoreNotFoundError,
+)
 
 __all__ = ["SCHEMA_HEAD", "Store", "mask_url"]
 
 # The newest migration; opening a store whose schema is older upgrades it.
-SCHEMA_HEAD = "0003"
+SCHEMA_HEAD = "0004"
+# The tables a sound store has (alembic_version aside).
+TABLES = frozenset(
+    {"work_items", "milestones", "milestone_deps", "gate_runs", "events", "focus", "work_refs", "store_meta"}
+)
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -40,12 +50,17 @@ def mask_url(url: str | URL) -> str:
 
 class Store:
     """One database plus the workspace it serves: ``home`` (the ``.milepost``
-    folder: logs, artifacts) and ``root`` (default cwd of gates)."""
+    folder: logs, artifacts) and ``root`` (default cwd of gates). ``id`` is the
+    store's identity, written when it was created: the evidence on disk is
+    filed under it, so two stores never mix their logs."""
 
     def __init__(self, url: str, home: Path, root: Path) -> None:
         self.url = url
         self.home = home
         self.root = root
+        self.id = ""
+        self.legacy_layout = False
+        self.created = False  # this open made the store (``create``)
         try:
             parsed = make_url(url)
         except ArgumentError:
@@ -54,6 +69,7 @@ class Store:
                 " sqlite:///path/milepost.db or postgresql+psycopg://user@host/db"
             ) from None
         self.dialect = parsed.get_backend_name()
+        self._sqlite_file = _sqlite_file(parsed) if self.dialect == "sqlite" else None
         kwargs: dict[str, Any] = {}
         if self.dialect == "sqlite":
             kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000}
@@ -66,20 +82,36 @@ class Store:
             raise EnvironmentProblem(
                 f"cannot open {mask_url(url)}: driver not installed ({e}); for PostgreSQL install milepost[postgres]"
             ) from None
+        except (ArgumentError, TypeError, ValueError) as e:
+            raise EnvironmentProblem(f"invalid database URL {mask_url(url)}: {e}") from None
         if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._writer = sessionmaker(self.engine.execution_options(milepost_write=True), expire_on_commit=False)
 
     @classmethod
-    def open(cls, url: str, home: Path, root: Path) -> Store:
-        """Connect, and bring the schema up to date (Alembic, only when needed)."""
+    def open(cls, url: str, home: Path, root: Path, *, create: bool = False) -> Store:
+        """Connect, bring the schema up to date (Alembic, only when needed) and
+        read the store's identity. Only ``create`` (``milepost init``) makes a
+        new store: a missing or empty database is refused (StoreNotFoundError)."""
         store = cls(url, home, root)
-        store.migrate()
+        try:
+            with store._guard():
+                store._check_exists(create)
+                store.migrate(create=create)
+                store._read_identity()
+        except BaseException:
+            store.close()
+            raise
         return store
 
     def close(self) -> None:
         self.engine.dispose()
+
+    @property
+    def where(self) -> str:
+        """The database, as messages name it (a file path, or the masked URL)."""
+        return str(self._sqlite_file) if self._sqlite_file else mask_url(self.url)
 
     # -- transactions ------------------------------------------------------
 
@@ -96,41 +128,111 @@ class Store:
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
+        """Database faults are environment problems (exit 3) with one line."""
         try:
             yield
+        except (MilepostError, IntegrityError):
+            raise  # refusals, and constraints: the caller's business
         except DBAPIError as e:
             if e.connection_invalidated or _is_connect_error(e):
                 raise self._unreachable(e) from None
-            raise
+            raise self._fault(e) from None
+        except OSError as e:
+            raise EnvironmentProblem(f"cannot use database {self.where}: {e.strerror or e}") from None
 
-    def _unreachable(self, e: BaseException) -> DatabaseUnreachableError:
-        detail = str(getattr(e, "orig", e) or e).strip().splitlines()[0:1]
-        msg = detail[0] if detail else type(e).__name__
+    def _detail(self, e: BaseException) -> str:
+        lines = str(getattr(e, "orig", e) or e).strip().splitlines()
+        msg = lines[0] if lines else type(e).__name__
         password = make_url(self.url).password
         if password:
             msg = msg.replace(str(password), "***")
+        return msg
+
+    def _unreachable(self, e: BaseException) -> DatabaseUnreachableError:
         return DatabaseUnreachableError(
-            f"cannot reach database {mask_url(self.url)}: {msg}; check MILEPOST_DB / --db and that the server is up",
+            f"cannot reach database {mask_url(self.url)}: {self._detail(e)};"
+            " check MILEPOST_DB / --db and that the server is up",
             url=mask_url(self.url),
         )
 
-    # -- schema ------------------------------------------------------------
+    def _fault(self, e: BaseException) -> EnvironmentProblem:
+        msg = self._detail(e)
+        low = msg.lower()
+        if "readonly" in low or "read-only" in low or "permission denied" in low:
+            return EnvironmentProblem(
+                f"cannot write database {self.where}: {msg}; check its permissions (and its folder's)",
+                database=self.where,
+            )
+        if "not a database" in low or "malformed" in low or "no such table" in low or "does not exist" in low:
+            return StoreDamagedError(
+                f"database {self.where} is damaged: {msg}; restore it from a backup", database=self.where
+            )
+        if "locked" in low:
+            return EnvironmentProblem(
+                f"database {self.where} stayed locked by another process: {msg}; try again", database=self.where
+            )
+        return EnvironmentProblem(f"database {self.where}: {msg}", database=self.where)
+
+    # -- existence, schema, identity -------------------------------------------
+
+    def _check_exists(self, create: bool) -> None:
+        path = self._sqlite_file
+        if path is None:
+            return
+        if path.is_dir():
+            raise StoreDamagedError(f"database {path} is a folder, not a SQLite file", database=str(path))
+        if path.exists():
+            return
+        if not create:
+            raise StoreNotFoundError(
+                f"no milepost database at {path}: run `milepost init` in the workspace root to create a store,"
+                " or point --db / MILEPOST_DB at an existing one",
+                database=str(path),
+            )
+        if not path.parent.is_dir():
+            raise StoreNotFoundError(f"cannot create database {path}: folder {path.parent} does not exist")
+
+    def _tables(self) -> set[str]:
+        with self.engine.connect() as conn:
+            return set(inspect(conn).get_table_names())
 
     def schema_version(self) -> str | None:
-        try:
+        """The schema version recorded in the database (None: no milepost schema)."""
+        with self._guard():
+            if "alembic_version" not in self._tables():
+                return None
             with self.engine.connect() as conn:
-                try:
-                    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-                except SQLAlchemyError:
-                    return None
-        except DBAPIError as e:
-            raise self._unreachable(e) from None
-        except OSError as e:
-            raise self._unreachable(e) from None
+                return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
-    def migrate(self) -> None:
-        version = self.schema_version()
+    def migrate(self, *, create: bool = False) -> None:
+        tables = self._tables()
+        version = None
+        if "alembic_version" in tables:
+            with self.engine.connect() as conn:
+                version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        if version is None:
+            ours = sorted(tables & TABLES)
+            if ours:
+                raise StoreDamagedError(
+                    f"database {self.where} has milepost tables but no schema version (alembic_version);"
+                    " it is damaged: restore it from a backup",
+                    database=self.where,
+                )
+            self.created = True
+            if not create:
+                raise StoreNotFoundError(
+                    f"database {self.where} holds no milepost store (it is empty): run `milepost init`"
+                    " to create one there, or point --db / MILEPOST_DB at an existing store",
+                    database=self.where,
+                )
         if version == SCHEMA_HEAD:
+            missing = sorted(TABLES - tables)
+            if missing:
+                raise StoreDamagedError(
+                    f"database {self.where} is damaged: table(s) {', '.join(missing)} missing;"
+                    " restore it from a backup",
+                    database=self.where,
+                )
             return
         with self._migration_lock() as conn:
             if self.dialect == "sqlite":
@@ -158,7 +260,7 @@ class Store:
             return
         if version is not None and not _known_revision(version):
             raise EnvironmentProblem(
-                f"database {mask_url(self.url)} has schema {version!r}, newer than this milepost"
+                f"database {self.where} has schema {version!r}, newer than this milepost"
                 f" (head {SCHEMA_HEAD}); upgrade milepost"
             )
         from alembic import command
@@ -167,15 +269,51 @@ class Store:
         cfg = Config()
         cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
-        conn.commit()
+        try:
+            command.upgrade(cfg, "head")
+            conn.commit()
+        except SQLAlchemyError as e:
+            conn.rollback()
+            raise StoreDamagedError(
+                f"cannot upgrade database {self.where} from schema {version or 'none'} to {SCHEMA_HEAD}:"
+                f" {self._detail(e)}; its tables do not match its recorded schema version: restore it from a backup",
+                database=self.where,
+            ) from None
         if self.dialect == "sqlite":
             problems = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
             conn.commit()
             if problems:
-                raise EnvironmentProblem(
-                    f"migration left {len(problems)} rows with broken references in {mask_url(self.url)}"
-                )
+                raise StoreDamagedError(f"migration left {len(problems)} rows with broken references in {self.where}")
+
+    def _read_identity(self) -> None:
+        with self.engine.connect() as conn:
+            meta: dict[str, str] = {str(k): str(v) for k, v in conn.execute(text("SELECT key, value FROM store_meta"))}
+        if not meta.get("store_id"):
+            raise StoreDamagedError(
+                f"database {self.where} has no store identity (store_meta.store_id); restore it from a backup",
+                database=self.where,
+            )
+        self.id = str(meta["store_id"])
+        self.legacy_layout = meta.get("legacy_layout") == "1"
+
+    # -- evidence on disk ---------------------------------------------------------
+
+    def evidence_dir(self, kind: str) -> Path:
+        """Where this store's files of ``kind`` (logs, work-items) live:
+        ``.milepost/<kind>/<store id>/``."""
+        return self.home / kind / self.id
+
+    def relative(self, path: Path) -> str:
+        """``path`` as stored: relative to the workspace root when inside it,
+        so a moved or copied workspace keeps finding its files."""
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def resolve(self, stored: str) -> Path:
+        """A stored path, found from this workspace (absolute ones as they are)."""
+        return self.root / stored
 
     @contextlib.contextmanager
     def _migration_lock(self) -> Iterator[Any]:
@@ -199,6 +337,13 @@ class Store:
                         fcntl.flock(lock, fcntl.LOCK_UN)
             else:
                 yield conn
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    db = url.database
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(db).absolute()
 
 
 def _known_revision(version: str) -> bool:

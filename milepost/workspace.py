@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from milepost.errors import StoreNotFoundError
+from milepost.errors import EnvironmentProblem, StoreNotFoundError
 
 __all__ = ["HOME_DIR", "Workspace", "find_home", "init_workspace", "resolve_workspace"]
 
@@ -36,9 +36,18 @@ def sqlite_url(path: Path) -> str:
 
 
 def init_workspace(root: Path) -> Workspace:
+    """Create the ``.milepost`` folder in ``root`` (the store itself is made by
+    ``Store.open(..., create=True)``)."""
     home = root.resolve() / HOME_DIR
-    home.mkdir(parents=True, exist_ok=True)
-    (home / ".gitignore").write_text("# milepost's store, logs and Prefect home: local to this machine\n*\n")
+    if home.exists() and not home.is_dir():
+        raise EnvironmentProblem(f"cannot create {home}: a file of that name is in the way; move it and run init again")
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        ignore = home / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# milepost's store, logs and Prefect home: local to this machine\n*\n")
+    except OSError as e:
+        raise EnvironmentProblem(f"cannot create {home}: {e.strerror or e}") from None
     return Workspace(url=sqlite_url(home / DB_FILE), home=home, root=home.parent)
 
 

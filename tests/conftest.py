@@ -117,7 +117,7 @@ def service(workspace: Path) -> Iterator[Service]:
     from milepost.workspace import init_workspace
 
     ws = init_workspace(workspace)
-    svc = Service(Store.open(ws.url, ws.home, ws.root))
+    svc = Service(Store.open(ws.url, ws.home, ws.root, create=True))
     yield svc
     svc.close()
 
@@ -220,6 +220,6 @@ def any_service(store_url: str, workspace: Path) -> Iterator[Service]:
 
     home = workspace / ".milepost"
     home.mkdir(exist_ok=True)
-    svc = Service(Store.open(store_url, home, workspace))
+    svc = Service(Store.open(store_url, home, workspace, create=True))
     yield svc
     svc.close()

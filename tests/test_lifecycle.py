@@ -198,7 +198,8 @@ def test_plan_artifact_and_refs(cli: CLI, workspace: Path) -> None:
     shown = cli.json("item", "show")
     plan = shown["plan"]
     path = Path(plan["path"])
-    assert path == workspace / ".milepost" / "work-items" / "1" / "plan.md"
+    store_id = cli.json("init")["store_id"]  # evidence on disk is filed under the store's identity
+    assert path == workspace / ".milepost" / "work-items" / store_id / "1" / "plan.md"
     assert plan["status"] == "available" and plan["size"] == path.stat().st_size
     assert plan["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest() and plan["preview"].startswith(
         "# documented"

@@ -32,6 +32,7 @@ def test_all_is_exactly_the_public_surface() -> None:
             "results",
             "planfile",
             "workspace",
+            "settings",
             "cli",
         }
     )

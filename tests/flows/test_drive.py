@@ -294,7 +294,7 @@ def test_drive_on_a_postgresql_store(prefect_api: str, postgres, workspace: Path
     in parallel, one flaky, the DAG's edges in the flow run."""
     from milepost.store import Store
 
-    svc = Service(Store.open(postgres.create_db("mp_drive"), workspace / ".milepost", workspace))
+    svc = Service(Store.open(postgres.create_db("mp_drive"), workspace / ".milepost", workspace, create=True))
     counter = workspace / "count"
     flaky = f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; test $n -ge 1"
     item = apply(

@@ -1,0 +1,325 @@
+"""Gates never outlive their driver.
+
+A driver process (``milepost drive``, ``milepost done``, a Dask worker running
+gate tasks) does not start gate commands itself: it asks its **gate
+supervisor**, a small process it starts on first use (``python -I -S``, the
+standard library only, a session of its own). The supervisor holds one end
+of a socket pair; the driver holds the other. When the driver dies, by any
+signal including SIGKILL, the kernel closes the driver's end: the supervisor
+sees end of file (or its new parent) and kills every running gate's process
+group within about a second. ``PR_SET_PDEATHSIG`` would reach only the
+gate's shell, not its grandchildren; the supervisor kills whole groups.
+
+Each command's start (process group, start time, boot id) and end are
+appended to the attempt's ``.proc`` file next to its log, so a driver that
+reclaims an expired lease on the same machine can make sure the previous
+attempt's processes are gone (:func:`stop_attempt`) and read how it ended
+(:func:`recover_commands`), even when the driver that started it is dead.
+
+The protocol is in ``_supervisor_main.py``; this module is the driver's side.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from milepost.gates import _supervisor_main as _main
+
+__all__ = [
+    "ExitStatus",
+    "Job",
+    "LaunchError",
+    "Supervisor",
+    "host_identity",
+    "read_proc",
+    "stop_attempt",
+    "supervisor",
+]
+
+SCRIPT = Path(_main.__file__)
+
+
+class LaunchError(Exception):
+    """The command could not be started (bad environment, missing folder, no
+    room for its log): a failed attempt, not a crash."""
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a command ended, as its supervisor saw it."""
+
+    pid: int | None
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    killed: str | None = None  # why the supervisor stopped it (interrupted, its driver stopped)
+    duration: float = 0.0
+
+    @property
+    def returncode(self) -> int | None:
+        """Like ``Popen.returncode``: the exit code, or minus the signal."""
+        if self.exit_code is not None:
+            return self.exit_code
+        return -self.signal if self.signal is not None else None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExitStatus:
+        return cls(
+            pid=d.get("pid"),
+            exit_code=d.get("exit_code"),
+            signal=d.get("signal"),
+            timed_out=bool(d.get("timed_out")),
+            killed=d.get("killed"),
+            duration=float(d.get("duration") or 0.0),
+        )
+
+
+class Job:
+    """One running command."""
+
+    def __init__(self, sup: Supervisor, job_id: int) -> None:
+        self._sup = sup
+        self.id = job_id
+        self.pid: int | None = None  # also its process group
+        self.start: int | None = None
+        self.error: str | None = None
+        self.status: ExitStatus | None = None
+        self._started = threading.Event()
+        self._ended = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the command and whatever it left in its group have ended."""
+        return self._ended.wait(timeout)
+
+    def kill(self, reason: str = "interrupted") -> None:
+        """Stop the command's whole group (SIGTERM, SIGKILL after the grace)."""
+        if not self._sup.send({"op": "kill", "id": self.id, "reason": reason}) and self.pid:
+            _killpg(self.pid, signal.SIGKILL)
+
+
+class Supervisor:
+    """The driver's handle on its gate supervisor process."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        self.owner_pid = os.getpid()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(SCRIPT), str(theirs.fileno()), str(os.getpid())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # out of reach of signals sent to the driver's group
+        )
+        theirs.close()
+        self._sock = ours
+        self._send_lock = threading.Lock()
+        self._jobs: dict[int, Job] = {}
+        self._ids = itertools.count(1)
+        self.alive = True
+        self._reader = threading.Thread(target=self._read, name="milepost-gate-supervisor", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def send(self, msg: dict[str, Any]) -> bool:
+        data = (json.dumps(msg) + "\n").encode()
+        try:
+            with self._send_lock:
+                self._sock.sendall(data)
+        except OSError:
+            return False
+        return True
+
+    def spawn(
+        self,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: dict[str, str],
+        log: str,
+        proc: str | None = None,
+        cmd: int = 0,
+        timeout: float | None = None,
+        grace: float = 2.0,
+    ) -> Job:
+        """Start ``argv`` in a new session, output appended to ``log``. Returns
+        once it runs; raises :class:`LaunchError` when it cannot start."""
+        job = Job(self, next(self._ids))
+        self._jobs[job.id] = job
+        request = {
+            "op": "spawn", "id": job.id, "argv": argv, "cwd": cwd, "env": env, "log": log, "proc": proc,
+            "cmd": cmd, "timeout": timeout, "grace": grace,
+        }  # fmt: skip
+        if not self.send(request):
+            self._jobs.pop(job.id, None)
+            raise LaunchError("the gate supervisor is not running")
+        job._started.wait()
+        if job.error is not None:
+            self._jobs.pop(job.id, None)
+            raise LaunchError(job.error)
+        return job
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for line in self._sock.makefile("rb"):
+                msg = json.loads(line)
+                job = self._jobs.get(msg.get("id"))
+                if job is None:
+                    continue
+                if "error" in msg:
+                    job.error = str(msg["error"])
+                    job._started.set()
+                elif "status" in msg:
+                    job.status = ExitStatus.from_dict(msg["status"])
+                    self._jobs.pop(job.id, None)
+                    job._ended.set()
+                else:
+                    job.pid, job.start = int(msg["pid"]), msg.get("start")
+                    job._started.set()
+        # The supervisor is gone (killed on its own): stop what it ran, here.
+        self.alive = False
+        for job in list(self._jobs.values()):
+            if job.pid:
+                _killpg(job.pid, signal.SIGKILL)
+            if not job._started.is_set():
+                job.error = "the gate supervisor stopped"
+                job._started.set()
+            job.status = ExitStatus(pid=job.pid, killed="the gate supervisor stopped")
+            job._ended.set()
+        self._jobs.clear()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the supervisor (it stops whatever still runs) and reap it."""
+        self.alive = False
+        with contextlib.suppress(OSError):
+            # shutdown, not just close: the reader's file object keeps the descriptor open.
+            self._sock.shutdown(socket.SHUT_RDWR)
+            self._sock.close()
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+_LOCK = threading.Lock()
+_INSTANCE: Supervisor | None = None
+
+
+def supervisor() -> Supervisor:
+    """This process's gate supervisor, started on first use (and again if it died)."""
+    global _INSTANCE
+    with _LOCK:
+        sup = _INSTANCE
+        if sup is None or not sup.alive or sup.owner_pid != os.getpid():
+            if sup is not None and sup.owner_pid == os.getpid():
+                sup.close(timeout=1.0)
+            sup = _INSTANCE = Supervisor()
+        return sup
+
+
+def _forget_after_fork() -> None:
+    # A forked child has its own gates: it starts its own supervisor.
+    global _INSTANCE, _LOCK
+    _INSTANCE = None
+    _LOCK = threading.Lock()
+
+
+def _close_at_exit() -> None:
+    sup = _INSTANCE
+    if sup is not None and sup.owner_pid == os.getpid():
+        sup.close(timeout=3.0)
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+atexit.register(_close_at_exit)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+# -- identity and fencing -------------------------------------------------------------
+
+
+def host_identity() -> dict[str, str | None]:
+    """This machine as a claim records it: host name and boot id (a process
+    id means something only on the same machine, in the same boot)."""
+    return {"host": socket.gethostname(), "boot": _main.boot_id()}
+
+
+def read_proc(path: Path) -> list[dict[str, Any]]:
+    """The records of an attempt's ``.proc`` file (missing: none)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+def _live_members(pgid: int) -> bool:
+    """Whether the group has a member that is not a zombie (Linux: read /proc;
+    elsewhere ``killpg(pgid, 0)``)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return bool(_main.group_alive(pgid))
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            data = (entry / "stat").read_bytes()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def stop_attempt(proc_path: Path, timeout: float = 10.0) -> list[int]:
+    """Make sure no process of an attempt started on this machine lives: every
+    process group its ``.proc`` file records as started, in this boot, whose
+    leader is still the recorded process (or gone, with members left) gets
+    SIGKILL, and this waits until the groups are empty. Returns the groups it
+    had to kill."""
+    boot = _main.boot_id()
+    killed = []
+    for rec in read_proc(proc_path):
+        if rec.get("event") != "start" or not isinstance(rec.get("pid"), int):
+            continue
+        if rec.get("boot") != boot:
+            continue  # another boot: nothing of it lives
+        pgid = int(rec["pid"])
+        start = _main.process_start(pgid)
+        if start is not None and rec.get("start") is not None and start != rec["start"]:
+            continue  # the id now belongs to another process: ours is gone (a live group keeps its id)
+        if _live_members(pgid):
+            _killpg(pgid, signal.SIGKILL)
+            killed.append(pgid)
+    deadline = time.monotonic() + timeout
+    while any(_live_members(g) for g in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return killed

@@ -1,0 +1,78 @@
+"""milepost's settings: one object, read from ``MILEPOST_*`` environment
+variables by the CLI, by ``Service.open()`` and by every flow body alike, so
+a flow run that Prefect starts (served, deployed, run by a worker on another
+machine) opens the store the user named.
+
+Command-line flags (``--db``, ``--agent``, ``--debug``) win over the
+environment; the environment wins over the defaults here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from milepost.errors import SettingsError
+
+__all__ = ["Settings", "load_settings"]
+
+ENV_PREFIX = "MILEPOST_"
+# A week: a lease is renewed every quarter of it, so longer makes no sense.
+MAX_LEASE_TTL = 7 * 24 * 3600.0
+
+
+class Settings(BaseSettings):
+    """Every setting of milepost (environment variable ``MILEPOST_<NAME>``)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    db: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the store; default: the SQLite file of the nearest .milepost/",
+    )
+    agent: str | None = Field(default=None, description="the acting agent (default: 'default')")
+    lease_ttl: float = Field(
+        default=120.0,
+        gt=0,
+        le=MAX_LEASE_TTL,
+        description="seconds a gate's claim stays valid without renewal (renewed every quarter of it)",
+    )
+    debug: bool = Field(default=False, description="show Python tracebacks of errors")
+
+    @field_validator("lease_ttl")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+    @field_validator("db", "agent")
+    @classmethod
+    def _blank_is_unset(cls, v: str | None) -> str | None:
+        return v if v is None or v.strip() else None
+
+
+def load_settings() -> Settings:
+    """The settings from the environment; a bad value is an environment error
+    (exit 3) naming the variable, what was found and what is accepted."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = ENV_PREFIX + str(err["loc"][0]).upper() if err.get("loc") else ENV_PREFIX + "*"
+        found = err.get("input")
+        raise SettingsError(
+            f"invalid setting {name}={found!r}: {_accepted(err)}", variable=name, found=repr(found)
+        ) from None
+
+
+def _accepted(err: ErrorDetails) -> str:
+    field = str(err["loc"][0]) if err.get("loc") else ""
+    if field == "lease_ttl":
+        return f"expected seconds, a number > 0 and at most {MAX_LEASE_TTL:g}"
+    if field == "debug":
+        return "expected 1/0, true/false, yes/no or on/off"
+    return str(err.get("msg", "invalid value"))

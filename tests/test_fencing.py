@@ -1,0 +1,118 @@
+"""A milestone's gate never runs twice at once, and a passed gate never passes
+again, when the process running it (``milepost done``) dies or freezes: the
+next ``done`` reclaims the expired lease, fences the earlier attempt (kills
+what is left of it on this machine) and records it. Real CLI processes, real
+signals, a gate that keeps a ledger (tests/ledger.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CLI
+from tests.ledger import Ledger, gate_command, write_gate
+
+TTL = "1"
+
+
+def wait_until(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def setup(cli: CLI, workspace: Path) -> Iterator[tuple[CLI, Ledger, list[subprocess.Popen[str]]]]:
+    gate = write_gate(workspace)
+    ledger = Ledger(workspace / "ledger")
+    cli("item", "create", "fencing", check=True)
+    procs: list[subprocess.Popen[str]] = []
+    yield cli, ledger, procs
+    for p in procs:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+        p.communicate()
+    _ = gate
+
+
+def add(cli: CLI, ledger: Ledger, name: str, seconds: float) -> None:
+    gate = cli.cwd / "gate.sh"
+    cli("add", name, "--gate", gate_command(gate, ledger.path, seconds), check=True)
+    cli("start", name, check=True)
+
+
+def runs(cli: CLI, name: str) -> list[tuple[int, str]]:
+    return [(r["attempt"], r["outcome"]) for r in cli.json("runs", name)["runs"]]
+
+
+def test_a_killed_done_leaves_a_lease_the_next_done_fences_and_records(setup) -> None:  # type: ignore[no-untyped-def]
+    cli, ledger, procs = setup
+    add(cli, ledger, "a", 3)
+    first = cli.popen("done", "a", MILEPOST_LEASE_TTL=TTL)
+    procs.append(first)
+    wait_until(lambda: ledger.has("start", "a"))
+    first.kill()  # SIGKILL: no chance to record anything
+    first.communicate()
+    refused = cli("done", "a", MILEPOST_LEASE_TTL=TTL)
+    # Within the lease, the gate counts as running: refused, nothing run.
+    if refused.code == 2:
+        assert "already running" in refused.err
+    time.sleep(1.2)
+    r = cli("--json", "done", "a", MILEPOST_LEASE_TTL=TTL)
+    assert r.code == 0, r.err
+    assert runs(cli, "a") == [(1, "interrupted"), (2, "passed")]
+    first_run = cli.json("runs", "a")["runs"][0]
+    assert "expired" in first_run["reason"]
+    assert ledger.executions() == [("a", 1), ("a", 2)] and ledger.count("end")["a"] == 1
+    assert ledger.overlaps() == []
+    assert cli.json("list")["milestones"][0]["attempts"] == 1  # the interrupted attempt spent no budget
+
+
+def test_a_frozen_dones_gate_is_killed_before_the_milestone_runs_again(setup) -> None:  # type: ignore[no-untyped-def]
+    cli, ledger, procs = setup
+    add(cli, ledger, "a", 4)
+    frozen = cli.popen("done", "a", MILEPOST_LEASE_TTL=TTL)
+    procs.append(frozen)
+    wait_until(lambda: ledger.has("start", "a"))
+    os.kill(frozen.pid, signal.SIGSTOP)  # alive, holding its supervisor's pipe, renewing nothing
+    time.sleep(1.5)
+    r = cli("--json", "done", "a", MILEPOST_LEASE_TTL=TTL)
+    assert r.code == 0, r.err
+    first_run = cli.json("runs", "a")["runs"][0]
+    assert first_run["outcome"] == "interrupted" and "killed its process group" in first_run["reason"]
+    os.kill(frozen.pid, signal.SIGCONT)
+    out, err = frozen.communicate(timeout=60)
+    # The woken process records nothing: the lease had passed on.
+    assert "that driver records the attempt" in out, (out, err)
+    assert runs(cli, "a") == [(1, "interrupted"), (2, "passed")]
+    assert ledger.executions() == [("a", 1), ("a", 2)] and ledger.overlaps() == []
+    assert ledger.count("end")["a"] == 1
+
+
+def test_a_gate_that_passed_after_its_driver_froze_is_not_run_again(setup) -> None:  # type: ignore[no-untyped-def]
+    cli, ledger, procs = setup
+    add(cli, ledger, "a", 0.5)
+    frozen = cli.popen("done", "a", MILEPOST_LEASE_TTL=TTL)
+    procs.append(frozen)
+    wait_until(lambda: ledger.has("start", "a"))
+    os.kill(frozen.pid, signal.SIGSTOP)
+    wait_until(lambda: ledger.has("end", "a"))  # the gate passed; its driver could not record it
+    time.sleep(1.5)
+    r = cli("--json", "done", "a", MILEPOST_LEASE_TTL=TTL)
+    assert r.code == 0, r.err
+    data = r.data
+    assert data["passed"] is True and data["milestone"]["status"] == "done"
+    assert "recovered from attempt-1.log" in data["gate_run"]["reason"]
+    os.kill(frozen.pid, signal.SIGCONT)
+    frozen.communicate(timeout=60)
+    assert runs(cli, "a") == [(1, "passed")]
+    assert ledger.executions() == [("a", 1)]  # ran once, passed once
+    assert cli.json("list")["milestones"][0]["status"] == "done"
