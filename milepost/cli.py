@@ -994,27 +994,37 @@ def serve(c: Ctx, interval: float, name: str) -> None:
 @click.option("--pool", required=True, help="Work pool (a process pool is created when missing).")
 @click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
 @click.option("--interval", type=click.FloatRange(min=1), default=None, help="Seconds between scheduled ticks.")
+@click.option(
+    "--working-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder the workers run ticks in, on their machines (default: this workspace's root).",
+)
 @pass_ctx
-def deploy(c: Ctx, pool: str, name: str, interval: float | None) -> None:
+def deploy(c: Ctx, pool: str, name: str, interval: float | None, working_dir: Path | None) -> None:
     """Register the tick flow as a Prefect deployment on a work pool: Prefect
     workers on any machine (`prefect worker start --pool POOL`) then run ticks
-    against the shared database (MILEPOST_DB)."""
+    against the shared database (MILEPOST_DB).
+
+    A tick runs its gates in the working directory (the checkout they test)
+    and keeps their logs in its .milepost/ folder. The database URL is written
+    into the deployment unless it holds a password: then each worker sets
+    MILEPOST_DB itself."""
     from sqlalchemy.engine import make_url
 
-    from milepost.workspace import resolve_workspace
-
-    ws = resolve_workspace(c.db)
-    _prefect(ws.home, "deploy")
-    # A password is not written into the deployment: workers set MILEPOST_DB themselves then.
-    env = {} if make_url(ws.url).password else {"MILEPOST_DB": ws.url}
+    store = c.service.store  # refuses a missing or empty store: workers would fail every tick
+    _prefect(store.home, "deploy")
+    env = {} if make_url(store.url).password else {"MILEPOST_DB": store.url}
     from milepost.flows.tick import deploy_tick
 
-    dep = deploy_tick(pool, name, interval, env, str(ws.root))
+    folder = str((working_dir or store.root).absolute())
+    dep = deploy_tick(pool, name, interval, env, folder)
     hint = "" if env else " (the URL has a password: set MILEPOST_DB on the workers)"
     c.emit(
-        {"deployment_id": dep, "pool": pool, "name": f"milepost-tick/{name}", "interval": interval},
-        lambda con: con.print(f"deployed milepost-tick/{name} on pool {pool!r} ({dep}){hint}"),
-    )
+        {"deployment_id": dep, "pool": pool, "name": f"milepost-tick/{name}", "interval": interval,
+         "working_dir": folder, "db_in_deployment": bool(env)},
+        lambda con: con.print(f"deployed milepost-tick/{name} on pool {pool!r} ({dep}), working dir {folder}{hint}"),
+    )  # fmt: skip
 
 
 @cli.group()
