@@ -14,6 +14,7 @@ from typing import IO, Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from milepost._text import printable
 from milepost.results import Claim, DoneResult
 
 __all__ = [
@@ -181,7 +182,7 @@ class LineReporter(NullReporter):
         self.out = out or sys.stdout
 
     def _line(self, text: str) -> None:
-        self.out.write(f"{datetime.now():%H:%M:%S} {text}\n")
+        self.out.write(f"{datetime.now():%H:%M:%S} {printable(text)}\n")
         self.out.flush()
 
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:

@@ -29,7 +29,17 @@ from milepost.errors import (
     TransitionError,
     UnknownDependencyError,
 )
-from milepost.graph.models import Milestone, check_name, check_retries, check_timeout
+from milepost.graph.models import (
+    GateCommand,
+    Milestone,
+    check_command,
+    check_delay,
+    check_env,
+    check_name,
+    check_retries,
+    check_text,
+    check_timeout,
+)
 from milepost.graph.status import REASON_REQUIRED, Action, MilestoneStatus, transition
 
 __all__ = ["Change", "NextPick", "WorkGraph", "validate_milestones"]
@@ -253,8 +263,15 @@ class WorkGraph:
         owner = f"milestone {name!r}"
         check_retries(retries, owner)
         check_timeout(timeout, owner)
-        if retry_delay is not None and retry_delay < 0:
-            raise InvalidValueError(f"invalid retry_delay {retry_delay!r} for {owner}: must be seconds >= 0")
+        check_delay(retry_delay, owner)
+        check_text(acceptance, f"the acceptance text of {owner}")
+        if fix is not None:
+            check_command(fix, f"the fix command of {owner}")
+        for g in gate:
+            if isinstance(g, GateCommand):
+                check_command(g.run, f"the gate of {owner}")
+                check_env(g.env, f"the gate of {owner}")
+                check_timeout(g.timeout, f"the gate of {owner}")
         if name in self._ms:
             raise DuplicateNameError(
                 f"milestone {name!r} already exists (id {self._ms[name].id}); names are unique in a work item",

@@ -24,7 +24,7 @@ from enum import StrEnum
 
 from milepost.errors import FrozenPlanError, InvalidValueError, TransitionError
 from milepost.graph.dag import WorkGraph
-from milepost.graph.models import Wait, WorkItem
+from milepost.graph.models import Wait, WorkItem, check_text
 from milepost.graph.status import ItemState, MilestoneStatus, PlanStatus
 
 __all__ = [
@@ -114,6 +114,9 @@ def make_wait(kind: str, reason: str, resource: str | None, deadline: datetime |
         allowed = ", ".join(w.value for w in WaitKind)
         raise InvalidValueError(f"unknown wait kind {kind!r}: use one of {allowed}") from None
     a = "an" if k.value[0] in "aeiou" else "a"
+    check_text(reason, "the wait's reason")
+    if resource is not None:
+        check_text(resource, "the wait's resource")
     if not reason.strip():
         raise InvalidValueError(f"{a} {k.value} wait needs a reason: pass --reason TEXT")
     if k in (WaitKind.TASK_RESULT, WaitKind.EXTERNAL) and not resource:

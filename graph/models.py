@@ -6,58 +6,164 @@ unknown fields; the plan-file models in :mod:`milepost.graph.plan` forbid them.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
 
 from milepost.errors import InvalidNameError, InvalidValueError
 from milepost.graph.status import ItemState, MilestoneStatus, PlanStatus
 
 __all__ = [
     "DEFAULT_RETRIES",
+    "MAX_ID",
+    "MAX_RETRIES",
+    "MAX_SECONDS",
+    "MAX_TEXT",
     "NAME_RULE",
+    "CommandText",
+    "Delay",
+    "EnvMap",
     "GateCommand",
     "ItemDefaults",
     "Milestone",
     "PlanArtifact",
+    "Retries",
+    "Seconds",
+    "Text",
     "TodoItem",
     "Wait",
     "WorkItem",
     "WorkRef",
+    "check_command",
+    "check_delay",
+    "check_env",
     "check_name",
     "check_retries",
+    "check_text",
     "check_timeout",
 ]
 
 DEFAULT_RETRIES = 2
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9._-]{0,63}$")
+# Limits of what milepost accepts. Each keeps a value meaningful and every
+# output valid (a JSON document has no Infinity; PostgreSQL's INTEGER ends at
+# 2**31 - 1; its TEXT holds no NUL character).
+MAX_RETRIES = 100
+MAX_SECONDS = 7 * 24 * 3600.0  # timeouts and retry delays: a week
+MAX_ID = 2**31 - 1  # ids, attempts, revisions
+MAX_TEXT = 1_000_000  # characters of an objective, acceptance text, reason or report
+
+_NAME_RE = re.compile(r"[a-z][a-z0-9._-]{0,63}")
 NAME_RULE = "1-64 characters: lowercase letters, digits, '-', '_' or '.', starting with a letter"
 
 
 def check_name(name: str, what: str = "milestone") -> str:
     """Return ``name`` if it is a valid slug, else raise :class:`InvalidNameError`."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise InvalidNameError(f"invalid {what} name {name!r}: use {NAME_RULE}", name=name)
     return name
 
 
 def check_retries(value: int | None, owner: str) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES):
         raise InvalidValueError(
-            f"invalid retries {value!r} for {owner}: must be a whole number >= 0", field="retries", value=value
+            f"invalid retries {value!r} for {owner}: must be a whole number from 0 to {MAX_RETRIES}",
+            field="retries",
+            value=repr(value),
         )
     return value
+
+
+def _seconds_ok(value: object, minimum_open: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return (value > 0 if minimum_open else value >= 0) and value <= MAX_SECONDS
 
 
 def check_timeout(value: float | None, owner: str) -> float | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+    if value is not None and not _seconds_ok(value, True):
         raise InvalidValueError(
-            f"invalid timeout {value!r} for {owner}: must be a number of seconds > 0", field="timeout", value=value
+            f"invalid timeout {value!r} for {owner}: must be a number of seconds > 0 and <= {MAX_SECONDS:g}",
+            field="timeout",
+            value=repr(value),
         )
     return value
+
+
+def check_delay(value: float | None, owner: str) -> float | None:
+    if value is not None and not _seconds_ok(value, False):
+        raise InvalidValueError(
+            f"invalid retry_delay {value!r} for {owner}: must be a number of seconds >= 0 and <= {MAX_SECONDS:g}",
+            field="retry_delay",
+            value=repr(value),
+        )
+    return value
+
+
+def check_text(value: str, what: str) -> str:
+    """Free text (objective, acceptance, reason, report): no NUL character
+    (no database keeps it), at most MAX_TEXT characters."""
+    if "\x00" in value:
+        raise InvalidValueError(f"{what} contains a NUL character (\\x00): remove it", field=what)
+    if len(value) > MAX_TEXT:
+        raise InvalidValueError(f"{what} is {len(value)} characters long: at most {MAX_TEXT} are kept", field=what)
+    return value
+
+
+def check_command(run: str, what: str) -> str:
+    """A shell command that can be executed: not blank, no NUL character."""
+    if not run.strip():
+        raise InvalidValueError(f"{what} is empty: give a shell command", field=what)
+    if "\x00" in run:
+        raise InvalidValueError(f"{what} contains a NUL character (\\x00): a command cannot hold one", field=what)
+    return check_text(run, what)
+
+
+def check_env(env: Mapping[str, str], what: str) -> Mapping[str, str]:
+    """Environment entries that can be passed to a process."""
+    for key, value in env.items():
+        if not key or "=" in key or "\x00" in key:
+            raise InvalidValueError(
+                f"invalid environment variable name {key!r} in {what}: a non-empty name without '=' or NUL",
+                field=what,
+            )
+        if "\x00" in value:
+            raise InvalidValueError(f"environment variable {key!r} in {what} contains a NUL character", field=what)
+    return env
+
+
+def _no_nul(v: str) -> str:
+    if "\x00" in v:
+        raise ValueError("contains a NUL character (\\x00)")
+    return v
+
+
+def _command(v: str) -> str:
+    if not v.strip():
+        raise ValueError("is empty: give a shell command")
+    return _no_nul(v)
+
+
+def _env(v: dict[str, str]) -> dict[str, str]:
+    for key, value in v.items():
+        if not key or "=" in key or "\x00" in key:
+            raise ValueError(f"invalid variable name {key!r}: a non-empty name without '=' or NUL")
+        if "\x00" in value:
+            raise ValueError(f"variable {key!r} contains a NUL character")
+    return v
+
+
+# Field types of the plan-file models: the same limits, reported by pydantic with the file's line.
+Text = Annotated[str, Field(max_length=MAX_TEXT), AfterValidator(_no_nul)]
+CommandText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT), AfterValidator(_command)]
+EnvMap = Annotated[dict[str, str], AfterValidator(_env)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Delay = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Retries = Annotated[StrictInt, Field(ge=0, le=MAX_RETRIES)]
 
 
 class _Read(BaseModel):

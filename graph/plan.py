@@ -9,11 +9,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag
 
 from milepost.errors import DuplicateNameError
 from milepost.graph.dag import validate_milestones
-from milepost.graph.models import DEFAULT_RETRIES, GateCommand, Milestone, WorkItem, check_name
+from milepost.graph.models import (
+    DEFAULT_RETRIES,
+    CommandText,
+    Delay,
+    EnvMap,
+    GateCommand,
+    Milestone,
+    Retries,
+    Seconds,
+    Text,
+    WorkItem,
+    check_name,
+)
 from milepost.graph.status import MilestoneStatus, PlanStatus
 
 __all__ = ["Plan", "PlanCommand", "PlanDefaults", "PlanMilestone", "plan_from_item"]
@@ -25,34 +37,46 @@ class _Strict(BaseModel):
 
 class PlanCommand(_Strict):
     name: str | None = None
-    run: Annotated[str, Field(min_length=1)]
-    cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    timeout: Annotated[float, Field(gt=0)] | None = None
+    run: CommandText
+    cwd: Text | None = None
+    env: EnvMap = Field(default_factory=dict)
+    timeout: Seconds | None = None
+
+
+def _gate_kind(v: Any) -> str:
+    return "list" if isinstance(v, list) else "command"
+
+
+# A gate is one command or a list of named ones: the discriminator keeps
+# errors about the form that was written (not both forms' complaints).
+GateField = Annotated[
+    Annotated[CommandText, Tag("command")] | Annotated[list[PlanCommand], Tag("list")],
+    Discriminator(_gate_kind),
+]
 
 
 class PlanMilestone(_Strict):
     name: str
     deps: list[str] = Field(default_factory=list)
-    acceptance: str = ""
-    gate: Annotated[str, Field(min_length=1)] | list[PlanCommand] | None = None
-    retries: Annotated[StrictInt, Field(ge=0)] | None = None
-    timeout: Annotated[float, Field(gt=0)] | None = None
+    acceptance: Text = ""
+    gate: GateField | None = None
+    retries: Retries | None = None
+    timeout: Seconds | None = None
     review: StrictBool = False
-    fix: str | None = None
-    retry_delay: Annotated[float, Field(ge=0)] | None = None
+    fix: CommandText | None = None
+    retry_delay: Delay | None = None
     hypothesis: StrictBool = False
 
 
 class PlanDefaults(_Strict):
-    retries: Annotated[StrictInt, Field(ge=0)] = DEFAULT_RETRIES
-    timeout: Annotated[float, Field(gt=0)] | None = None
-    fix: str | None = None
-    retry_delay: Annotated[float, Field(ge=0)] | None = None
+    retries: Retries = DEFAULT_RETRIES
+    timeout: Seconds | None = None
+    fix: CommandText | None = None
+    retry_delay: Delay | None = None
 
 
 class Plan(_Strict):
-    objective: Annotated[str, Field(min_length=1)]
+    objective: Annotated[Text, Field(min_length=1)]
     plan_status: PlanStatus = PlanStatus.DRAFT
     defaults: PlanDefaults = Field(default_factory=PlanDefaults)
     milestones: list[PlanMilestone] = Field(default_factory=list)

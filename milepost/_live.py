@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from milepost._text import printable
 from milepost.flows.events import DriveSummary
 from milepost.results import Claim, DoneResult, MilestoneView
 
@@ -42,11 +43,17 @@ class LiveReporter:
         for col in ("id", "milestone", "status", "tries", "note"):
             t.add_column(col)
         for name, (mid, view, attempts, most, note) in sorted(self.rows.items(), key=lambda kv: int(kv[1][0])):
-            t.add_row(str(mid), name, Text(str(view), style=STYLE.get(str(view), "")), f"{attempts}/{most}", str(note))
+            t.add_row(
+                str(mid),
+                name,
+                Text(str(view), style=STYLE.get(str(view), "")),
+                f"{attempts}/{most}",
+                printable(str(note)),
+            )
         now = time.monotonic()
         running = ", ".join(f"{n} ({now - t:.0f} s)" for n, t in self.running.items()) or "-"
         head = Text(f"elapsed {now - self.t0:.0f} s · running: {running}", style="bold")
-        return Group(head, t, *(Text(n, style="dim") for n in self.notes[-3:]))
+        return Group(head, t, *(Text(printable(n), style="dim") for n in self.notes[-3:]))
 
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
         self.live.start()

@@ -82,13 +82,19 @@ class Ctx:
     def console(self) -> Console:
         from rich.console import Console
 
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                # rich exits 1 here; a reader that left (`| head`) is not a failure.
+                raise BrokenPipeError
+
         # Off a terminal rich would wrap at 80 columns; scripts and logs prefer long lines.
         width = None if sys.stdout.isatty() else 200
-        return Console(highlight=False, soft_wrap=True, width=width)
+        return _Console(highlight=False, soft_wrap=True, width=width)
 
     def emit(self, data: Any, human: Callable[[Console], None]) -> None:
         if self.json:
-            click.echo(json.dumps(data, default=str))
+            # Strict JSON: a NaN or an infinity is a bug to report, never output.
+            click.echo(json.dumps(data, default=str, allow_nan=False))
         else:
             human(self.console())
 
@@ -99,24 +105,75 @@ def _styled(status: str) -> str:
 
 
 def _esc(text: str) -> str:
+    """User text for rich: control characters escaped, markup neutralised."""
     from rich.markup import escape
 
-    return escape(text)
+    from milepost._text import printable
+
+    return escape(printable(text))
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
+class _Seconds(click.ParamType[float]):
+    """A finite number of seconds within milepost's limits (no nan, no inf)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0, *, open_min: bool = True) -> None:
+        self.minimum = minimum
+        self.open_min = open_min
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        import math
+
+        from milepost.graph.models import MAX_SECONDS
+
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        low_ok = v > self.minimum if self.open_min else v >= self.minimum
+        if not (math.isfinite(v) and low_ok and v <= MAX_SECONDS):
+            rel = ">" if self.open_min else ">="
+            self.fail(f"{value!r} is not a number of seconds {rel} {self.minimum:g} and <= {MAX_SECONDS:g}", param, ctx)
+        return v
+
+
+class _Id(click.ParamType[int]):
+    """A whole number from 1 to the database's integer limit."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from milepost.graph.models import MAX_ID
+
+        try:
+            v = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+        if not 1 <= v <= MAX_ID:
+            self.fail(f"{value!r} is not a whole number from 1 to {MAX_ID}", param, ctx)
+        return v
+
+
+ID = _Id()
+SECONDS = _Seconds()
+DELAY = _Seconds(open_min=False)
+RETRIES = click.IntRange(min=0, max=100)
+
+
 def item_option(f: F) -> F:
     return click.option(
-        "--item", "item", type=int, default=None, help="Work item id (default: this agent's current item)."
+        "--item", "item", type=ID, default=None, help="Work item id (default: this agent's current item)."
     )(f)
 
 
 def revision_option(f: F) -> F:
     return click.option(
         "--expect-revision",
-        type=int,
+        type=ID,
         default=None,
         metavar="N",
         help="Refuse (exit 2) unless the item is at revision N: safe read-modify-write.",
@@ -192,9 +249,9 @@ PLAN_STATUS = click.Choice(["draft", "ready", "needs_input"])
 @item.command("create")
 @click.argument("objective")
 @click.option("--plan-status", type=PLAN_STATUS, default="draft", show_default=True)
-@click.option("--retries", type=click.IntRange(min=0), default=None, help="Default retry budget of its milestones.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Default gate timeout (s).")
-@click.option("--after", type=int, default=None, metavar="ID", help="Wait until work item ID is completed.")
+@click.option("--retries", type=RETRIES, default=None, help="Default retry budget of its milestones.")
+@click.option("--timeout", type=SECONDS, default=None, help="Default gate timeout (s).")
+@click.option("--after", type=ID, default=None, metavar="ID", help="Wait until work item ID is completed.")
 @pass_ctx
 def item_create(c: Ctx, objective: str, plan_status: str, retries: int | None, timeout: float | None,
                 after: int | None) -> None:  # fmt: skip
@@ -214,7 +271,7 @@ def item_create(c: Ctx, objective: str, plan_status: str, retries: int | None, t
     type=click.Choice(["all", "open", "completed", "cancelled", "current", "queued", "blocked",
                        "waiting_for_operator", "runnable"]),
 )  # fmt: skip
-@click.option("--limit", type=click.IntRange(min=1), default=None)
+@click.option("--limit", type=ID, default=None)
 @pass_ctx
 def item_list(c: Ctx, filter_: str, limit: int | None) -> None:
     """List work items with their readiness (and why)."""
@@ -248,7 +305,7 @@ def item_list(c: Ctx, filter_: str, limit: int | None) -> None:
 
 
 @item.command("show")
-@click.argument("item_id", type=int, required=False)
+@click.argument("item_id", type=ID, required=False)
 @pass_ctx
 def item_show(c: Ctx, item_id: int | None) -> None:
     """Show a work item and its milestones (default: the current item)."""
@@ -281,7 +338,7 @@ def _show_item(c: Ctx, item_id: int | None) -> None:
         if it.recheck_at:
             con.print(f"recheck at: {it.recheck_at:%Y-%m-%d %H:%M:%S %Z}")
         size = f", {plan.size} bytes, sha256 {plan.sha256[:12]}" if plan.sha256 else ""
-        con.print(f"plan: {plan.path} ({plan.status}{size})")
+        con.print(f"plan: {_esc(plan.path)} ({plan.status}{size})")
         for t in it.todo_list:
             mark = {"completed": "x", "in_progress": "~"}.get(t.state, " ")
             con.print(f"  [{mark}] {_esc(t.text)}")
@@ -329,7 +386,7 @@ def _time(value: str | None, flag: str) -> Any:
 
 
 @item.command("update")
-@click.argument("item_id", type=int, required=False)
+@click.argument("item_id", type=ID, required=False)
 @click.option("--objective", default=None)
 @click.option("--plan-status", type=PLAN_STATUS, default=None, help="ready freezes the DAG's structure.")
 @click.option(
@@ -348,6 +405,8 @@ def item_update(c: Ctx, item_id: int | None, objective: str | None, plan_status:
                 clear_todo: bool, blocked_by: str | None, clear_blocked_by: bool, recheck_at: str | None,
                 expect_revision: int | None) -> None:  # fmt: skip
     """Change a work item (default: the current one): objective, plan status, todo list, blocker, recheck time."""
+    if todo and clear_todo:
+        raise InvalidValueError("--todo and --clear-todo contradict each other: use one")
     it = c.service.update_item(
         item_id,
         objective=objective,
@@ -365,7 +424,7 @@ def item_update(c: Ctx, item_id: int | None, objective: str | None, plan_status:
 
 
 @item.command("pick")
-@click.argument("item_id", type=int)
+@click.argument("item_id", type=ID)
 @click.option("--clear-blocker", is_flag=True, help="Also clear its resolved blocker and waits (needs --reason).")
 @click.option("--reason", default=None, help="Why the blocker is resolved.")
 @revision_option
@@ -380,7 +439,7 @@ def item_pick(c: Ctx, item_id: int, clear_blocker: bool, reason: str | None, exp
 
 
 @item.command("wait")
-@click.argument("item_id", type=int, required=False)
+@click.argument("item_id", type=ID, required=False)
 @click.option("--wake", "kind", required=True,
               type=click.Choice(["operator_input", "task_result", "external", "timer", "system"]),
               help="What wakes the item.")  # fmt: skip
@@ -405,11 +464,11 @@ def item_wake(c: Ctx, resource: str) -> None:
     """An external event: settle every wait on RESOURCE (none matching is fine)."""
     woken = c.service.wake(resource)
     text = f"woke work item(s) {', '.join(map(str, woken))}" if woken else f"no wait matches resource {resource!r}"
-    c.emit({"resource": resource, "woken": woken}, lambda con: con.print(text))
+    c.emit({"resource": resource, "woken": woken}, lambda con: con.print(_esc(text)))
 
 
 @item.command("complete")
-@click.argument("item_id", type=int, required=False)
+@click.argument("item_id", type=ID, required=False)
 @click.option("--report", default=None, help="What was achieved (required, or --report-file).")
 @click.option("--report-file", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @revision_option
@@ -418,10 +477,16 @@ def item_complete(c: Ctx, item_id: int | None, report: str | None, report_file: 
                   expect_revision: int | None) -> None:  # fmt: skip
     """Close a work item with its report (every milestone must be done)."""
     if report_file is not None:
+        if report is not None:
+            raise InvalidValueError("--report and --report-file contradict each other: use one")
         try:
-            report = report_file.read_text()
+            report = report_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidValueError(
+                f"--report-file {str(report_file)!r} is not UTF-8 text (byte {e.start}): give a text file"
+            ) from None
         except OSError as e:
-            raise InvalidValueError(f"cannot read --report-file {str(report_file)!r}: {e.strerror}") from None
+            raise InvalidValueError(f"cannot read --report-file {str(report_file)!r}: {e.strerror or e}") from None
     if report is None:
         raise InvalidValueError("a completion report is required: pass --report TEXT or --report-file FILE")
     r = c.service.complete(report, item=item_id, expect_revision=expect_revision)
@@ -435,7 +500,7 @@ def item_complete(c: Ctx, item_id: int | None, report: str | None, report_file: 
 
 
 @item.command("cancel")
-@click.argument("item_id", type=int, required=False)
+@click.argument("item_id", type=ID, required=False)
 @click.option("--reason", required=True, help="Why the work is abandoned.")
 @revision_option
 @pass_ctx
@@ -460,7 +525,7 @@ def ref() -> None:
 def ref_add(c: Ctx, kind: str, reference: str, reason: str, item: int | None, expect_revision: int | None) -> None:
     """Add evidence: KIND (pr, ci, doc, ...) and a REFERENCE (URL, path, id)."""
     r = c.service.add_ref(kind, reference, reason, item=item, expect_revision=expect_revision)
-    c.emit(r.model_dump(mode="json"), lambda con: con.print(f"added {r.kind} {r.ref}"))
+    c.emit(r.model_dump(mode="json"), lambda con: con.print(f"added {_esc(r.kind)} {_esc(r.ref)}"))
 
 
 @ref.command("list")
@@ -489,12 +554,12 @@ def _split_deps(deps: str | None) -> list[str]:
 @click.option("--deps", default=None, metavar="A,B", help="Comma-separated names of milestones this one needs.")
 @click.option("--acceptance", default="", help="What a reviewer checks.")
 @click.option("--gate", default=None, metavar="CMD", help="Shell command that proves the milestone (exit 0 = pass).")
-@click.option("--retries", type=int, default=None, help="Retry budget: at most 1 + N gate attempts (default 2).")
-@click.option("--timeout", type=float, default=None, help="Gate timeout in seconds.")
+@click.option("--retries", type=RETRIES, default=None, help="Retry budget: at most 1 + N gate attempts (default 2).")
+@click.option("--timeout", type=SECONDS, default=None, help="Gate timeout in seconds.")
 @click.option("--review", is_flag=True, help="Wait for an operator verdict after the gate passes.")
 @click.option("--fix", default=None, metavar="CMD", help="Command run after a failed attempt, before the retry.")
 @click.option(
-    "--retry-delay", type=float, default=None, metavar="S", help="Drive waits S, 2S, 4S ... seconds before each retry."
+    "--retry-delay", type=DELAY, default=None, metavar="S", help="Drive waits S, 2S, 4S ... seconds before each retry."
 )
 @click.option("--hypothesis", is_flag=True, help="Add as a hypothesis (confirm it later).")
 @item_option
@@ -732,7 +797,7 @@ def plan_apply(c: Ctx, file: Path) -> None:
 
 
 @plan.command("export")
-@click.argument("item_id", type=int, required=False)
+@click.argument("item_id", type=ID, required=False)
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @pass_ctx
@@ -747,7 +812,16 @@ def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> N
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text)
+        try:
+            output.write_text(text)
+        except FileNotFoundError:
+            raise InvalidValueError(
+                f"cannot write -o {str(output)!r}: folder {str(output.parent)!r} does not exist"
+            ) from None
+        except IsADirectoryError:
+            raise InvalidValueError(f"cannot write -o {str(output)!r}: it is a folder") from None
+        except OSError as e:
+            raise EnvironmentProblem(f"cannot write -o {str(output)!r}: {e.strerror or e}") from None
         if not c.json:
             click.echo(f"wrote {output}", err=True)
 
@@ -756,7 +830,7 @@ def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> N
 
 
 @cli.command()
-@click.argument("item_id", type=int, required=False)
+@click.argument("item_id", type=ID, required=False)
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "mermaid", "dot", "json"]), default="text", show_default=True
 )
@@ -832,7 +906,7 @@ def runs(c: Ctx, name: str, item: int | None) -> None:
 
 @cli.command()
 @click.argument("name")
-@click.option("--attempt", type=int, default=None, help="Attempt number (default: the last).")
+@click.option("--attempt", type=ID, default=None, help="Attempt number (default: the last).")
 @item_option
 @pass_ctx
 def log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
@@ -860,10 +934,10 @@ def log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
 
 
 @cli.command()
-@click.argument("item_id", type=int, required=False)
+@click.argument("item_id", type=ID, required=False)
 @click.option(
     "--max-parallel",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=1000),
     default=1,
     show_default=True,
     help="Gates running at once (lowest ids first).",
@@ -972,7 +1046,8 @@ def tick(c: Ctx) -> None:
 
 
 @cli.command()
-@click.option("--interval", type=click.FloatRange(min=1), default=60, show_default=True, help="Seconds between ticks.")
+@click.option("--interval", type=_Seconds(1, open_min=False), default=60, show_default=True,
+              help="Seconds between ticks.")  # fmt: skip
 @click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
 @pass_ctx
 def serve(c: Ctx, interval: float, name: str) -> None:
@@ -993,7 +1068,7 @@ def serve(c: Ctx, interval: float, name: str) -> None:
 @cli.command()
 @click.option("--pool", required=True, help="Work pool (a process pool is created when missing).")
 @click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
-@click.option("--interval", type=click.FloatRange(min=1), default=None, help="Seconds between scheduled ticks.")
+@click.option("--interval", type=_Seconds(1, open_min=False), default=None, help="Seconds between scheduled ticks.")
 @click.option(
     "--working-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -1033,7 +1108,7 @@ def server() -> None:
 
 
 @server.command("start")
-@click.option("--port", type=int, default=None, help="Port (default: a free one).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one).")
 @pass_ctx
 def server_start(c: Ctx, port: int | None) -> None:
     """Start `prefect server start` for this workspace and wait until it answers."""
@@ -1108,7 +1183,9 @@ def _fail(as_json: bool, payload: dict[str, Any], message: str, code: int) -> No
     if as_json:
         click.echo(json.dumps({"error": payload}))
     else:
-        click.echo(f"milepost: error: {message}", err=True)
+        from milepost._text import printable
+
+        click.echo(f"milepost: error: {printable(message)}", err=True)
     raise SystemExit(code)
 
 

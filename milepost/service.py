@@ -42,6 +42,7 @@ from milepost.gates.supervisor import host_identity, stop_attempt
 from milepost.graph.dag import Change, WorkGraph
 from milepost.graph.item import TodoState, check_open, check_structure_editable, make_wait, readiness_view
 from milepost.graph.models import (
+    MAX_ID,
     GateCommand,
     ItemDefaults,
     Milestone,
@@ -49,7 +50,12 @@ from milepost.graph.models import (
     TodoItem,
     WorkItem,
     WorkRef,
+    check_command,
+    check_delay,
     check_name,
+    check_retries,
+    check_text,
+    check_timeout,
 )
 from milepost.graph.plan import Plan, plan_from_item
 from milepost.graph.render import display_status
@@ -278,6 +284,8 @@ class Service:
 
     def _resolve(self, item: int | None) -> int:
         if item is not None:
+            if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_ID:
+                raise NotFoundError(f"no work item {item!r}: ids are whole numbers from 1 to {MAX_ID}", item=item)
             return item
         with self.store.read() as s:
             focused = self._focused(s)
@@ -407,8 +415,15 @@ class Service:
         """Create a work item (optionally with its whole validated milestone
         set, as ``plan apply`` does), write its plan.md and focus it for this
         agent. ``after``: the item waits until that one is completed."""
+        check_text(objective, "the objective")
         if not objective.strip():
             raise InvalidValueError("objective is empty: describe what the work item should achieve")
+        if defaults is not None:
+            check_retries(defaults.retries, "the item's defaults")
+            check_timeout(defaults.timeout, "the item's defaults")
+            check_delay(defaults.retry_delay, "the item's defaults")
+            if defaults.fix is not None:
+                check_command(defaults.fix, "the item's default fix command")
         milestones = milestones or []
         WorkGraph(milestones)  # validates the whole set before anything is written
         now = utcnow()
@@ -533,6 +548,8 @@ class Service:
     def add_ref(
         self, kind: str, ref: str, reason: str = "", *, item: int | None = None, expect_revision: int | None = None
     ) -> WorkRef:
+        for value, what in ((kind, "the ref's kind"), (ref, "the ref"), (reason, "the ref's reason")):
+            check_text(value, what)
         if not kind.strip() or not ref.strip():
             raise InvalidValueError(
                 "a work ref needs a kind and a ref, e.g. `milepost ref add pr https://... --reason`"
@@ -548,9 +565,14 @@ class Service:
 
         return self._mutate(item, fn, expect_revision)
 
+    def _check_item(self, s: Session, item_id: int) -> None:
+        if s.execute(select(ITEMS.c.id).where(ITEMS.c.id == item_id)).first() is None:
+            raise NotFoundError(f"no work item {item_id}; see `milepost item list`", item=item_id)
+
     def refs(self, item: int | None = None) -> list[WorkRef]:
         item_id = self._resolve(item)
         with self.store.read() as s:
+            self._check_item(s, item_id)
             rows = s.execute(select(REFS).where(REFS.c.item_id == item_id).order_by(REFS.c.id)).all()
         return [WorkRef(kind=r.kind, ref=r.ref, reason=r.reason, at=r.at) for r in rows]
 
@@ -630,6 +652,8 @@ class Service:
         """Make ``item`` this agent's current item. A blocked item is focused
         for inspection without becoming runnable; ``clear_blocker`` (with a
         reason) also clears its blocker and its waits."""
+        if reason is not None:
+            check_text(reason, "the reason")
         if clear_blocker and not (reason and reason.strip()):
             raise InvalidValueError(f"clearing the blocker of work item {item} needs a reason: pass --reason TEXT")
 
@@ -664,6 +688,14 @@ class Service:
         """Change a work item; ``todo`` replaces the whole todo list."""
         if recheck_at is not None and recheck_at.tzinfo is None:
             raise InvalidValueError(f"--recheck-at {recheck_at.isoformat()} has no zone: add one, e.g. Z")
+        if objective is not None:
+            check_text(objective, "the objective")
+        if blocked_by is not None:
+            check_text(blocked_by, "--blocked-by")
+            if clear_blocked_by:
+                raise InvalidValueError("--blocked-by and --clear-blocked-by contradict each other: use one")
+        for t in todo or []:
+            check_text(t.text, "a todo's text")
 
         def fn(s: Session, loaded: _Loaded) -> None:
             current = self._item(loaded)
@@ -810,6 +842,8 @@ class Service:
         done or the report is empty; clears focus and waits; warns about
         unfinished todos. Completing a completed item changes nothing."""
 
+        check_text(report, "the completion report")
+
         def fn(s: Session, loaded: _Loaded) -> CompletionResult:
             current = self._item(loaded)
             if current.state is ItemState.COMPLETED:
@@ -855,6 +889,7 @@ class Service:
 
     def cancel(self, reason: str, *, item: int | None = None, expect_revision: int | None = None) -> WorkItem:
         """Abandon an item (Holon has no way to; its users asked for one)."""
+        check_text(reason, "the reason")
         if not reason.strip():
             raise InvalidValueError("cancelling needs a reason: pass --reason TEXT")
 
@@ -911,6 +946,8 @@ class Service:
         commands = [GateCommand(name="gate", run=gate)] if isinstance(gate, str) else list(gate or [])
         if isinstance(gate, str) and not gate.strip():
             raise InvalidValueError(f"empty gate for milestone {name!r}: give a shell command, or no --gate")
+        if isinstance(acceptance, str):
+            check_text(acceptance, f"the acceptance text of milestone {name!r}")
 
         def fn(s: Session, loaded: _Loaded) -> ActionResult:
             current = self._item(loaded)
@@ -960,6 +997,8 @@ class Service:
         """Apply one user action (start, needs_fix, reset, lock, unlock, confirm)."""
         if action is Action.DONE:
             raise InputError("use Service.done() for done: it runs the gate")
+        if reason is not None:
+            check_text(reason, "the reason")
 
         def fn(s: Session, loaded: _Loaded) -> ActionResult:
             check_open(self._item(loaded))
@@ -1024,6 +1063,8 @@ class Service:
         the gate runs here (no Prefect), and its outcome decides: pass -> done,
         fail -> needs_fix, or stuck when the retry budget is spent. A milestone
         with a review gate waits for ``approve``/``reject`` after passing."""
+        if verdict is not None:
+            check_text(verdict, "the verdict")
         owner = _owner()
         item_id = self._resolve(item)
 
@@ -1382,6 +1423,8 @@ class Service:
         expect_revision: int | None = None,
     ) -> ActionResult:
         """``approve``/``reject``: an operator's verdict on a milestone in review."""
+        if reason is not None:
+            check_text(reason, "the reason")
 
         def fn(s: Session, loaded: _Loaded) -> ActionResult:
             check_open(self._item(loaded))
@@ -1507,6 +1550,7 @@ class Service:
     def events(self, item: int | None = None) -> list[dict[str, Any]]:
         item_id = self._resolve(item)
         with self.store.read() as s:
+            self._check_item(s, item_id)
             rows = s.execute(select(EVENTS).where(EVENTS.c.item_id == item_id).order_by(EVENTS.c.id)).all()
         return [dict(r._mapping) for r in rows]
 

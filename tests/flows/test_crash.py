@@ -143,6 +143,7 @@ def report(backend: str, figures: Counter[str]) -> None:
         path.write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
+@pytest.mark.timeout(120 + 60 * TRIALS)
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_no_driver_death_runs_a_gate_twice_or_loses_an_attempt(
     prefect_api: str, backend: str, workspace: Path, request: pytest.FixtureRequest
