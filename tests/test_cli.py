@@ -192,12 +192,12 @@ BAD = [
     (
         "negative retries",
         ["add", "x", "--retries", "-1"],
-        r"invalid retries -1 for milestone 'x': must be a whole number >= 0",
+        r"Invalid value for '--retries': -1 is not in the range 0<=x<=100",
     ),
     (
         "negative timeout",
         ["add", "x", "--timeout", "-5"],
-        r"invalid timeout -5.0 for milestone 'x': must be a number of seconds > 0",
+        r"Invalid value for '--timeout': '-5' is not a number of seconds > 0 and <= 604800",
     ),
     ("stale revision", ["add", "x", "--expect-revision", "2"], r"work item 1 is at revision 4, not 2"),
     ("stale revision drive", ["drive", "--expect-revision", "2"], r"work item 1 is at revision 4, not 2"),

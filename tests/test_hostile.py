@@ -1,0 +1,559 @@
+"""Hostile input and damaged workspaces, as a table.
+
+Every case runs through the entry point (``milepost.cli.main``, what the
+``milepost`` script calls), in a fresh copy of a workspace, once plain and
+once with ``--json``. For every one: no traceback, one error line (plain) or
+a strict JSON error document (no NaN, no Infinity), the exit code of the
+contract, and, for a refusal, a store exactly as it was (every row, every
+evidence file). Damaged workspaces are made by a setup step before the run.
+
+``tests/test_cli.py`` covers the same contract through a real subprocess for
+a few cases; this table runs in-process so it can hold many."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from milepost.cli import main
+from tests.conftest import CLI
+
+DB = Path(".milepost") / "milepost.db"
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+def run_main(cwd: Path, args: list[str], env: dict[str, str] | None = None) -> Run:
+    """``milepost ARGS`` in-process: the entry point with its own stdout/stderr."""
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    err = io.StringIO()
+    saved_env = dict(os.environ)
+    saved_cwd = os.getcwd()
+    os.environ.update(env or {})
+    os.chdir(cwd)
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(args)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    out.flush()
+    return Run(code, out.buffer.getvalue().decode("utf-8", errors="replace"), err.getvalue())  # type: ignore[attr-defined]
+
+
+def strict_json(text: str) -> Any:
+    def refuse(name: str) -> None:
+        raise AssertionError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def fingerprint(ws: Path) -> str:
+    """Every row of the store and every evidence file (name and size)."""
+    db = ws / DB
+    parts = []
+    if db.is_file():
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                parts.append("\n".join(con.iterdump()))
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as e:
+            parts.append(f"unreadable: {e}; {db.read_bytes()!r}")
+    home = ws / ".milepost"
+    if home.is_dir():
+        for p in sorted(home.rglob("*")):
+            if p.is_file() and not p.name.startswith("milepost.db") and "prefect" not in p.parts:
+                parts.append(f"{p.relative_to(home)} {p.stat().st_size}")
+    return "\n".join(parts)
+
+
+# -- setups: damage a copy of the workspace before the run ---------------------------
+
+
+def sql(statement: str) -> Callable[[Path], None]:
+    def setup(ws: Path) -> None:
+        con = sqlite3.connect(ws / DB)
+        con.execute(statement)
+        con.commit()
+        con.close()
+
+    return setup
+
+
+def delete_db(ws: Path) -> None:
+    (ws / DB).unlink()
+    for extra in ws.glob(".milepost/milepost.db-*"):
+        extra.unlink()
+
+
+def empty_db(ws: Path) -> None:
+    delete_db(ws)
+    (ws / DB).write_bytes(b"")
+
+
+def garbage_db(ws: Path) -> None:
+    delete_db(ws)
+    (ws / DB).write_bytes(os.urandom(8192))
+
+
+def damaged_pages(ws: Path) -> None:
+    con = sqlite3.connect(ws / DB)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.execute("PRAGMA journal_mode=DELETE")
+    con.close()
+    data = bytearray((ws / DB).read_bytes())
+    page = 4096
+    for start in range(page, len(data), page):  # every page but the header's
+        data[start : start + page] = b"\xa5" * min(page, len(data) - start)
+    (ws / DB).write_bytes(bytes(data))
+
+
+def write(name: str, content: bytes | str) -> Callable[[Path], None]:
+    def setup(ws: Path) -> None:
+        data = content.encode() if isinstance(content, str) else content
+        (ws / name).write_bytes(data)
+
+    return setup
+
+
+def make_dir(name: str) -> Callable[[Path], None]:
+    return lambda ws: (ws / name).mkdir()
+
+
+def logs_blocked(ws: Path) -> None:
+    """The store's log folder cannot be created: a file is in its way."""
+    logs = ws / ".milepost" / "logs"
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.write_text("not a folder")
+
+
+def no_workspace(ws: Path) -> None:
+    shutil.rmtree(ws / ".milepost")
+
+
+def milepost_is_a_file(ws: Path) -> None:
+    shutil.rmtree(ws / ".milepost")
+    (ws / ".milepost").write_text("in the way")
+
+
+# -- the table ----------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    id: str
+    args: list[str]
+    code: int
+    setup: Callable[[Path], None] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    says: str = ""  # a piece of the error message
+    unchanged: bool = True  # the store and its files must be as before
+    modes: tuple[bool, ...] = (False, True)  # plain, --json
+
+
+BIG = "99999999999999999999"
+PLAN_BAD = {
+    "recursive alias": ("objective: &a [*a]\n", "recursive alias"),
+    "yaml duplicate key": ("objective: x\nobjective: y\n", "duplicate key 'objective'"),
+    "json duplicate key": ('{"objective": "x", "objective": "y"}', "duplicate key 'objective'"),
+    "alias bomb": (
+        "a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+        "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+        "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\nobjective: x\n",
+        "expands beyond",
+    ),
+    "deep nesting": ("[" * 50000 + "]" * 50000, "nested too deeply"),
+    "huge retries": ("objective: x\nmilestones: [{name: a, retries: 100000000000000000000}]\n", "retries"),
+    "yaml inf timeout": ("objective: x\nmilestones: [{name: a, timeout: .inf}]\n", "finite number"),
+    "json NaN timeout": ('{"objective": "x", "milestones": [{"name": "a", "timeout": NaN}]}', "finite number"),
+    "json Infinity delay": ('{"objective": "x", "defaults": {"retry_delay": Infinity}}', "finite number"),
+    "nul in objective": ('objective: "a\\0b"\n', "NUL"),
+    "nul in gate": ('objective: x\nmilestones: [{name: a, gate: "true\\0"}]\n', "NUL"),
+    "env key with =": ("objective: x\nmilestones: [{name: a, gate: [{run: 'true', env: {'A=B': x}}]}]\n", "'A=B'"),
+    "name with newline": ('objective: x\nmilestones: [{name: "a\\n"}]\n', "invalid milestone name"),
+    "unknown field": ("objective: x\nmilestonez: []\n", "unknown field 'milestonez'"),
+    "cycle": ("objective: x\nmilestones: [{name: a, deps: [b]}, {name: b, deps: [a]}]\n", "a -> b -> a"),
+    "scalar document": ("just words\n", "one mapping"),
+    "empty document": ("", "one mapping"),
+    "timestamp objective": ("objective: 2026-01-01\n", "objective"),
+    "huge objective": ("objective: " + "x" * 1_000_001 + "\n", "1000000"),
+    "gate of wrong type": ("objective: x\nmilestones: [{name: a, gate: 5}]\n", "gate"),
+}
+
+CASES: list[Case] = [
+    # ids and numbers
+    Case("id beyond 64 bits", ["item", "show", BIG], 2, says="from 1 to 2147483647"),
+    Case("id zero", ["item", "show", "0"], 2),
+    Case("id not a number", ["item", "show", "abc"], 2),
+    Case("item beyond INTEGER", ["list", "--item", "2147483648"], 2),
+    Case("attempt beyond 64 bits", ["log", "a", "--attempt", BIG], 2),
+    Case("expect-revision zero", ["start", "a", "--expect-revision", "0"], 2),
+    Case("retries beyond 64 bits", ["add", "x", "--retries", "100000000000000000000"], 2),
+    Case("retries over the limit", ["add", "x", "--retries", "101"], 2),
+    Case("timeout nan", ["add", "x", "--timeout", "nan"], 2, says="seconds"),
+    Case("timeout inf", ["add", "x", "--timeout", "inf"], 2),
+    Case("timeout -inf", ["add", "x", "--timeout", "-inf"], 2),
+    Case("timeout overflowing", ["add", "x", "--timeout", "1e309"], 2),
+    Case("timeout zero", ["add", "x", "--timeout", "0"], 2),
+    Case("retry delay nan", ["add", "x", "--retry-delay", "nan"], 2),
+    Case("retry delay negative", ["add", "x", "--retry-delay", "-1"], 2),
+    Case("item default timeout nan", ["item", "create", "y", "--timeout", "nan"], 2),
+    Case("item default retries negative", ["item", "create", "y", "--retries", "-1"], 2),
+    Case("max-parallel zero", ["drive", "--max-parallel", "0"], 2),
+    Case("max-parallel huge", ["drive", "--max-parallel", BIG], 2),
+    Case("serve interval nan", ["serve", "--interval", "nan"], 2),
+    Case("server port out of range", ["server", "start", "--port", "70000"], 2),
+    # names
+    Case("name with trailing newline", ["add", "build\n"], 2, says="invalid milestone name 'build\\n'"),
+    Case("name with capitals", ["add", "Build"], 2),
+    Case("empty name", ["add", ""], 2),
+    Case("name with a space", ["add", "a b"], 2),
+    Case("unknown milestone with newline", ["start", "a\n"], 2),
+    Case("bad agent name", ["--agent", "Bad Agent", "list"], 2, says="invalid agent name"),
+    Case("dep not a milestone", ["add", "x", "--deps", "a,B!"], 2, says="unknown milestone 'B!'"),
+    # text
+    Case("empty objective", ["item", "create", ""], 2),
+    Case("blank objective", ["item", "create", "   "], 2),
+    Case("empty ref", ["ref", "add", "", "x"], 2),
+    Case("blank gate", ["add", "x", "--gate", " "], 2),
+    Case("blank fix", ["add", "x", "--fix", " "], 2),
+    Case("empty reason", ["lock", "c", "--reason", " "], 2),
+    # conflicting or malformed flags
+    Case("todo and clear-todo", ["item", "update", "--todo", "x:pending", "--clear-todo"], 2, says="contradict"),
+    Case("blocked-by and clear", ["item", "update", "--blocked-by", "x", "--clear-blocked-by"], 2, says="contradict"),
+    Case(
+        "report and report-file",
+        ["item", "complete", "--report", "x", "--report-file", "r.txt"],
+        2,
+        setup=write("r.txt", "done"),
+        says="contradict",
+    ),  # fmt: skip
+    Case("todo without state", ["item", "update", "--todo", "bad"], 2),
+    Case("todo without text", ["item", "update", "--todo", ":pending"], 2),
+    Case("recheck not a time", ["item", "update", "--recheck-at", "tomorrow"], 2),
+    Case("recheck without zone", ["item", "update", "--recheck-at", "2030-01-01T00:00:00"], 2, says="zone"),
+    Case("timer without until", ["item", "wait", "--wake", "timer", "--reason", "r"], 2),
+    Case("unknown wait kind", ["item", "wait", "--wake", "bogus", "--reason", "r"], 2),
+    Case("external without resource", ["item", "wait", "--wake", "external", "--reason", "r"], 2),
+    Case("empty wake resource", ["item", "wake", "--resource", ""], 2),
+    Case("unknown filter", ["item", "list", "--filter", "bogus"], 2),
+    Case("unknown format", ["graph", "--format", "png2"], 2),
+    Case("unknown option", ["list", "--bogus"], 2, says="see `milepost list --help`"),
+    Case("unknown command", ["bogus"], 2),
+    Case("missing argument", ["start"], 2),
+    Case("missing required option", ["needs-fix", "a"], 2),
+    # files
+    Case("plan file missing", ["plan", "apply", "missing.yaml"], 2, says="not found"),
+    Case("plan file is a folder", ["plan", "apply", "adir"], 2, setup=make_dir("adir")),
+    Case(
+        "plan file binary",
+        ["plan", "apply", "bin.yaml"],
+        2,
+        setup=write("bin.yaml", b"\xff\xfe\x00bin"),
+        says="not UTF-8",
+    ),  # fmt: skip
+    *(
+        Case(
+            f"plan: {k}",
+            ["plan", "apply", "p.json" if "json" in k else "p.yaml"],
+            2,
+            setup=write("p.json" if "json" in k else "p.yaml", text),
+            says=says,
+        )
+        for k, (text, says) in PLAN_BAD.items()
+    ),  # fmt: skip
+    Case(
+        "report file binary",
+        ["item", "complete", "--report-file", "r.bin"],
+        2,
+        setup=write("r.bin", b"\xff\x00"),
+        says="not UTF-8",
+    ),  # fmt: skip
+    Case("report file missing", ["item", "complete", "--report-file", "nope.txt"], 2),
+    Case("export into a missing folder", ["plan", "export", "-o", "no/such/dir/p.yaml"], 2, says="does not exist"),
+    Case("export onto a folder", ["plan", "export", "-o", "adir"], 2, setup=make_dir("adir")),
+    # exit codes for things that are not there
+    Case("history of a missing item", ["history", "--item", "99"], 2, says="no work item 99"),
+    Case("refs of a missing item", ["ref", "list", "--item", "99"], 2, says="no work item 99"),
+    Case("runs of a missing milestone", ["runs", "zzz"], 2),
+    Case("log without runs", ["log", "a"], 2, says="no gate runs"),
+    Case("graph of a missing item", ["graph", "99"], 2),
+    Case("export of a missing item", ["plan", "export", "99"], 2),
+    Case("pick a missing item", ["item", "pick", "99"], 2),
+    # environment: settings
+    Case("lease ttl not a number", ["list"], 3, env={"MILEPOST_LEASE_TTL": "abc"}, says="MILEPOST_LEASE_TTL"),
+    Case("lease ttl negative", ["list"], 3, env={"MILEPOST_LEASE_TTL": "-1"}),
+    Case("lease ttl nan", ["list"], 3, env={"MILEPOST_LEASE_TTL": "nan"}),
+    Case("lease ttl inf", ["list"], 3, env={"MILEPOST_LEASE_TTL": "inf"}),
+    Case("debug not a boolean", ["list"], 3, env={"MILEPOST_DEBUG": "maybe"}),
+    # environment: the store
+    Case("mistyped sqlite path", ["--db", "sqlite:///milepost.dbb", "list"], 3, says="run `milepost init`"),
+    Case("new MILEPOST_DB file", ["list"], 3, env={"MILEPOST_DB": "sqlite:///other.db"}),
+    Case("db in a missing folder", ["--db", "sqlite:////no/such/dir/x.db", "list"], 3),
+    Case("db url unparsable", ["--db", "not a url", "list"], 3),
+    Case("db driver missing", ["--db", "mysql://u@localhost/x", "list"], 3),
+    Case("db unreachable", ["--db", "postgresql+psycopg://u:secret@127.0.0.1:9/x", "list"], 3, says="***"),
+    Case("db file deleted", ["list"], 3, setup=delete_db, says="no milepost database"),
+    Case("db file emptied", ["list"], 3, setup=empty_db, says="holds no milepost store"),
+    Case("db file garbage", ["list"], 3, setup=garbage_db, says="damaged"),
+    Case("db pages damaged", ["list"], 3, setup=damaged_pages, says="damaged"),
+    Case("db pages damaged, a write", ["start", "a"], 3, setup=damaged_pages),
+    Case("db table missing", ["list"], 3, setup=sql("DROP TABLE events"), says="events missing"),
+    Case("db version row removed", ["list"], 3, setup=sql("DELETE FROM alembic_version"), says="no schema version"),
+    Case("db version table removed", ["list"], 3, setup=sql("DROP TABLE alembic_version"), says="no schema version"),
+    Case(
+        "db version set back",
+        ["list"],
+        3,
+        setup=sql("UPDATE alembic_version SET version_num='0001'"),
+        says="cannot upgrade",
+    ),  # fmt: skip
+    Case("db identity removed", ["list"], 3, setup=sql("DELETE FROM store_meta"), says="identity"),
+    Case(
+        "db newer than milepost", ["list"], 3, setup=sql("UPDATE alembic_version SET version_num='9999'"), says="newer"
+    ),  # fmt: skip
+    Case("no workspace", ["list"], 3, setup=no_workspace, says="milepost init"),
+    Case("init where .milepost is a file", ["init"], 3, setup=milepost_is_a_file, says="in the way"),
+    Case("init under a file", ["init", "/dev/null/ws"], 3),
+    # a gate that cannot start is a failed attempt, and its lease is freed
+    Case("gate log folder blocked", ["done", "a"], 1, setup=logs_blocked, unchanged=False),
+    # success, for contrast: valid uses of the same commands
+    Case("bare milepost prints the help", [], 0, unchanged=False, modes=(False,)),
+    Case("json and no command", [], 2, modes=(True,), says="Missing command"),
+    Case("version", ["--version"], 0, unchanged=False, modes=(False,)),
+]
+
+
+def _readonly_case() -> Case:
+    # root ignores file permissions: open the database read-only instead.
+    url = "sqlite:///file:{db}?mode=ro&uri=true"
+    return Case("read-only database", ["start", "c"], 3, env={"MILEPOST_DB": url}, says="read")
+
+
+CASES.append(_readonly_case())
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace with an item: a (gate true, started), b <- a (gate exit 1), c; a gate run exists."""
+    ws = tmp_path_factory.mktemp("template")
+    cli = CLI(ws)
+    cli("init", check=True)
+    cli("item", "create", "Refactor", check=True)
+    cli("add", "a", "--gate", "true", check=True)
+    cli("add", "b", "--deps", "a", "--gate", "exit 1", "--retries", "1", check=True)
+    cli("add", "c", check=True)
+    cli("start", "a", check=True)
+    return ws
+
+
+def fresh(template: Path, tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(template, ws)
+    return ws
+
+
+@pytest.mark.parametrize(
+    ("case", "as_json"),
+    [(c, mode) for c in CASES for mode in c.modes],
+    ids=[f"{c.id}-{'json' if mode else 'plain'}" for c in CASES for mode in c.modes],
+)
+def test_hostile_input(case: Case, as_json: bool, template: Path, tmp_path: Path) -> None:
+    ws = fresh(template, tmp_path)
+    if case.setup is not None:
+        case.setup(ws)
+    env = {k: v.replace("{db}", str(ws / DB)) for k, v in case.env.items()}
+    if case.id == "gate log folder blocked":
+        before = None
+    else:
+        before = fingerprint(ws)
+    args = (["--json"] if as_json else []) + case.args
+    r = run_main(ws, args, env)
+    assert "Traceback" not in r.err and "Traceback" not in r.out, r.err
+    assert r.code == case.code, (r.code, r.out[-500:], r.err[-500:])
+    if as_json:
+        doc = strict_json(r.out)
+        if case.code in (2, 3):
+            assert doc["error"]["exit_code"] == case.code and doc["error"]["type"], doc
+            assert case.says in doc["error"]["message"], doc
+    elif case.code in (2, 3):
+        lines = r.err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("milepost: error: "), r.err
+        assert case.says in lines[0], lines[0]
+    if case.code in (2, 3) and case.unchanged:
+        assert fingerprint(ws) == before
+
+
+def test_a_gate_that_cannot_start_records_a_failed_attempt_and_frees_its_lease(template: Path, tmp_path: Path) -> None:
+    ws = fresh(template, tmp_path)
+    logs_blocked(ws)
+    r = run_main(ws, ["--json", "done", "a"])
+    assert r.code == 1
+    run = strict_json(r.out)["gate_run"]
+    assert run["outcome"] == "failed" and run["reason"].startswith("cannot write the gate's log")
+    (ws / ".milepost" / "logs").unlink()
+    # No stale lease: the milestone can be started again and its gate run at once.
+    assert run_main(ws, ["start", "a"]).code == 0
+    again = run_main(ws, ["--json", "done", "a"])
+    assert again.code == 0 and strict_json(again.out)["gate_run"]["attempt"] == 2
+
+
+def test_terminal_control_characters_are_escaped_on_human_output(template: Path, tmp_path: Path) -> None:
+    ws = fresh(template, tmp_path)
+    evil = "evil \x1b[2J\x1b[31mred\x07 \u202eabc"
+    assert run_main(ws, ["item", "create", evil]).code == 0
+    for args in (["item", "list"], ["item", "show"], ["history"]):
+        out = run_main(ws, args).out
+        assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, args
+        assert "evil \\x1b[2J\\x1b[31mred\\x07 \\u202eabc" in out, (args, out)
+    # JSON keeps the text as it was written.
+    assert strict_json(run_main(ws, ["--json", "item", "show"]).out)["objective"] == evil
+
+
+def test_a_moved_workspace_keeps_its_logs_and_a_copy_reads_its_own(template: Path, tmp_path: Path) -> None:
+    ws = fresh(template, tmp_path)
+    assert run_main(ws, ["done", "a"]).code == 0
+    moved = tmp_path / "moved"
+    ws.rename(moved)
+    r = run_main(moved, ["--json", "log", "a"])
+    path = Path(strict_json(r.out)["run"]["log_path"])
+    assert strict_json(r.out)["log_exists"] and path.is_relative_to(moved)
+    copy = tmp_path / "copy"
+    shutil.copytree(moved, copy)
+    (moved / path.relative_to(moved)).write_text("the original's log\n")
+    assert run_main(copy, ["log", "a"]).out != "the original's log\n"
+    assert strict_json(run_main(copy, ["--json", "log", "a"]).out)["run"]["log_path"].startswith(str(copy))
+
+
+def test_a_recreated_store_never_appends_to_the_old_evidence(template: Path, tmp_path: Path) -> None:
+    ws = fresh(template, tmp_path)
+    assert run_main(ws, ["done", "a"]).code == 0
+    old_log = Path(strict_json(run_main(ws, ["--json", "log", "a"]).out)["run"]["log_path"])
+    old_text = old_log.read_text()
+    delete_db(ws)
+    assert run_main(ws, ["list"]).code == 3  # no silent fresh start
+    assert run_main(ws, ["init"]).code == 0  # a new store, on purpose
+    for args in (["item", "create", "again"], ["add", "a", "--gate", "echo new"], ["start", "a"], ["done", "a"]):
+        assert run_main(ws, args).code == 0, args
+    new_log = Path(strict_json(run_main(ws, ["--json", "log", "a"]).out)["run"]["log_path"])
+    assert new_log != old_log and old_log.read_text() == old_text
+    shown = strict_json(run_main(ws, ["--json", "item", "show"]).out)["plan"]
+    assert "again" in shown["preview"]  # the new item's plan.md, not the old one's
+
+
+def test_sigterm_stops_done_like_ctrl_c(template: Path, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    ws = fresh(template, tmp_path)
+    marker = ws / "gate.pid"
+    run_main(ws, ["add", "slow", "--gate", f"echo $$ > {marker}; sleep 60"])
+    run_main(ws, ["start", "slow"])
+    proc = CLI(ws).popen("done", "slow")
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    gate_pid = int(marker.read_text())
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, (out, err)
+    assert err.strip() == "milepost: error: interrupted"
+    assert not Path(f"/proc/{gate_pid}").exists() or "Z" in Path(f"/proc/{gate_pid}/stat").read_text().split()[2]
+    runs = strict_json(run_main(ws, ["--json", "runs", "slow"]).out)["runs"]
+    assert [r["outcome"] for r in runs] == ["interrupted"]
+    # The lease was freed: done runs the gate again at once.
+    (ws / "gate.pid").unlink()
+    run_main(ws, ["add", "dummy"])  # any write works; the milestone is still in progress
+    listed = strict_json(run_main(ws, ["--json", "list"]).out)["milestones"]
+    assert next(m for m in listed if m["name"] == "slow")["status"] == "in_progress"
+
+
+# -- generated plan documents ---------------------------------------------------------------
+
+KEYS = [
+    "objective", "milestones", "defaults", "plan_status", "name", "deps", "gate", "retries", "timeout",
+    "acceptance", "review", "fix", "retry_delay", "hypothesis", "run", "env", "cwd", "x",
+]  # fmt: skip
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20)
+    | st.sampled_from(["a", "b", "build", "true", "exit 1", "ready", "draft", "a\n", "\x00", "\x1b[2J"])
+)
+documents = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
+plans = (
+    st.fixed_dictionaries(
+        {"objective": st.text(min_size=1, max_size=30)},
+        optional={
+            "milestones": st.lists(
+                st.dictionaries(st.sampled_from(KEYS), documents, max_size=5) | documents, max_size=4
+            ),
+            "defaults": documents,
+            "plan_status": st.sampled_from(["draft", "ready", "bogus"]) | documents,
+        },
+    )
+    | documents
+)
+
+
+@pytest.fixture(scope="module")
+def plan_ws(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ws = tmp_path_factory.mktemp("plans") / "ws"
+    shutil.copytree(template, ws)
+    return ws
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(doc=plans, as_yaml=st.booleans())
+def test_generated_plan_documents_never_crash_and_refusals_change_nothing(
+    doc: Any, as_yaml: bool, plan_ws: Path
+) -> None:
+    import yaml
+
+    name = "gen.yaml" if as_yaml else "gen.json"
+    text = yaml.safe_dump(doc, allow_unicode=True) if as_yaml else json.dumps(doc)
+    (plan_ws / name).write_text(text, encoding="utf-8", errors="surrogatepass")
+    before = fingerprint(plan_ws)
+    r = run_main(plan_ws, ["--json", "plan", "apply", name])
+    assert "Traceback" not in r.err
+    assert r.code in (0, 2), (r.code, r.out, r.err)
+    out = strict_json(r.out)
+    if r.code == 2:
+        assert out["error"]["exit_code"] == 2 and "\n" not in out["error"]["message"]
+        assert fingerprint(plan_ws) == before
+    else:
+        exported = run_main(plan_ws, ["--json", "plan", "export", str(out["id"])])
+        assert exported.code == 0 and strict_json(exported.out)["objective"] == out["objective"]
