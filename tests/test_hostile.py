@@ -251,7 +251,7 @@ CASES: list[Case] = [
         2,
         setup=write("r.txt", "done"),
         says="contradict",
-    ),  # fmt: skip
+    ),
     Case("todo without state", ["item", "update", "--todo", "bad"], 2),
     Case("todo without text", ["item", "update", "--todo", ":pending"], 2),
     Case("recheck not a time", ["item", "update", "--recheck-at", "tomorrow"], 2),
@@ -275,7 +275,7 @@ CASES: list[Case] = [
         2,
         setup=write("bin.yaml", b"\xff\xfe\x00bin"),
         says="not UTF-8",
-    ),  # fmt: skip
+    ),
     *(
         Case(
             f"plan: {k}",
@@ -285,14 +285,14 @@ CASES: list[Case] = [
             says=says,
         )
         for k, (text, says) in PLAN_BAD.items()
-    ),  # fmt: skip
+    ),
     Case(
         "report file binary",
         ["item", "complete", "--report-file", "r.bin"],
         2,
         setup=write("r.bin", b"\xff\x00"),
         says="not UTF-8",
-    ),  # fmt: skip
+    ),
     Case("report file missing", ["item", "complete", "--report-file", "nope.txt"], 2),
     Case("export into a missing folder", ["plan", "export", "-o", "no/such/dir/p.yaml"], 2, says="does not exist"),
     Case("export onto a folder", ["plan", "export", "-o", "adir"], 2, setup=make_dir("adir")),
@@ -331,11 +331,11 @@ CASES: list[Case] = [
         3,
         setup=sql("UPDATE alembic_version SET version_num='0001'"),
         says="cannot upgrade",
-    ),  # fmt: skip
+    ),
     Case("db identity removed", ["list"], 3, setup=sql("DELETE FROM store_meta"), says="identity"),
     Case(
         "db newer than milepost", ["list"], 3, setup=sql("UPDATE alembic_version SET version_num='9999'"), says="newer"
-    ),  # fmt: skip
+    ),
     Case("no workspace", ["list"], 3, setup=no_workspace, says="milepost init"),
     Case("init where .milepost is a file", ["init"], 3, setup=milepost_is_a_file, says="in the way"),
     Case("init under a file", ["init", "/dev/null/ws"], 3),
