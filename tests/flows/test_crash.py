@@ -10,7 +10,8 @@ in the store, the same attempt), no two executions overlapped (a second
 execution finds the first one's lock held), and every execution is an
 attempt in the store. Figures per backend are printed at the end
 (``pytest -s``) and, with ``MILEPOST_CRASH_REPORT=FILE``, written as JSON.
-``MILEPOST_CRASH_TRIALS`` sets the trials per backend (default 12)."""
+``MILEPOST_CRASH_TRIALS`` sets the trials per backend (default 10), and
+``MILEPOST_CRASH_SEED`` the random choices."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import pytest
 from tests.conftest import CLI, Postgres
 from tests.ledger import Ledger, gate_command, write_gate
 
-TRIALS = int(os.environ.get("MILEPOST_CRASH_TRIALS", "12"))
+TRIALS = int(os.environ.get("MILEPOST_CRASH_TRIALS", "10"))
 TTL = "1"
 GATE_SECONDS = 1.5  # longer than the lease: only renewals keep a live driver's claim
 DRIVERS = 3
@@ -45,6 +46,9 @@ milestones:
   - {{name: e, deps: [c, d], gate: "{gate}"}}
 """
 NAMES = ["a", "b", "c", "d", "e"]
+# Its own group: the two backends run one after the other on one xdist
+# worker (with its own Prefect server), beside the other Prefect tests.
+pytestmark = pytest.mark.xdist_group("crash")
 
 
 def spawn_driver(cli: CLI, log: Path, item: str, env: dict[str, str]) -> subprocess.Popen[str]:
