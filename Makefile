@@ -27,6 +27,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_graph.py
 	$(BIN)/python benchmarks/bench_drive.py
+	$(BIN)/python benchmarks/bench_mcp.py
 
 clean:
 	rm -rf $(VENV) demo-workspace build dist *.egg-info

@@ -36,11 +36,13 @@ class _Strict(BaseModel):
 
 
 class PlanCommand(_Strict):
-    name: str | None = None
-    run: CommandText
-    cwd: Text | None = None
-    env: EnvMap = Field(default_factory=dict)
-    timeout: Seconds | None = None
+    """One named command of a gate; all of a gate's commands must pass, in order."""
+
+    name: str | None = Field(None, description="a slug naming the command in reports (default: step-N)")
+    run: CommandText = Field(description="shell command, run with /bin/sh -c; exit 0 passes")
+    cwd: Text | None = Field(None, description="working directory, relative to the workspace root")
+    env: EnvMap = Field(default_factory=dict, description="extra environment variables")
+    timeout: Seconds | None = Field(None, description="seconds before the command is killed")
 
 
 def _gate_kind(v: Any) -> str:
@@ -56,30 +58,45 @@ GateField = Annotated[
 
 
 class PlanMilestone(_Strict):
-    name: str
-    deps: list[str] = Field(default_factory=list)
-    acceptance: Text = ""
-    gate: GateField | None = None
-    retries: Retries | None = None
-    timeout: Seconds | None = None
-    review: StrictBool = False
-    fix: CommandText | None = None
-    retry_delay: Delay | None = None
-    hypothesis: StrictBool = False
+    """A milestone: a step of the work, proven by its gate."""
+
+    name: str = Field(
+        description="1-64 characters: lowercase letters, digits, '-', '_' or '.', starting with a letter",
+        json_schema_extra={"pattern": r"^[a-z][a-z0-9._-]{0,63}$"},  # checked by check_name, with its message
+    )
+    deps: list[str] = Field(default_factory=list, description="names of the milestones this one needs done first")
+    acceptance: Text = Field("", description="what a reviewer checks")
+    gate: GateField | None = Field(
+        None, description="a shell command (exit 0 passes), or a list of named commands that must all pass"
+    )
+    retries: Retries | None = Field(None, description="retry budget: at most 1 + retries gate attempts")
+    timeout: Seconds | None = Field(None, description="seconds before a gate command is killed")
+    review: StrictBool = Field(False, description="wait for an operator's approve/reject after the gate passes")
+    fix: CommandText | None = Field(None, description="command run after a failed attempt, before the retry")
+    retry_delay: Delay | None = Field(None, description="the drive waits d, 2d, 4d ... seconds before each retry")
+    hypothesis: StrictBool = Field(False, description="proposed, not yet confirmed: not scheduled until confirmed")
 
 
 class PlanDefaults(_Strict):
-    retries: Retries = DEFAULT_RETRIES
-    timeout: Seconds | None = None
-    fix: CommandText | None = None
-    retry_delay: Delay | None = None
+    """Defaults for every milestone of the plan."""
+
+    retries: Retries = Field(DEFAULT_RETRIES, description="retry budget: at most 1 + retries gate attempts")
+    timeout: Seconds | None = Field(None, description="seconds before a gate command is killed")
+    fix: CommandText | None = Field(None, description="command run after a failed attempt, before the retry")
+    retry_delay: Delay | None = Field(None, description="the drive waits d, 2d, 4d ... seconds before each retry")
 
 
 class Plan(_Strict):
-    objective: Annotated[Text, Field(min_length=1)]
-    plan_status: PlanStatus = PlanStatus.DRAFT
-    defaults: PlanDefaults = Field(default_factory=PlanDefaults)
-    milestones: list[PlanMilestone] = Field(default_factory=list)
+    """A milepost plan file: one work item and its milestone DAG (YAML or JSON)."""
+
+    objective: Annotated[Text, Field(min_length=1, description="what the work item should achieve")]
+    plan_status: PlanStatus = Field(
+        PlanStatus.DRAFT, description="draft (structure editable), ready (structure frozen) or needs_input"
+    )
+    defaults: PlanDefaults = Field(default_factory=PlanDefaults, description="defaults for every milestone")
+    milestones: list[PlanMilestone] = Field(
+        default_factory=list, description="the milestones, in any order; ids follow this order"
+    )
 
     def to_milestones(self) -> list[Milestone]:
         """The plan's milestones with ids in file order, validated whole:

@@ -796,6 +796,19 @@ def plan_apply(c: Ctx, file: Path) -> None:
     )
 
 
+@plan.command("schema")
+def plan_schema() -> None:
+    """Print the JSON Schema of plan files (for editors and validators).
+
+    Point a YAML language server at it with a first line such as
+    `# yaml-language-server: $schema=./milepost-plan.schema.json`."""
+    from milepost.graph.plan import Plan
+
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **Plan.model_json_schema()}
+    schema["title"] = "milepost plan"
+    click.echo(json.dumps(schema, indent=2))
+
+
 @plan.command("export")
 @click.argument("item_id", type=ID, required=False)
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
@@ -1157,6 +1170,41 @@ def _home(c: Ctx) -> Path:
     from milepost.workspace import resolve_workspace
 
     return resolve_workspace(c.db).home
+
+
+@cli.command()
+@click.option("--item", "item", type=ID, default=None, help="Work item id (default: this agent's current item).")
+@pass_ctx
+def prime(c: Ctx, item: int | None) -> None:
+    """A short briefing for a coding agent's context: the focused item, ready
+    milestones with their acceptance text, what blocks the rest, and how to
+    prove work. Agent clients can run it in a session-start hook."""
+    from milepost.agent import prime as briefing
+
+    text = briefing(c.service, item)
+    if c.json:
+        click.echo(json.dumps({"briefing": text}))
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command()
+@click.option(
+    "--workspace",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="The workspace to serve (default: the current folder), for clients that start servers elsewhere.",
+)
+@pass_ctx
+def mcp(c: Ctx, workspace: Path | None) -> None:
+    """Serve milepost's agent tools over MCP on stdio (for an agent client's
+    mcpServers configuration): work_item, milestone, wait, graph, drive, and
+    the prime prompt."""
+    if workspace is not None:
+        os.chdir(workspace)  # gates run, and logs are kept, in the workspace
+    from milepost.mcp_server import serve_stdio
+
+    serve_stdio(c.db, c.agent, c.operator)
 
 
 @cli.command()

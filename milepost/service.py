@@ -155,6 +155,9 @@ class Service:
         # How long a gate's claim stays valid without renewal (renewed every quarter of it).
         self.lease_ttl = timedelta(seconds=load_settings().lease_ttl if lease_ttl is None else lease_ttl)
         self._cache: dict[int, _Loaded] = {}
+        # A long-lived service (the MCP server) keeps each item's graph between
+        # calls and reuses it while the item's revision is unchanged.
+        self.keep_cache = False
         # Milestones a drive keeps out of its schedule (retry delays, --until); in memory only.
         self._holds: dict[int, set[str]] = {}
 
@@ -185,10 +188,25 @@ class Service:
 
     # -- loading -----------------------------------------------------------
 
-    def _load(self, s: Session, item_id: int) -> _Loaded:
+    def _load(self, s: Session, item_id: int, *, use_cache: bool | None = None) -> _Loaded:
+        """The item's row, focus and ``after`` state, read fresh; its milestone
+        graph from the cache when caching and the revision is unchanged."""
+        use_cache = self.keep_cache if use_cache is None else use_cache
         row = s.execute(select(ITEMS).where(ITEMS.c.id == item_id)).first()
         if row is None:
             raise NotFoundError(f"no work item {item_id}; see `milepost item list`", item=item_id)
+        cached = self._cache.get(item_id) if use_cache else None
+        if cached is not None and cached.revision == row.revision:
+            # Nothing changed the item since: its milestones are as cached (a
+            # lease is not part of the graph, and every other write bumps the revision).
+            return _Loaded(
+                row=row,
+                graph=cached.graph,
+                pks=cached.pks,
+                revision=row.revision,
+                after_open=self._after_open(s, row),
+                current=s.execute(select(FOCUS.c.item_id).where(FOCUS.c.agent == row.agent)).scalar() == row.id,
+            )
         mrows = s.execute(select(MILESTONES).where(MILESTONES.c.item_id == item_id).order_by(MILESTONES.c.seq)).all()
         by_pk = {r.id: r.name for r in mrows}
         deps: dict[int, list[str]] = {}
@@ -223,19 +241,26 @@ class Service:
         for name in self._holds.get(item_id, ()):
             if name in graph:
                 graph.hold(name)
-        after_open = False
-        if row.after_item_id is not None:
-            after_state = s.execute(select(ITEMS.c.state).where(ITEMS.c.id == row.after_item_id)).scalar()
-            after_open = after_state != ItemState.COMPLETED.value
         focus = s.execute(select(FOCUS.c.item_id).where(FOCUS.c.agent == row.agent)).scalar()
-        return _Loaded(
+        loaded = _Loaded(
             row=row,
             graph=graph,
             pks={r.name: r.id for r in mrows},
             revision=row.revision,
-            after_open=after_open,
+            after_open=self._after_open(s, row),
             current=focus == row.id,
         )
+        if use_cache:
+            self._cache[item_id] = loaded
+        return loaded
+
+    @staticmethod
+    def _after_open(s: Session, row: Row[Any]) -> bool:
+        """Whether the item this one waits for (``after``) is not completed yet."""
+        if row.after_item_id is None:
+            return False
+        after_state = s.execute(select(ITEMS.c.state).where(ITEMS.c.id == row.after_item_id)).scalar()
+        return bool(after_state != ItemState.COMPLETED.value)
 
     def _item(self, loaded: _Loaded) -> WorkItem:
         r = loaded.row
@@ -305,18 +330,20 @@ class Service:
         fn: Callable[[Session, _Loaded], T],
         expect_revision: int | None = None,
         *,
-        cache: bool = False,
+        cache: bool | None = None,
         check_owner: bool = True,
     ) -> T:
         """Run ``fn`` in a write transaction on fresh data. When ``fn`` marked
         the item dirty, bump its revision with a compare-and-swap and write the
         event log; a lost CAS re-runs everything on fresh data.
 
-        With ``cache`` (the drive loop) the graph of the last call is reused
-        when the stored revision is still the one it was built at, so a step
-        costs one row read instead of a reload of every milestone. Any failure
-        drops the cache: ``fn`` may have changed the graph in memory."""
+        With ``cache`` (the drive loop; every call of a ``keep_cache`` service)
+        the graph of the last call is reused when the stored revision is still
+        the one it was built at, so a step costs a few row reads instead of a
+        reload of every milestone; the item's own row is always read fresh.
+        Any failure drops the cache: ``fn`` may have changed the graph in memory."""
         item_id = self._resolve(item)
+        cache = self.keep_cache if cache is None else cache
         for _ in range(MAX_CAS_RETRIES):
             try:
                 with self.store.write() as s:
@@ -325,12 +352,8 @@ class Service:
                     # taken before anything is read, so no step acts on data
                     # another writer is about to change. The revision CAS at
                     # the end stays as the guard.
-                    stored = s.execute(select(ITEMS.c.revision).where(ITEMS.c.id == item_id).with_for_update()).scalar()
-                    loaded = self._cache.get(item_id) if cache else None
-                    if loaded is not None and stored != loaded.revision:
-                        loaded = None
-                    if loaded is None:
-                        loaded = self._load(s, item_id)
+                    s.execute(select(ITEMS.c.revision).where(ITEMS.c.id == item_id).with_for_update())
+                    loaded = self._load(s, item_id, use_cache=cache)
                     loaded.dirty = False
                     loaded.events = []
                     if check_owner:
@@ -1002,11 +1025,37 @@ class Service:
 
         def fn(s: Session, loaded: _Loaded) -> ActionResult:
             check_open(self._item(loaded))
-            changes = loaded.graph.apply(name, action, reason=reason)
+            try:
+                changes = loaded.graph.apply(name, action, reason=reason)
+            except TransitionError as e:
+                if action is Action.START and name in loaded.graph:
+                    raise self._held_by(s, loaded, name, e) from None
+                raise
             out = self._persist(s, loaded, changes)
             return ActionResult(item=loaded.id, revision=loaded.revision + 1, milestone=changes[0].after, changes=out)
 
         return self._mutate(item, fn, expect_revision)
+
+    def _held_by(self, s: Session, loaded: _Loaded, name: str, e: TransitionError) -> TransitionError:
+        """A refused ``start`` of a milestone someone already works on says who
+        (the agent that started it, when, and the driver running its gate)."""
+        m = loaded.graph.get(name)
+        if m.status is not MilestoneStatus.IN_PROGRESS:
+            return e
+        started = s.execute(
+            select(EVENTS.c.agent, EVENTS.c.at, EVENTS.c.revision)
+            .where(EVENTS.c.item_id == loaded.id, EVENTS.c.milestone == name, EVENTS.c.action == Action.START.value)
+            .order_by(EVENTS.c.id.desc())
+            .limit(1)
+        ).first()
+        lease = s.execute(select(MILESTONES.c.lease_owner).where(MILESTONES.c.id == loaded.pks[name])).scalar()
+        who = f"agent {started.agent!r} at {started.at:%H:%M:%S} UTC (revision {started.revision})" if started else ""
+        gate = f"; its gate is running ({lease})" if lease else ""
+        return TransitionError(
+            f"cannot start {name!r}: already in progress, started by {who or 'another writer'}{gate};"
+            " pick another ready milestone (next), or wait",
+            **{**e.details, "held_by": started.agent if started else None, "gate_lease": lease},
+        )
 
     def start(self, name: str, **kw: Any) -> ActionResult:
         return self.act(name, Action.START, **kw)

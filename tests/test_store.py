@@ -90,8 +90,8 @@ def test_lost_cas_rolls_back_and_reruns(any_service: Service) -> None:
     calls: list[int] = []
     original = svc._load
 
-    def load_then_interfere(s, item_id):  # type: ignore[no-untyped-def]
-        loaded = original(s, item_id)
+    def load_then_interfere(s, item_id, **kw):  # type: ignore[no-untyped-def]
+        loaded = original(s, item_id, **kw)
         if not calls:
             s.execute(update(ITEMS).where(ITEMS.c.id == item_id).values(revision=ITEMS.c.revision + 1))
         calls.append(loaded.revision)

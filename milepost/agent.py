@@ -1,0 +1,425 @@
+"""milepost for coding agents: a handful of tools over the service layer, and
+a short briefing (``prime``).
+
+The tools are plain functions of a :class:`~milepost.service.Service` and a
+pydantic input model (unknown fields are errors); the MCP server
+(``milepost.mcp_server``) only carries them over the protocol, and the tests
+can call them directly. Every result is a small JSON-ready dict: an agent
+pays for every token it reads. Errors are milepost's own
+(:class:`~milepost.errors.MilepostError`), with the CLI's one-line message.
+
+This module imports neither Prefect nor the MCP SDK.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from milepost.errors import InputError, InvalidValueError, MilepostError
+from milepost.graph.models import Milestone, TodoItem, WorkItem
+from milepost.graph.render import display_status
+from milepost.graph.status import Action, PlanStatus
+from milepost.service import Service
+
+__all__ = [
+    "TOOLS",
+    "DriveArgs",
+    "GraphArgs",
+    "MilestoneArgs",
+    "ToolSpec",
+    "WaitArgs",
+    "WorkItemArgs",
+    "call_tool",
+    "compact_schema",
+    "prime",
+    "tool_list",
+]
+
+Id = int  # ids are checked by the service (1 to 2**31 - 1)
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WorkItemArgs(_Args):
+    """create (objective, or plan: YAML/JSON plan text), show, list, pick, update, complete, cancel."""
+
+    action: Literal["create", "show", "list", "pick", "update", "complete", "cancel"]
+    id: Id | None = Field(None, description="default: the focused item")
+    objective: str | None = None
+    plan: str | None = Field(None, description="plan file text (create)")
+    filter: str | None = Field(None, description="list: open|blocked|runnable|waiting_for_operator|all...")
+    plan_status: Literal["draft", "ready", "needs_input"] | None = None
+    todo: list[TodoItem] | None = Field(None, description="update: replaces the list")
+    report: str | None = Field(None, description="complete: what was achieved")
+    reason: str | None = Field(None, description="cancel, or pick with clear_blocker")
+    clear_blocker: bool = False
+    expected_revision: int | None = Field(None, description="refuse unless the item is at this revision")
+
+
+class MilestoneArgs(_Args):
+    """next, list, add, start, done (runs the gate), needs_fix, reset, approve, reject, lock, unlock, confirm."""
+
+    action: Literal[
+        "next", "list", "add", "start", "done", "needs_fix", "reset", "approve", "reject", "lock", "unlock", "confirm"
+    ]
+    name: str | None = None
+    item: Id | None = Field(None, description="default: the focused item")
+    deps: list[str] | None = None
+    acceptance: str | None = None
+    gate: str | None = Field(None, description="add: shell command, exit 0 passes")
+    retries: int | None = None
+    timeout: float | None = None
+    review: bool = False
+    verdict: str | None = Field(None, description="done: a note kept with the gate run")
+    reason: str | None = Field(None, description="needs_fix, reset, reject, lock, unlock")
+    expected_revision: int | None = None
+
+
+class WaitArgs(_Args):
+    """wait: record what the item waits on; wake: an outside event settles waits on a resource."""
+
+    action: Literal["wait", "wake"]
+    item: Id | None = None
+    kind: Literal["operator_input", "task_result", "external", "timer", "system"] | None = None
+    resource: str | None = None
+    until: datetime | None = Field(None, description="timer: ISO 8601 with a zone")
+    reason: str | None = None
+    expected_revision: int | None = None
+
+
+class GraphArgs(_Args):
+    """The DAG: layers, critical path, ready, blocked and why."""
+
+    item: Id | None = None
+
+
+class DriveArgs(_Args):
+    """Run every ready gate as a Prefect flow until nothing can move; returns the summary."""
+
+    item: Id | None = None
+    max_parallel: int = Field(1, ge=1, le=1000)
+    until: str | None = Field(None, description="drive only this milestone and its deps")
+    expected_revision: int | None = None
+
+
+# -- compact views ------------------------------------------------------------------
+
+
+def _milestone(m: Milestone, view: str | None = None, *, full: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": m.name, "status": view or m.status.value}
+    if m.deps:
+        out["deps"] = m.deps
+    if m.attempts or full:
+        out["tries"] = f"{m.attempts}/{m.max_attempts}"
+    if m.reason and m.status.value in ("needs_fix", "stuck"):
+        out["reason"] = m.reason
+    if full:
+        if m.acceptance:
+            out["acceptance"] = m.acceptance
+        if m.gate:
+            out["gate"] = [g.run for g in m.gate]
+    return out
+
+
+def _item(it: WorkItem, svc: Service, *, milestones: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": it.id,
+        "objective": it.objective,
+        "state": it.state.value,
+        "plan_status": it.plan_status.value,
+        "readiness": it.readiness,
+        "why": it.readiness_reason,
+        "revision": it.revision,
+    }
+    if it.todo_list:
+        out["todo"] = [f"{t.text}: {t.state}" for t in it.todo_list]
+    if milestones:
+        _, g = svc.graph(it.id)
+        out["milestones"] = [_milestone(m, display_status(g, m)) for m in g]
+    return out
+
+
+def _change(r: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"item": r.item, "revision": r.revision, "milestone": _milestone(r.milestone)}
+    extra = [c for c in r.changes[1:]]
+    if extra:
+        out["also"] = [f"{c.milestone}: {c.from_status} -> {c.to_status}" for c in extra]
+    return out
+
+
+# -- the tools ------------------------------------------------------------------------
+
+
+def _need(value: Any, what: str, action: str) -> Any:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise InvalidValueError(f"{action} needs {what}")
+    return value
+
+
+def work_item(svc: Service, a: WorkItemArgs) -> dict[str, Any]:
+    rev = a.expected_revision
+    if a.action == "create":
+        if a.plan is not None:
+            from milepost.planfile import parse_plan
+
+            return _item(svc.apply_plan(parse_plan(a.plan, "<plan>")), svc)
+        it = svc.create_item(_need(a.objective, "objective (or plan)", "create"))
+        return _item(it, svc)
+    if a.action == "show":
+        return _item(svc.get_item(a.id), svc)
+    if a.action == "list":
+        items = svc.list_items(a.filter or "open")
+        return {
+            "items": [
+                {"id": i.id, "objective": i.objective, "readiness": i.readiness, "why": i.readiness_reason,
+                 "current": i.current, "revision": i.revision}
+                for i in items
+            ]
+        }  # fmt: skip
+    if a.action == "pick":
+        it = svc.pick(_need(a.id, "id", "pick"), clear_blocker=a.clear_blocker, reason=a.reason, expect_revision=rev)
+        return _item(it, svc)
+    if a.action == "update":
+        status = PlanStatus(a.plan_status) if a.plan_status else None
+        it = svc.update_item(a.id, objective=a.objective, plan_status=status, todo=a.todo, expect_revision=rev)
+        return _item(it, svc, milestones=False)
+    if a.action == "complete":
+        r = svc.complete(_need(a.report, "report", "complete"), item=a.id, expect_revision=rev)
+        return {"completed": r.item.id, "already": r.already, "warnings": r.warnings}
+    it = svc.cancel(_need(a.reason, "reason", "cancel"), item=a.id, expect_revision=rev)
+    return _item(it, svc, milestones=False)
+
+
+def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
+    rev = a.expected_revision
+    if a.action == "next":
+        pick = svc.next(a.item)
+        nxt = _milestone(pick.milestone, full=True) if pick.milestone else None
+        return {"item": pick.item, "next": nxt, "why": pick.reason, "ready": pick.ready}
+    if a.action == "list":
+        it, views = svc.milestone_views(a.item)
+        return {"item": it.id, "revision": it.revision, "milestones": [_milestone(v, v.view) for v in views]}
+    name = _need(a.name, "name", a.action)
+    if a.action == "add":
+        added = svc.add_milestone(
+            name, a.deps, acceptance=a.acceptance or "", gate=a.gate, retries=a.retries, timeout=a.timeout,
+            review=a.review, item=a.item, expect_revision=rev,
+        )  # fmt: skip
+        return _change(added)
+    if a.action == "done":
+        d = svc.done(name, verdict=a.verdict, item=a.item, expect_revision=rev)
+        out: dict[str, Any] = {"item": d.item, "revision": d.revision, "passed": d.passed}
+        out["milestone"] = _milestone(d.milestone, "in_review" if d.milestone.awaiting_review else None)
+        if d.gate_run is not None:
+            run = d.gate_run
+            out["gate"] = {"attempt": run.attempt, "reason": run.reason, "seconds": round(run.duration, 2)}
+            if not d.passed:
+                out["gate"]["tail"] = "\n".join(run.tail.rstrip().splitlines()[-15:])
+                out["gate"]["log"] = run.log_path
+        if d.note:
+            out["note"] = d.note
+        return out
+    if a.action in ("approve", "reject"):
+        return _change(svc.review(name, a.action == "approve", reason=a.reason, item=a.item, expect_revision=rev))
+    return _change(svc.act(name, Action(a.action), reason=a.reason, item=a.item, expect_revision=rev))
+
+
+def wait(svc: Service, a: WaitArgs) -> dict[str, Any]:
+    if a.action == "wake":
+        return {"woken": svc.wake(_need(a.resource, "resource", "wake"))}
+    it = svc.wait_item(
+        _need(a.kind, "kind", "wait"), _need(a.reason, "reason", "wait"), resource=a.resource, until=a.until,
+        item=a.item, expect_revision=a.expected_revision,
+    )  # fmt: skip
+    return _item(it, svc, milestones=False)
+
+
+def graph(svc: Service, a: GraphArgs) -> dict[str, Any]:
+    it, g = svc.graph(a.item)
+    nxt = g.next_ready()
+    return {
+        "item": it.id,
+        "revision": it.revision,
+        "layers": [[m.name for m in layer] for layer in g.layers()],
+        "critical_path": [m.name for m in g.critical_path()],
+        "ready": [m.name for m in g.ready()],
+        "next": nxt.name if nxt else None,
+        "blocked": {m.name: [d.name for d in deps] for m, deps in g.blocked()},
+        "stuck": [m.name for m in g if m.is_stuck],
+        "why": g.why_nothing_ready() if nxt is None else f"{nxt.name} is ready",
+    }
+
+
+def drive(svc: Service, a: DriveArgs) -> dict[str, Any]:
+    """Runs in its own service (a drive keeps state), with Prefect configured for the workspace."""
+    from milepost.flows.server import configure_prefect
+
+    item = svc.resolve_item(a.item)
+    svc.check_can_drive(item, a.expected_revision)
+    configure_prefect(svc.store.home)
+    from milepost.flows.drive import run_drive
+
+    own = Service(svc.store, svc.agent, operator=svc.operator, lease_ttl=svc.lease_ttl.total_seconds())
+    s = run_drive(own, item, max_parallel=a.max_parallel, until=a.until, expect_revision=a.expected_revision)
+    return {
+        "item": s.item,
+        "ok": s.ok,
+        "message": s.message,
+        "gate_runs": s.gate_runs,
+        "milestones": {m.name: m.view for m in s.milestones},
+        "flow_run": s.flow_run_url or s.flow_run_id,
+    }
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    model: type[_Args]
+    run: Callable[[Service, Any], dict[str, Any]]
+    mutates: bool
+
+    @property
+    def description(self) -> str:
+        return (self.model.__doc__ or "").strip()
+
+
+TOOLS: dict[str, ToolSpec] = {
+    t.name: t
+    for t in (
+        ToolSpec("work_item", WorkItemArgs, work_item, True),
+        ToolSpec("milestone", MilestoneArgs, milestone, True),
+        ToolSpec("wait", WaitArgs, wait, True),
+        ToolSpec("graph", GraphArgs, graph, False),
+        ToolSpec("drive", DriveArgs, drive, True),
+    )
+}
+
+
+def compact_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON Schema without what an agent does not need to read:
+    titles, null branches of optional fields, ``null`` defaults; references
+    inlined. Validation still uses the model itself."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return walk(defs[node["$ref"].rsplit("/", 1)[1]])
+            node = {k: walk(v) for k, v in node.items() if k != "title"}
+            if "anyOf" in node:
+                branches = [b for b in node["anyOf"] if b != {"type": "null"}]
+                if len(branches) == 1:
+                    rest = {k: v for k, v in node.items() if k != "anyOf"}
+                    node = {**branches[0], **rest}
+            if node.get("default", 0) is None or node.get("default") is False:
+                node.pop("default")
+            return node
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    out = walk(schema)
+    out.pop("description", None)  # the tool's description says it
+    return dict(out)
+
+
+def tool_list() -> list[dict[str, Any]]:
+    """The tools as MCP lists them: name, description, input schema."""
+    return [
+        {"name": t.name, "description": t.description, "inputSchema": compact_schema(t.model)} for t in TOOLS.values()
+    ]
+
+
+def call_tool(svc: Service, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Validate ``arguments`` with the tool's model and run it. Raises
+    :class:`MilepostError` (the CLI's errors) for bad input and refusals."""
+    spec = TOOLS.get(name)
+    if spec is None:
+        raise InputError(f"unknown tool {name!r}: use one of {', '.join(TOOLS)}")
+    try:
+        args = spec.model.model_validate(arguments)
+    except ValidationError as e:
+        raise InputError(_validation_message(name, e)) from None
+    return spec.run(svc, args)
+
+
+def _validation_message(tool: str, e: ValidationError) -> str:
+    err = e.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+    if err["type"] == "extra_forbidden":
+        model = TOOLS[tool].model
+        return f"{tool}: unknown field {field!r}; allowed: {', '.join(model.model_fields)}"
+    found = json.dumps(err.get("input"), default=str)
+    if len(found) > 60:
+        found = found[:57] + "..."
+    return f"{tool}: invalid {field}: {str(err['msg']).removeprefix('Value error, ')} (found {found})"
+
+
+def error_payload(e: MilepostError) -> dict[str, Any]:
+    return {"type": e.kind, "message": e.message, "exit_code": e.exit_code}
+
+
+# -- the briefing -------------------------------------------------------------------------
+
+HOW = """How to work (milepost: the work state lives in a store, not in this conversation):
+- `next` names the lowest-id ready milestone; `start NAME` claims it; do the work;
+  `done NAME` runs its gate: exit 0 -> done, else needs_fix with the gate's output.
+- needs_fix: read the failure, fix the work, `start` and `done` again. stuck: the
+  retry budget is spent; say why and ask an operator (`reset NAME --reason`).
+- Never mark work done yourself: only a passing gate does. in_review waits for an
+  operator's `approve`/`reject`.
+- When every milestone is done: complete the item with a report of what changed
+  and the evidence (gate runs are kept; add refs for PRs)."""
+
+
+def prime(svc: Service, item: int | None = None) -> str:
+    """A short briefing for an agent's context: the focused item, what is
+    ready (with acceptance text), what blocks the rest, how to prove work."""
+    try:
+        it, g = svc.graph(item)
+    except MilepostError as e:
+        return f"milepost: {e.message}\n\n{HOW}\n"
+    lines = [f"milepost work item {it.id} (revision {it.revision}): {it.objective}"]
+    lines.append(f"readiness: {it.readiness} — {it.readiness_reason}")
+    done = sum(1 for m in g if m.status.is_done)
+    lines.append(f"milestones: {done}/{len(g)} done")
+    ready = g.ready()
+    if ready:
+        lines.append("ready (lowest id first):")
+        for m in ready[:5]:
+            gate = (
+                f" — gate: {m.gate[0].run}"
+                if len(m.gate) == 1
+                else (f" — gate: {len(m.gate)} commands" if m.gate else "")
+            )
+            acc = f": {m.acceptance}" if m.acceptance else ""
+            lines.append(f"  - {m.name}{acc}{gate}")
+        if len(ready) > 5:
+            lines.append(f"  ... and {len(ready) - 5} more")
+    busy = [m.name for m in g if m.status.value == "in_progress" and not m.awaiting_review]
+    if busy:
+        lines.append("in progress: " + ", ".join(busy[:10]))
+    for m in [m for m in g if m.status.value == "needs_fix" and not m.is_stuck][:5]:
+        lines.append(f"needs_fix: {m.name} ({m.attempts}/{m.max_attempts} tries): {m.reason or ''}".rstrip(": "))
+    stuck = [m for m in g if m.is_stuck]
+    for m in stuck[:5]:
+        below = g.descendants(m.name)
+        blocks = f"; blocks {', '.join(below[:5])}{'...' if len(below) > 5 else ''}" if below else ""
+        lines.append(f"stuck: {m.name}: {m.reason or 'budget spent'}{blocks}")
+    blocked = g.blocked()
+    if blocked:
+        shown = [f"{m.name} (on {', '.join(d.name for d in deps[:3])})" for m, deps in blocked[:6]]
+        more = f" and {len(blocked) - 6} more" if len(blocked) > 6 else ""
+        lines.append("blocked: " + "; ".join(shown) + more)
+    if not ready:
+        lines.append(g.why_nothing_ready())
+    return "\n".join(lines) + "\n\n" + HOW + "\n"
