@@ -34,6 +34,8 @@ def test_all_is_exactly_the_public_surface() -> None:
             "workspace",
             "settings",
             "cli",
+            "agent",
+            "mcp_server",
         }
     )
     assert extra == set()
@@ -64,11 +66,11 @@ def test_import_milepost_is_cheap(tmp_path: Path) -> None:
 
 
 def test_state_commands_do_not_import_prefect(tmp_path: Path) -> None:
-    """init, item create, add, next, list, start, done (with a gate): none imports Prefect."""
+    """init, item create, add, next, list, start, done (with a gate), prime: none imports Prefect or the MCP SDK."""
     code = """
     from milepost.cli import main
     for args in (["init"], ["item", "create", "x"], ["add", "a", "--gate", "true"], ["next"], ["list"],
-                 ["start", "a"], ["done", "a"], ["graph"], ["runs", "a"]):
+                 ["start", "a"], ["done", "a"], ["graph"], ["runs", "a"], ["prime"]):
         try:
             main(args)
         except SystemExit as e:
@@ -77,3 +79,4 @@ def test_state_commands_do_not_import_prefect(tmp_path: Path) -> None:
     mods = _modules_after(code, tmp_path)
     assert not any(m == "prefect" or m.startswith("prefect.") for m in mods)
     assert "milepost.flows" not in mods
+    assert not any(m == "mcp" or m.startswith("mcp.") for m in mods)  # the MCP SDK only for `milepost mcp`
