@@ -196,3 +196,19 @@ def test_prime_and_plan_schema_from_the_cli(refactor: Path) -> None:
     assert set(milestone) == {
         "name", "deps", "acceptance", "gate", "retries", "timeout", "review", "fix", "retry_delay", "hypothesis",
     }  # fmt: skip
+
+
+def test_waits_and_wakes_through_the_wait_tool(refactor: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        async with server(refactor, tmp_path / "mcp.log") as s:
+            item = await call(s, "work_item", action="create", objective="waits on a review")
+            waiting = await call(
+                s, "wait", action="wait", kind="external", resource="pr/42", reason="review", expected_revision=1
+            )
+            assert waiting["readiness"] == "blocked" and "pr/42" in waiting["why"] and waiting["revision"] == 2
+            e = await refused(s, "wait", action="wait", kind="timer", reason="later")
+            assert "--until" in e["message"]
+            assert await call(s, "wait", action="wake", resource="pr/42") == {"woken": [item["id"]]}
+            assert (await call(s, "work_item", action="show"))["readiness"] != "blocked"
+
+    run(go)
