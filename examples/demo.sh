@@ -29,8 +29,8 @@ for _ in 1 2 3 4; do
 done
 
 # extract-b: a bad edit breaks module B; its gate fails until the budget is spent.
-cp src/mod_b.py "$ws/.mod_b.good"
-printf 'def broken(:\n' >> src/mod_b.py
+cp src/kv/mod_b.py "$ws/.mod_b.good"
+printf 'def broken(:\n' >> src/kv/mod_b.py
 step milepost start extract-b
 expect_fail milepost done extract-b
 step milepost start extract-b
@@ -43,8 +43,8 @@ step milepost runs extract-b
 step milepost log extract-b --attempt 1
 
 # The operator restores the file and gives the milestone a fresh budget.
-mv "$ws/.mod_b.good" src/mod_b.py
-step milepost reset extract-b --reason "restored src/mod_b.py"
+mv "$ws/.mod_b.good" src/kv/mod_b.py
+step milepost reset extract-b --reason "restored src/kv/mod_b.py"
 while name=$(next_name) && [ -n "$name" ]; do
   step milepost start "$name"
   step milepost done "$name"
@@ -59,14 +59,14 @@ step milepost graph --format mermaid
 # The bad edit again: the gates that need module B fail until their budget is
 # spent, the other branches still finish, and drive exits 1 naming what is stuck.
 rm -rf dist
-cp src/mod_b.py "$ws/.mod_b.good"
+cp src/kv/mod_b.py "$ws/.mod_b.good"
 step milepost plan apply plan.yaml
-printf 'def broken(:\n' >> src/mod_b.py
+printf 'def broken(:\n' >> src/kv/mod_b.py
 expect_fail milepost drive --max-parallel 3
 step milepost runs analyze-b
 
 # The operator undoes the edit and resets what is stuck; the next drive finishes.
-mv "$ws/.mod_b.good" src/mod_b.py
+mv "$ws/.mod_b.good" src/kv/mod_b.py
 for name in $(milepost --json list | python3 -c 'import json, sys; print(" ".join(m["name"] for m in json.load(sys.stdin)["milestones"] if m["status"] == "stuck"))'); do
   step milepost reset "$name" --reason "removed the bad edit"
 done

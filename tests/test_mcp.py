@@ -103,12 +103,12 @@ def test_an_agent_works_the_example_refactor_through_tools_only(refactor: Path, 
                 assert started["milestone"]["status"] == "in_progress"
                 if name == "extract-b" and not broke:
                     # A bad edit: the gate fails, the milestone needs a fix.
-                    good = (refactor / "src" / "mod_b.py").read_text()
-                    (refactor / "src" / "mod_b.py").write_text(good + "\ndef broken(:\n")
+                    good = (refactor / "src" / "kv" / "mod_b.py").read_text()
+                    (refactor / "src" / "kv" / "mod_b.py").write_text(good + "\ndef broken(:\n")
                     failed = await call(s, "milestone", action="done", name=name)
                     assert failed["passed"] is False and failed["milestone"]["status"] == "needs_fix"
                     assert "SyntaxError" in failed["gate"]["tail"] or "Error" in failed["gate"]["tail"]
-                    (refactor / "src" / "mod_b.py").write_text(good)  # the repair
+                    (refactor / "src" / "kv" / "mod_b.py").write_text(good)  # the repair
                     broke = True
                     await call(s, "milestone", action="start", name=name)
                 done = await call(s, "milestone", action="done", name=name)

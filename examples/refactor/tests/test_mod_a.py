@@ -1,7 +1,7 @@
 import unittest
 
-from interfaces import Reader
-from mod_a import DictReader
+from kv.interfaces import Reader
+from kv.mod_a import DictReader
 
 
 class TestA(unittest.TestCase):

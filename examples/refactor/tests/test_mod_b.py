@@ -1,7 +1,7 @@
 import unittest
 
-from interfaces import Writer
-from mod_b import DictWriter
+from kv.interfaces import Writer
+from kv.mod_b import DictWriter
 
 
 class TestB(unittest.TestCase):

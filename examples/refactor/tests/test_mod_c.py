@@ -1,8 +1,8 @@
 import unittest
 
-from interfaces import Counter
-from mod_b import DictWriter
-from mod_c import WriteCounter
+from kv.interfaces import Counter
+from kv.mod_b import DictWriter
+from kv.mod_c import WriteCounter
 
 
 class TestC(unittest.TestCase):

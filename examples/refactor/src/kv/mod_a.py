@@ -1,7 +1,9 @@
 """Module A: a key-value reader."""
 
+from kv.interfaces import Reader
 
-class DictReader:
+
+class DictReader(Reader):
     def __init__(self, data: dict[str, str]) -> None:
         self._data = data
 

@@ -1,9 +1,10 @@
 """Module C: counts what was written."""
 
-from mod_b import DictWriter
+from kv.interfaces import Counter
+from kv.mod_b import DictWriter
 
 
-class WriteCounter:
+class WriteCounter(Counter):
     def __init__(self, writer: DictWriter) -> None:
         self._writer = writer
 

@@ -1,7 +1,9 @@
 """Module B: a key-value writer."""
 
+from kv.interfaces import Writer
 
-class DictWriter:
+
+class DictWriter(Writer):
     def __init__(self) -> None:
         self.data: dict[str, str] = {}
 
