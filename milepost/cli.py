@@ -796,6 +796,118 @@ def plan_apply(c: Ctx, file: Path) -> None:
     )
 
 
+@plan.command("scaffold")
+@click.argument("package")
+@click.option(
+    "--path",
+    "paths",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A source root holding PACKAGE (repeat); default: where Python finds it.",
+)
+@click.option(
+    "--level",
+    type=click.Choice(["module", "package"]),
+    default="module",
+    show_default=True,
+    help="One milestone per module, or per package.",
+)
+@click.option(
+    "--gate",
+    "gates",
+    multiple=True,
+    metavar="TEMPLATE",
+    help="Gate command template (repeat for a named multi-command gate); placeholders {module}, {path},"
+    " {name}, {tests}. [default: python3 -m compileall -q {path}]",
+)
+@click.option("--acceptance", default=None, metavar="TEMPLATE", help="Acceptance text template (same placeholders).")
+@click.option(
+    "--tests",
+    "tests_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of tests for {tests} (a package: the test modules that import each module; else"
+    " test_<name>.py files). [default: ./tests when it exists]",
+)
+@click.option("--final", default=None, metavar="NAME", help="A last milestone depending on every top milestone.")
+@click.option("--final-gate", default=None, metavar="CMD", help="The final milestone's gate (e.g. the whole suite).")
+@click.option(
+    "--affected-by",
+    default=None,
+    metavar="GIT_REF",
+    help="Only modules changed since GIT_REF (git diff --name-only) and every module importing them.",
+)
+@click.option("--objective", default=None, help="The work item's objective.")
+@click.option(
+    "--package-imports",
+    is_flag=True,
+    help="Count a module's import of an enclosing package (import pkg as p) as a dependency.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the plan here (default: stdout).",
+)
+@click.option("--apply", "apply_", is_flag=True, help="Also create the work item from it (plan apply).")
+@pass_ctx
+def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gates: tuple[str, ...],
+                  acceptance: str | None, tests_dir: Path | None, final: str | None, final_gate: str | None,
+                  affected_by: str | None, objective: str | None, package_imports: bool, output: Path | None,
+                  apply_: bool) -> None:  # fmt: skip
+    """Write a refactor plan for PACKAGE from its import graph: a milestone per
+    module (or package) depending on what it imports, leaves first; import
+    cycles become one milestone each and are reported as paths."""
+    from milepost.scaffold import scaffold
+
+    if tests_dir is None and Path("tests").is_dir():
+        tests_dir = Path("tests")
+    result = scaffold(
+        package, paths=paths, level=level, gates=gates, acceptance=acceptance,  # type: ignore[arg-type]
+        tests=tests_dir, final=final, final_gate=final_gate, affected_by=affected_by, objective=objective,
+        package_imports=package_imports,
+    )  # fmt: skip
+    if output is not None:
+        _write_text(output, result.text)
+    item = None
+    if apply_:
+        from milepost.planfile import parse_plan
+
+        item = c.service.apply_plan(parse_plan(result.text, str(output or "<scaffold>")))
+    data = {
+        "milestones": len(result.plan["milestones"]), "modules": result.modules, "cycles": result.cycles,
+        "left_out": result.left_out, "notes": result.notes, "output": str(output) if output else None,
+        "item": item.id if item else None, "plan": result.plan,
+    }  # fmt: skip
+    if c.json:
+        click.echo(json.dumps(data))
+        return
+    for cycle in result.cycles:
+        click.echo(f"import cycle: {cycle}", err=True)
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    if output is None and item is None:
+        click.echo(result.text, nl=False)
+    else:
+        where = f"wrote {output}" if output else "scaffolded"
+        made = f"; created work item {item.id} (current)" if item else ""
+        click.echo(f"{where}: {data['milestones']} milestones from {result.modules} modules{made}")
+
+
+def _write_text(output: Path, text: str) -> None:
+    try:
+        output.write_text(text)
+    except FileNotFoundError:
+        raise InvalidValueError(
+            f"cannot write -o {str(output)!r}: folder {str(output.parent)!r} does not exist"
+        ) from None
+    except IsADirectoryError:
+        raise InvalidValueError(f"cannot write -o {str(output)!r}: it is a folder") from None
+    except OSError as e:
+        raise EnvironmentProblem(f"cannot write -o {str(output)!r}: {e.strerror or e}") from None
+
+
 @plan.command("schema")
 def plan_schema() -> None:
     """Print the JSON Schema of plan files (for editors and validators).
@@ -825,16 +937,7 @@ def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> N
     if output is None:
         click.echo(text, nl=False)
     else:
-        try:
-            output.write_text(text)
-        except FileNotFoundError:
-            raise InvalidValueError(
-                f"cannot write -o {str(output)!r}: folder {str(output.parent)!r} does not exist"
-            ) from None
-        except IsADirectoryError:
-            raise InvalidValueError(f"cannot write -o {str(output)!r}: it is a folder") from None
-        except OSError as e:
-            raise EnvironmentProblem(f"cannot write -o {str(output)!r}: {e.strerror or e}") from None
+        _write_text(output, text)
         if not c.json:
             click.echo(f"wrote {output}", err=True)
 
