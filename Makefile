@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_drive.py
 	$(BIN)/python benchmarks/bench_mcp.py
 	$(BIN)/python benchmarks/bench_scaffold.py
+
+# Regenerate the README's pictures of the Prefect UI (needs Chromium).
+screenshots: $(STAMP)
+	MILEPOST_SCREENSHOTS=$(abspath docs/img) MILEPOST_REQUIRE_BROWSER=1 $(BIN)/pytest -q \
+		tests/flows/test_ui.py -k "page or artifact"
 
 clean:
 	rm -rf $(VENV) demo-workspace build dist *.egg-info

@@ -1,6 +1,8 @@
 """Prefect artifacts of a drive: a progress artifact updated as milestones
-finish, and at the end a markdown summary with the DAG as a Mermaid diagram
-and a table of milestones (status, attempts, last reason)."""
+finish, and at the end a markdown summary with the DAG as a picture (an SVG
+image given as a ``data:`` URI: the Prefect UI renders images in markdown,
+not Mermaid, and strips inline ``<svg>``) and a table of milestones (status,
+attempts, last reason)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,21 @@ from prefect.artifacts import (
 
 from milepost.flows.events import DriveSummary, NullReporter
 from milepost.graph.dag import WorkGraph
-from milepost.graph.render import to_mermaid
+from milepost.picture import svg_data_uri, to_svg
 from milepost.results import Claim, DoneResult
 
 __all__ = ["ArtifactReporter"]
 
 PROGRESS_INTERVAL = 1.0
+# Past this the picture stays out of the artifact (`milepost graph --format svg` draws it).
+MAX_PICTURE_BYTES = 4 * 1024 * 1024
+
+
+def _picture(summary: DriveSummary, graph: WorkGraph) -> str:
+    svg = to_svg(graph, f"work item {summary.item}: {summary.objective}")
+    if len(svg) > MAX_PICTURE_BYTES:
+        return f"(the DAG is too large to embed here: `milepost graph {summary.item} --format html -o dag.html`)"
+    return f"![the milestone DAG of work item {summary.item}]({svg_data_uri(svg)})"
 
 
 class ArtifactReporter(NullReporter):
@@ -60,9 +71,7 @@ class ArtifactReporter(NullReporter):
                 "",
                 f"{done} of {len(summary.milestones)} milestones done, {summary.gate_runs} gate runs in this drive.",
                 "",
-                "```mermaid",
-                to_mermaid(graph).rstrip(),
-                "```",
+                _picture(summary, graph),
             ]
         )
         create_markdown_artifact(markdown=md, key=f"milepost-item-{self.item}-summary", description=verdict)

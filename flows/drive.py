@@ -41,12 +41,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
 from prefect.context import get_run_context
 from prefect.futures import PrefectFuture
-from prefect.states import Completed, Failed
+from prefect.states import Cancelled, Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
 from milepost.errors import StaleRevisionError
 from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter, NullReporter, Reporter
+from milepost.flows.plan_nodes import create_nodes
 from milepost.gates._crash import crash_point
 from milepost.gates._supervisor_main import process_start
 from milepost.gates.command import GateResult, Outcome, attempt_files, run_gate, write_result
@@ -58,7 +59,7 @@ from milepost.graph.status import MilestoneStatus
 from milepost.results import Claim, DoneResult
 from milepost.service import Service, interrupted_result
 
-__all__ = ["GateFailed", "GateSpec", "drive_workgraph", "gate_task", "run_drive"]
+__all__ = ["GateSpec", "drive_workgraph", "gate_task", "run_drive"]
 
 # Gate output forwarded to the Prefect task-run log (the UI); the whole output
 # stays in the log file.
@@ -101,10 +102,6 @@ def _driver_gone(driver: dict[str, Any]) -> bool:
     return start is None or (driver.get("start") is not None and start != driver["start"])
 
 
-class GateFailed(Exception):
-    """A gate that did not pass: the task run ends Failed (red in the UI)."""
-
-
 def _follow_log(logger: Any, path: Path, done: threading.Event, limit: int) -> None:
     """Forward the log file's lines to the task-run logger as they are written."""
     sent = 0
@@ -135,10 +132,10 @@ def _follow_log(logger: Any, path: Path, done: threading.Event, limit: int) -> N
             done.wait(0.2)
 
 
-def run_gate_spec(spec: GateSpec) -> str:
-    """The body of :data:`gate_task`: run one gate (or fix) attempt; raise
-    :class:`GateFailed` unless it passes. (A plain module-level function, so
-    Dask can pickle the task by reference.)"""
+def run_gate_spec(spec: GateSpec) -> State[Any]:
+    """The body of :data:`gate_task`: run one gate (or fix) attempt and end
+    in a state that says how it went (see :func:`_task_state`). (A plain
+    module-level function, so Dask can pickle the task by reference.)"""
     log_path = Path(spec.log_path)
     finished = threading.Event()
     stopped = threading.Event()
@@ -171,10 +168,24 @@ def run_gate_spec(spec: GateSpec) -> str:
     if stopped.is_set() and not result.passed:
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
         write_result(log_path, result)
-    name = spec.claim.milestone.name
-    if not result.passed:
-        raise GateFailed(f"{spec.kind} of {name!r} (attempt {spec.claim.attempt}): {result.reason}")
-    return result.reason
+    return _task_state(spec, result)
+
+
+def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:
+    """The gate task run's final state, named for what it means to the
+    milestone (the UI shows the name): a failure that spends the last of the
+    budget reads ``Stuck``, an earlier one ``Needs fix``; an interrupted
+    attempt is ``Interrupted`` (cancelled), not a failure of the work."""
+    m = spec.claim.milestone
+    what = f"{spec.kind} of {m.name!r} (attempt {spec.claim.attempt}): {result.reason}"
+    if result.passed:
+        return Completed(message=what)
+    if result.outcome is Outcome.INTERRUPTED:
+        return Cancelled(name="Interrupted", message=what)
+    if spec.kind != "gate":
+        return Failed(name="Fix failed", message=what)
+    last = m.attempts + 1 >= m.max_attempts
+    return Failed(name="Stuck" if last else "Needs fix", message=what + ("; retry budget spent" if last else ""))
 
 
 gate_task = task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_prints=False)(run_gate_spec)
@@ -235,7 +246,8 @@ class _Loop:
         self.item = item_id
         self.owner = f"drive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.running: dict[str, _Running] = {}
-        self.by_name: dict[str, PrefectFuture[Any]] = {}
+        # Per milestone, what its dependents wait on: its latest gate task, or its plan node.
+        self.by_name: dict[str, PrefectFuture[Any] | State[Any]] = {}
         self.done_q: queue.Queue[str] = queue.Queue()
         self.timers: list[tuple[float, str]] = []
         run_dir = self.svc.store.home / "run"
@@ -510,6 +522,11 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     reporter: Reporter = MultiReporter(ctx.reporter, artifacts)
     ctx.reporter.drive_started(it.id, it.objective, len(g), ctx.flow_run_id)
     loop = _Loop(ctx, item_id, reporter)
+    # The whole plan in the flow-run graph: what was done before, now (its
+    # gates wait on these), and the rest when the drive ends (below).
+    earlier = create_nodes(g, ctx.flow_run_id, item_id, {}, only_done=True)
+    loop.by_name.update(earlier)
+    ctx.submitted += len(earlier)
     interrupted = False
     crash: str | None = None
     try:
@@ -532,10 +549,26 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
         summary.gate_runs = loop.gate_runs
         ctx.summary = summary
         if not interrupted:
+            _finish_plan_nodes(ctx, g, loop, item_id)
             artifacts.publish(summary, g)
     if summary.ok:
         return Completed(message=summary.message)
     return Failed(message=summary.message)
+
+
+def _finish_plan_nodes(ctx: _DriveContext, g: WorkGraph, loop: _Loop, item_id: int) -> None:
+    """Plan nodes for every milestone the drive did not run."""
+    known = {}
+    for name, ran in loop.by_name.items():
+        run_id = getattr(ran, "task_run_id", None) or ran.state_details.task_run_id  # type: ignore[union-attr]
+        if run_id is not None:
+            known[name] = run_id
+    try:
+        nodes = create_nodes(g, ctx.flow_run_id or "", item_id, known, only_done=False)
+    except Exception as e:  # the picture must never mask the drive's own outcome
+        ctx.reporter.note(f"could not add the plan's other milestones to the flow-run graph: {e}")
+        return
+    ctx.submitted += len(nodes)
 
 
 # Decorated apart from its body: Prefect ships the flow object to Dask workers

@@ -948,22 +948,74 @@ def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> N
 @cli.command()
 @click.argument("item_id", type=ID, required=False)
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "mermaid", "dot", "json"]), default="text", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "mermaid", "dot", "json", "svg", "png", "html"]),
+    default="text",
+    show_default=True,
+    help="svg/png/html: a layered left-to-right picture with status colours and the critical path.",
 )
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to this file (default: stdout).")  # fmt: skip
 @pass_ctx
-def graph(c: Ctx, item_id: int | None, fmt: str) -> None:
-    """Show the DAG with statuses: layers, critical path, bottlenecks."""
+def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
+    """Show the DAG with statuses: layers, critical path, bottlenecks; or as a picture."""
     from milepost.graph import render
 
+    if c.json and fmt in ("text", "json"):
+        fmt = "json"
     it, g = c.service.graph(item_id)
-    if c.json or fmt == "json":
-        click.echo(json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g)}))
+    title = f"work item {it.id}: {it.objective}"
+    text: str | None = None
+    if fmt == "json":
+        text = json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g)}) + "\n"
     elif fmt == "mermaid":
-        click.echo(render.to_mermaid(g), nl=False)
+        text = render.to_mermaid(g)
     elif fmt == "dot":
-        click.echo(render.to_dot(g, f"item {it.id}"), nl=False)
+        text = render.to_dot(g, f"item {it.id}")
+    elif fmt == "svg":
+        from milepost.picture import to_svg
+
+        text = to_svg(g, title)
+    elif fmt == "html":
+        from milepost.picture import to_html
+
+        _, views = c.service.milestone_views(it.id)
+        done = sum(1 for m in g if m.status.is_done)
+        sub = (
+            f"{it.state.value} · {it.readiness}: {it.readiness_reason} · {done}/{len(g)} done · revision {it.revision}"
+        )
+        text = to_html(g, views, title, sub)
+    elif fmt == "png":
+        from milepost.picture import to_png, to_svg
+
+        data = to_png(to_svg(g, title))
+        if output is None:
+            if sys.stdout.isatty():
+                raise InvalidValueError("--format png writes binary data: give -o FILE, or redirect stdout")
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            _write_bytes(output, data)
+        return
     else:
         _show_graph_text(c.console(), it.id, it.objective, g)
+        return
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        _write_text(output, text)
+
+
+def _write_bytes(output: Path, data: bytes) -> None:
+    try:
+        output.write_bytes(data)
+    except FileNotFoundError:
+        raise InvalidValueError(
+            f"cannot write -o {str(output)!r}: folder {str(output.parent)!r} does not exist"
+        ) from None
+    except OSError as e:
+        raise EnvironmentProblem(f"cannot write -o {str(output)!r}: {e.strerror or e}") from None
 
 
 def _show_graph_text(con: Console, item_id: int, objective: str, g: WorkGraph) -> None:
@@ -1062,10 +1114,12 @@ def log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
 @click.option("--dask-address", default=None, metavar="ADDR", help="Dask scheduler (default: a LocalCluster).")
 @click.option("--until", default=None, metavar="NAME", help="Drive only NAME and what it depends on.")
 @click.option("--dry-run", is_flag=True, help="Print the order a drive would take; run nothing.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Write a JUnit XML report: a test case per milestone (for CI).")  # fmt: skip
 @revision_option
 @pass_ctx
 def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask_address: str | None,
-          until: str | None, dry_run: bool, expect_revision: int | None) -> None:  # fmt: skip
+          until: str | None, dry_run: bool, junit: Path | None, expect_revision: int | None) -> None:  # fmt: skip
     """Drive a work item through its DAG as a Prefect flow.
 
     Each gate runs as a Prefect task named after its milestone; failed gates
@@ -1112,7 +1166,24 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     reporter.drive_finished(summary)
     if not c.json:
         _show_summary(c.console(), summary)
+    _ci_reports(svc, summary, junit)
     raise SystemExit(0 if summary.ok else 1)
+
+
+def _ci_reports(svc: Service, summary: Any, junit: Path | None) -> None:
+    """Where CI looks: a JUnit report (--junit), and GitHub's step summary
+    (appended when GITHUB_STEP_SUMMARY names a file)."""
+    from milepost import report
+
+    if junit is not None:
+        report.write_junit(junit, report.junit_xml(svc, summary))
+    step = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step:
+        try:
+            with open(step, "a", encoding="utf-8") as f:
+                f.write(report.step_summary(svc, summary))
+        except OSError as e:
+            raise EnvironmentProblem(f"cannot append to GITHUB_STEP_SUMMARY {step!r}: {e.strerror or e}") from None
 
 
 def _show_summary(con: Console, summary: Any) -> None:

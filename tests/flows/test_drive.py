@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
@@ -53,12 +54,15 @@ def test_sequential_drive_of_the_example_in_lowest_id_order(
     labels, edges = flow_run_edges(prefect_api, summary.flow_run_id or "")
     dag = {(d, m.name) for m in service.get_item(item).milestones for d in m.deps}
     assert labels == set(started) and edges == dag
-    # Artifacts: progress, summary with the Mermaid DAG, the milestone table.
+    # Artifacts: progress, summary with the DAG as an SVG image, the milestone table.
     arts = api_post(prefect_api, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [summary.flow_run_id]}}})
     by_type = {a["type"]: a for a in arts}
     assert set(by_type) >= {"progress", "markdown", "table"}
     assert by_type["progress"]["data"] == 100.0
-    assert "```mermaid" in by_type["markdown"]["data"] and "m4 --> m7" in by_type["markdown"]["data"]
+    md = by_type["markdown"]["data"]
+    assert "```mermaid" not in md
+    svg = base64.b64decode(md.split("(data:image/svg+xml;base64,", 1)[1].split(")", 1)[0]).decode()
+    assert svg.startswith("<svg") and all(f">{name}</text>" in svg for name in started)
 
 
 def test_gate_output_reaches_the_task_run_logs(prefect_api: str, service: Service) -> None:

@@ -1,0 +1,316 @@
+"""The DAG as a picture: a layered left-to-right drawing with status colours
+and the critical path marked, as SVG (and PNG where a converter is
+installed), and a self-contained HTML page with the picture and a table of
+milestones.
+
+The layout is grandalf's Sugiyama layout (layers, crossing reduction, long
+edges routed through dummy points), computed top to bottom and turned on its
+side; the drawing is plain SVG built here. No network, no JavaScript."""
+
+from __future__ import annotations
+
+import base64
+import html
+import itertools
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from milepost.errors import EnvironmentProblem
+from milepost.graph.dag import WorkGraph
+from milepost.graph.render import STATUS_COLOURS, display_status
+from milepost.results import MilestoneView
+
+__all__ = ["LEGEND", "Drawing", "layout", "svg_data_uri", "to_html", "to_png", "to_svg"]
+
+# The statuses a drawing can show, in legend order.
+LEGEND = ["done", "ready", "running", "in_progress", "in_review", "needs_fix", "stuck", "blocked", "locked",
+          "hypothesis"]  # fmt: skip
+COLOURS = {**STATUS_COLOURS, "running": "#1e88e5"}
+FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
+CHAR_W = 7.2  # px per character at 12 px
+NODE_H = 40
+LAYER_GAP = 70  # between layers (left to right)
+ROW_GAP = 16  # between nodes of a layer
+MARGIN = 20
+TITLE_H = 34
+LEGEND_H = 30
+
+
+@dataclass
+class Node:
+    name: str
+    status: str
+    label: str
+    x: float = 0.0  # centre
+    y: float = 0.0
+    w: float = 0.0
+    h: float = NODE_H
+    critical: bool = False
+
+
+@dataclass
+class Drawing:
+    nodes: dict[str, Node]
+    edges: list[tuple[str, str, list[tuple[float, float]], bool]]  # tail, head, points, critical
+    width: float
+    height: float
+    title: str = ""
+    legend: list[str] = field(default_factory=list)
+
+
+class _View:
+    """What grandalf reads (w, h) and writes (xy) for a vertex."""
+
+    def __init__(self, w: float, h: float) -> None:
+        self.w, self.h = w, h
+        self.xy = (0.0, 0.0)
+
+
+class _EdgeView:
+    def __init__(self) -> None:
+        self.pts: list[tuple[float, float]] = []
+
+    def setpath(self, pts: list[tuple[float, float]]) -> None:
+        self.pts = list(pts)
+
+
+def layout(g: WorkGraph, title: str = "", running: set[str] | None = None) -> Drawing:
+    """Place every milestone: layers left to right, deps before dependents."""
+    from grandalf.graphs import Edge, Graph, Vertex
+    from grandalf.layouts import SugiyamaLayout
+
+    running = running or set()
+    crit = [m.name for m in g.critical_path()]
+    crit_nodes = set(crit)
+    crit_edges = set(itertools.pairwise(crit))
+    nodes: dict[str, Node] = {}
+    verts: dict[str, Vertex] = {}
+    for m in g:
+        status = "running" if m.name in running else display_status(g, m)
+        label = f"{status} · {m.attempts}/{m.max_attempts}" if m.attempts else status
+        w = max(len(m.name), len(label)) * CHAR_W + 24
+        nodes[m.name] = Node(m.name, status, label, w=w, critical=m.name in crit_nodes)
+        v = Vertex(m.name)
+        v.view = _View(NODE_H + ROW_GAP, w + LAYER_GAP)  # laid out top-down, then turned on its side
+        verts[m.name] = v
+    edges = []
+    for m in g:
+        for d in m.deps:
+            e = Edge(verts[d], verts[m.name])
+            e.view = _EdgeView()
+            edges.append((d, m.name, e))
+    graph = Graph(list(verts.values()), [e for *_, e in edges])
+    comps = list(graph.C)
+    singles = [c for c in comps if len(c.sV) == 1]
+    offset = 0.0
+    for comp in [c for c in comps if len(c.sV) > 1]:
+        sug = SugiyamaLayout(comp)
+        sug.xspace, sug.yspace = 0, 0
+        sug.init_all()
+        sug.draw(3)
+        xs = [v.view.xy[0] for v in comp.sV]
+        lo = min(xs) - (NODE_H + ROW_GAP) / 2
+        hi = max(xs) + (NODE_H + ROW_GAP) / 2
+        for v in comp.sV:
+            x, y = v.view.xy
+            n = nodes[v.data]
+            n.x, n.y = y, x - lo + offset  # turned: layers run left to right
+        for e in comp.sE:
+            e.view.pts = [(py, px - lo + offset) for px, py in e.view.pts]
+        offset += hi - lo + ROW_GAP
+    main = [nodes[v.data] for c in comps if len(c.sV) > 1 for v in c.sV]
+    min_x = min((n.x - n.w / 2 for n in main), default=0.0)
+    for n in main:
+        n.x -= min_x
+    # Milestones with no edge at all go in rows above the rest, not one row each.
+    row_width = max(max((n.x + n.w / 2 for n in main), default=0.0), 900.0)
+    grid_h = 0.0
+    if singles:
+        x, y = 0.0, 0.0
+        for c in sorted(singles, key=lambda c: g.get(c.sV[0].data).id):
+            n = nodes[c.sV[0].data]
+            if x > 0 and x + n.w > row_width:
+                x, y = 0.0, y + NODE_H + ROW_GAP
+            n.x, n.y = x + n.w / 2, y + NODE_H / 2
+            x += n.w + ROW_GAP
+        grid_h = y + NODE_H + 2 * ROW_GAP
+        for n in main:
+            n.y += grid_h
+        for *_, e in edges:
+            e.view.pts = [(px - min_x, py + grid_h) for px, py in e.view.pts]
+    else:
+        for *_, e in edges:
+            e.view.pts = [(px - min_x, py) for px, py in e.view.pts]
+    shift_x = MARGIN
+    shift_y = MARGIN + (TITLE_H if title else 0)
+    for n in nodes.values():
+        n.x += shift_x
+        n.y += shift_y
+    out_edges = []
+    for tail, head, e in edges:
+        pts = [(x + shift_x, y + shift_y) for x, y in e.view.pts]
+        a, b = nodes[tail], nodes[head]
+        inner = pts[1:-1] if len(pts) > 2 else []
+        route = [(a.x + a.w / 2, a.y), *inner, (b.x - b.w / 2, b.y)]
+        out_edges.append((tail, head, route, (tail, head) in crit_edges))
+    width = max((n.x + n.w / 2 for n in nodes.values()), default=200.0) + MARGIN
+    height = max((n.y + n.h / 2 for n in nodes.values()), default=60.0) + MARGIN + LEGEND_H
+    used = {n.status for n in nodes.values()}
+    legend = [s for s in LEGEND if s in used]
+    title_w = 2 * MARGIN + len(title) * CHAR_W * 1.25  # the title is drawn at 15 px, bold
+    return Drawing(nodes, out_edges, max(width, 360.0, title_w), height, title, legend)
+
+
+def _path(points: list[tuple[float, float]]) -> str:
+    """A smooth left-to-right curve through the points."""
+    (x0, y0), *rest = points
+    d = [f"M{x0:.1f},{y0:.1f}"]
+    px, py = x0, y0
+    for x, y in rest:
+        dx = max(12.0, (x - px) / 2)
+        d.append(f"C{px + dx:.1f},{py:.1f} {x - dx:.1f},{y:.1f} {x:.1f},{y:.1f}")
+        px, py = x, y
+    return " ".join(d)
+
+
+def to_svg(g: WorkGraph, title: str = "", running: set[str] | None = None) -> str:
+    """The DAG as a standalone SVG document."""
+    dr = layout(g, title, running)
+    esc = html.escape
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{dr.width:.0f}" height="{dr.height:.0f}"'
+        f' viewBox="0 0 {dr.width:.0f} {dr.height:.0f}" font-family="{FONT}" font-size="12">',
+        "<defs>",
+        '<marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="8" markerHeight="8"'
+        ' markerUnits="userSpaceOnUse" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#90a4ae"/></marker>',
+        '<marker id="arrow-crit" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="10" markerHeight="10"'
+        ' markerUnits="userSpaceOnUse" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#212121"/></marker>',
+        "</defs>",
+        f'<rect width="{dr.width:.0f}" height="{dr.height:.0f}" fill="#ffffff"/>',
+    ]
+    if dr.title:
+        out.append(f'<text x="{MARGIN}" y="{MARGIN + 12}" font-size="15" font-weight="bold">{esc(dr.title)}</text>')
+    for _tail, _head, pts, crit in dr.edges:
+        stroke, width, marker = ("#212121", 2.4, "arrow-crit") if crit else ("#90a4ae", 1.3, "arrow")
+        out.append(
+            f'<path d="{_path(pts)}" fill="none" stroke="{stroke}" stroke-width="{width}" marker-end="url(#{marker})"/>'
+        )
+    for n in dr.nodes.values():
+        fill = COLOURS.get(n.status, "#9e9e9e")
+        border = ' stroke="#212121" stroke-width="2.5"' if n.critical else ' stroke="#ffffff" stroke-width="1"'
+        x, y = n.x - n.w / 2, n.y - n.h / 2
+        out.append(f'<g class="milestone {esc(n.status)}"><title>{esc(n.name)}: {esc(n.label)}</title>')
+        out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{n.w:.1f}" height="{n.h}" rx="7" fill="{fill}"{border}/>')
+        out.append(
+            f'<text x="{n.x:.1f}" y="{n.y - 3:.1f}" text-anchor="middle" fill="#ffffff" font-weight="bold">'
+            f"{esc(n.name)}</text>"
+        )
+        out.append(
+            f'<text x="{n.x:.1f}" y="{n.y + 12:.1f}" text-anchor="middle" fill="#ffffff" font-size="10.5">'
+            f"{esc(n.label)}</text></g>"
+        )
+    lx, ly = MARGIN, dr.height - LEGEND_H + 8
+    for status in dr.legend:
+        out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" rx="3" fill="{COLOURS.get(status, "#9e9e9e")}"/>')
+        out.append(f'<text x="{lx + 16}" y="{ly + 10}" fill="#37474f">{status}</text>')
+        lx += int(len(status) * CHAR_W) + 34
+    if any(n.critical for n in dr.nodes.values()):
+        out.append(f'<line x1="{lx}" y1="{ly + 6}" x2="{lx + 22}" y2="{ly + 6}" stroke="#212121" stroke-width="2.4"/>')
+        out.append(f'<text x="{lx + 28}" y="{ly + 10}" fill="#37474f">critical path</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def svg_data_uri(svg: str) -> str:
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+
+
+def to_html(g: WorkGraph, views: list[MilestoneView], title: str, subtitle: str = "") -> str:
+    """One self-contained page: the picture and a table of milestones."""
+    esc = html.escape
+    rows = []
+    for v in views:
+        colour = COLOURS.get(v.view, "#9e9e9e")
+        note = v.reason or v.last_run or ""
+        if v.waiting_on:
+            note = "waiting on " + ", ".join(v.waiting_on)
+        rows.append(
+            f"<tr><td>{v.id}</td><td><b>{esc(v.name)}</b></td>"
+            f'<td><span class="st" style="background:{colour}">{esc(v.view)}</span></td>'
+            f"<td>{v.attempts}/{v.max_attempts}</td><td>{esc(', '.join(v.deps))}</td>"
+            f"<td>{esc(v.acceptance)}</td><td>{esc(note)}</td></tr>"
+        )
+    svg = to_svg(g)  # the page's heading carries the title
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>
+body {{ font-family: {FONT}; margin: 24px; color: #263238; }}
+h1 {{ font-size: 20px; margin: 0 0 4px; }} p.sub {{ color: #546e7a; margin: 0 0 16px; }}
+.picture {{ overflow-x: auto; border: 1px solid #eceff1; border-radius: 8px; padding: 8px; }}
+table {{ border-collapse: collapse; margin-top: 20px; font-size: 13px; }}
+th, td {{ border-bottom: 1px solid #eceff1; padding: 6px 10px; text-align: left; vertical-align: top; }}
+th {{ background: #f5f7f8; }}
+.st {{ color: #fff; border-radius: 4px; padding: 1px 7px; font-size: 12px; }}
+</style></head>
+<body>
+<h1>{esc(title)}</h1>
+<p class="sub">{esc(subtitle)}</p>
+<div class="picture">
+{svg}</div>
+<table>
+<thead><tr><th>id</th><th>milestone</th><th>status</th><th>tries</th><th>deps</th><th>acceptance</th>
+<th>last reason</th></tr></thead>
+<tbody>
+{chr(10).join(rows)}
+</tbody></table>
+</body></html>
+"""
+
+
+def to_png(svg: str) -> bytes:
+    """Render SVG to PNG with the first converter that works: rsvg-convert
+    (librsvg), a headless Chromium, or ImageMagick."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "graph.svg"
+        dst = Path(tmp) / "graph.png"
+        src.write_text(svg)
+        width, height = _size(svg)
+        candidates: list[list[str]] = []
+        if tool := shutil.which("rsvg-convert"):
+            candidates.append([tool, "-f", "png", "-o", str(dst), str(src)])
+        if browser := (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
+            candidates.append([
+                browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={Path(tmp) / 'profile'}", f"--window-size={width},{height}",
+                f"--screenshot={dst}", src.as_uri(),
+            ])  # fmt: skip
+        if tool := (shutil.which("magick") or shutil.which("convert")):
+            candidates.append([tool, str(src), str(dst)])
+        failures = []
+        for cmd in candidates:
+            dst.unlink(missing_ok=True)
+            try:
+                subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+            except (subprocess.SubprocessError, OSError) as e:
+                failures.append(f"{Path(cmd[0]).name}: {e}")
+                continue
+            if dst.exists() and dst.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n":
+                return dst.read_bytes()
+            failures.append(f"{Path(cmd[0]).name}: no PNG written")
+        if not candidates:
+            raise EnvironmentProblem(
+                "graph --format png needs an SVG converter: install librsvg2-bin (rsvg-convert), Chromium or"
+                " ImageMagick, or use --format svg"
+            )
+        raise EnvironmentProblem("converting the graph to PNG failed: " + "; ".join(failures))
+
+
+def _size(svg: str) -> tuple[int, int]:
+    import re
+
+    m = re.search(r'width="(\d+)" height="(\d+)"', svg)
+    return (int(m.group(1)), int(m.group(2))) if m else (1200, 800)

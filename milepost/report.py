@@ -1,0 +1,138 @@
+"""A drive's result where CI looks: a JUnit XML report (one test case per
+milestone) and a markdown summary for ``GITHUB_STEP_SUMMARY``.
+
+JUnit, as CI systems read it: a milestone that is done passed; a stuck (or
+needs_fix) one failed, its failure carrying the last reason and the tail of
+its last log; a milestone that could not run (blocked, locked, hypothesis,
+waiting for review, outside ``--until``, held by another driver) is skipped
+with what holds it. Attempts, status and host are properties; the time is the
+gate time spent in this drive."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
+from pathlib import Path
+
+from milepost.errors import EnvironmentProblem, InvalidValueError
+from milepost.flows.events import DriveSummary
+from milepost.graph.dag import WorkGraph
+from milepost.graph.render import display_status, to_mermaid
+from milepost.service import Service
+
+__all__ = ["junit_xml", "step_summary", "write_junit"]
+
+TAIL_LINES = 40
+# Characters XML 1.0 cannot hold (a gate's output may have any byte).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def junit_xml(svc: Service, summary: DriveSummary) -> str:
+    _, g = svc.graph(summary.item)
+    suite_name = _xml_text(f"work item {summary.item}: {summary.objective}")
+    failures = skipped = 0
+    total_time = 0.0
+    cases = []
+    for ms in summary.milestones:
+        m = g.get(ms.name)
+        case = ET.Element(
+            "testcase", classname=f"milepost.item-{summary.item}", name=ms.name, time=f"{ms.duration:.3f}"
+        )
+        total_time += ms.duration
+        props = ET.SubElement(case, "properties")
+        for key, value in (("status", ms.view), ("attempts", f"{ms.attempts}/{ms.max_attempts}"), ("id", ms.id)):
+            ET.SubElement(props, "property", name=str(key), value=str(value))
+        view = display_status(g, m)
+        if view == "done":
+            pass
+        elif view in ("stuck", "needs_fix"):
+            failures += 1
+            reason = ms.last_reason or m.reason or view
+            failure = ET.SubElement(case, "failure", message=_xml_text(f"{view}: {reason}"), type=view)
+            failure.text = _xml_text(_last_tail(svc, summary.item, ms.name))
+        else:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=_xml_text(_held_by(g, ms.name, view)))
+        cases.append(case)
+    root = ET.Element(
+        "testsuites", name="milepost", tests=str(len(cases)), failures=str(failures), errors="0",
+        skipped=str(skipped), time=f"{total_time:.3f}",
+    )  # fmt: skip
+    suite = ET.SubElement(
+        root, "testsuite", name=suite_name, tests=str(len(cases)), failures=str(failures), errors="0",
+        skipped=str(skipped), time=f"{total_time:.3f}", timestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+    )  # fmt: skip
+    props = ET.SubElement(suite, "properties")
+    for key, value in (("item", summary.item), ("ok", summary.ok), ("message", summary.message),
+                       ("flow_run", summary.flow_run_url or summary.flow_run_id or ""),
+                       ("gate_runs", summary.gate_runs)):  # fmt: skip
+        ET.SubElement(props, "property", name=key, value=_xml_text(str(value)))
+    suite.extend(cases)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _last_tail(svc: Service, item: int, name: str) -> str:
+    runs = svc.runs(name, item)
+    if not runs:
+        return ""
+    last = runs[-1]
+    lines = last.tail.rstrip().splitlines()[-TAIL_LINES:]
+    head = f"attempt {last.attempt}: {last.reason} (log: {last.log_path})"
+    return "\n".join([head, *lines])
+
+
+def _held_by(g: WorkGraph, name: str, view: str) -> str:
+    if view == "blocked":
+        waiting = ", ".join(f"{d.name} ({display_status(g, d)})" for d in g.undone_deps(name))
+        return f"blocked by {waiting}" if waiting else "blocked"
+    return {
+        "locked": "locked: held for an external condition",
+        "hypothesis": "hypothesis: not confirmed",
+        "in_review": "waiting for an operator's approve or reject",
+        "in_progress": "in progress with another driver",
+        "ready": "not run in this drive",
+    }.get(view, view)
+
+
+def write_junit(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidValueError(
+            f"cannot write --junit {str(path)!r}: folder {str(path.parent)!r} does not exist"
+        ) from None
+    except OSError as e:
+        raise EnvironmentProblem(f"cannot write --junit {str(path)!r}: {e.strerror or e}") from None
+
+
+def step_summary(svc: Service, summary: DriveSummary) -> str:
+    """The drive's summary as GitHub-flavoured markdown (GitHub renders the
+    Mermaid block as a diagram)."""
+    _, g = svc.graph(summary.item)
+    verdict = "all done" if summary.ok else "not all done"
+    lines: list[str] = [
+        f"### milepost: work item {summary.item}: {summary.objective}",
+        "",
+        f"**{verdict}**: {summary.message} ({summary.gate_runs} gate runs, {summary.duration:.1f} s)",
+        "",
+        "```mermaid",
+        to_mermaid(g).rstrip(),
+        "```",
+        "",
+        "| id | milestone | status | tries | time | last reason |",
+        "|---:|---|---|---|---:|---|",
+    ]
+    for m in summary.milestones:
+        reason = (m.last_reason or "").replace("|", "\\|").replace("\n", " ")
+        lines.append(
+            f"| {m.id} | {m.name} | {m.view} | {m.attempts}/{m.max_attempts} | {m.duration:.1f} s | {reason} |"
+        )
+    if summary.flow_run_url:
+        lines += ["", f"[Flow run in the Prefect UI]({summary.flow_run_url})"]
+    return "\n".join(lines) + "\n"
