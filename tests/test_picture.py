@@ -16,7 +16,7 @@ from milepost.planfile import load_plan
 from tests.conftest import CLI, EXAMPLES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from bench_graph import random_dag  # noqa: E402
+from bench_graph import random_dag
 
 
 def example_graph() -> WorkGraph:
@@ -59,7 +59,7 @@ def test_a_200_milestone_dag_is_laid_out_without_overlaps() -> None:
             if b[0] >= a[2]:
                 break
             assert b[1] >= a[3] or b[3] <= a[1], (a, b)  # no two milestones drawn on each other
-    assert all(0 <= n.x - n.w / 2 and n.x + n.w / 2 <= dr.width for n in dr.nodes.values())
+    assert all(n.x - n.w / 2 >= 0 and n.x + n.w / 2 <= dr.width for n in dr.nodes.values())
 
 
 def test_html_is_one_self_contained_page() -> None:
