@@ -869,7 +869,7 @@ def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gat
         package_imports=package_imports,
     )  # fmt: skip
     if output is not None:
-        _write_text(output, result.text)
+        _write_file(output, result.text)
     item = None
     if apply_:
         from milepost.planfile import parse_plan
@@ -895,17 +895,22 @@ def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gat
         click.echo(f"{where}: {data['milestones']} milestones from {result.modules} modules{made}")
 
 
-def _write_text(output: Path, text: str) -> None:
+def _write_file(output: Path, data: str | bytes, flag: str = "-o") -> None:
+    """Write what a command made to the file the user named (its ``flag``):
+    a missing folder is bad input (exit 2), anything else the system's (exit 3)."""
     try:
-        output.write_text(text)
+        if isinstance(data, bytes):
+            output.write_bytes(data)
+        else:
+            output.write_text(data, encoding="utf-8")
     except FileNotFoundError:
         raise InvalidValueError(
-            f"cannot write -o {str(output)!r}: folder {str(output.parent)!r} does not exist"
+            f"cannot write {flag} {str(output)!r}: folder {str(output.parent)!r} does not exist"
         ) from None
     except IsADirectoryError:
-        raise InvalidValueError(f"cannot write -o {str(output)!r}: it is a folder") from None
+        raise InvalidValueError(f"cannot write {flag} {str(output)!r}: it is a folder") from None
     except OSError as e:
-        raise EnvironmentProblem(f"cannot write -o {str(output)!r}: {e.strerror or e}") from None
+        raise EnvironmentProblem(f"cannot write {flag} {str(output)!r}: {e.strerror or e}") from None
 
 
 @plan.command("schema")
@@ -937,7 +942,7 @@ def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> N
     if output is None:
         click.echo(text, nl=False)
     else:
-        _write_text(output, text)
+        _write_file(output, text)
         if not c.json:
             click.echo(f"wrote {output}", err=True)
 
@@ -996,7 +1001,7 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
         else:
-            _write_bytes(output, data)
+            _write_file(output, data)
         return
     else:
         _show_graph_text(c.console(), it.id, it.objective, g)
@@ -1004,18 +1009,7 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        _write_text(output, text)
-
-
-def _write_bytes(output: Path, data: bytes) -> None:
-    try:
-        output.write_bytes(data)
-    except FileNotFoundError:
-        raise InvalidValueError(
-            f"cannot write -o {str(output)!r}: folder {str(output.parent)!r} does not exist"
-        ) from None
-    except OSError as e:
-        raise EnvironmentProblem(f"cannot write -o {str(output)!r}: {e.strerror or e}") from None
+        _write_file(output, text)
 
 
 def _show_graph_text(con: Console, item_id: int, objective: str, g: WorkGraph) -> None:
@@ -1176,7 +1170,7 @@ def _ci_reports(svc: Service, summary: Any, junit: Path | None) -> None:
     from milepost import report
 
     if junit is not None:
-        report.write_junit(junit, report.junit_xml(svc, summary))
+        _write_file(junit, report.junit_xml(svc, summary), "--junit")
     step = os.environ.get("GITHUB_STEP_SUMMARY")
     if step:
         try:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
-from pathlib import Path
 
-from milepost.errors import EnvironmentProblem, InvalidValueError
 from milepost.flows.events import DriveSummary
 from milepost.graph.dag import WorkGraph
 from milepost.graph.render import display_status, to_mermaid
 from milepost.service import Service
 
-__all__ = ["junit_xml", "step_summary", "write_junit"]
+__all__ = ["junit_xml", "step_summary"]
 
 TAIL_LINES = 40
 # Characters XML 1.0 cannot hold (a gate's output may have any byte).
@@ -98,17 +96,6 @@ def _held_by(g: WorkGraph, name: str, view: str) -> str:
         "in_progress": "in progress with another driver",
         "ready": "not run in this drive",
     }.get(view, view)
-
-
-def write_junit(path: Path, text: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidValueError(
-            f"cannot write --junit {str(path)!r}: folder {str(path.parent)!r} does not exist"
-        ) from None
-    except OSError as e:
-        raise EnvironmentProblem(f"cannot write --junit {str(path)!r}: {e.strerror or e}") from None
 
 
 def step_summary(svc: Service, summary: DriveSummary) -> str:

@@ -36,6 +36,9 @@ def test_all_is_exactly_the_public_surface() -> None:
             "cli",
             "agent",
             "mcp_server",
+            "picture",
+            "report",
+            "scaffold",
         }
     )
     assert extra == set()
