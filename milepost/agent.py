@@ -149,9 +149,8 @@ def _item(it: WorkItem, svc: Service, *, milestones: bool = True) -> dict[str, A
 
 def _change(r: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"item": r.item, "revision": r.revision, "milestone": _milestone(r.milestone)}
-    extra = [c for c in r.changes[1:]]
-    if extra:
-        out["also"] = [f"{c.milestone}: {c.from_status} -> {c.to_status}" for c in extra]
+    if r.changes[1:]:  # what the action moved besides the milestone (reopened dependents)
+        out["also"] = [f"{c.milestone}: {c.from_status} -> {c.to_status}" for c in r.changes[1:]]
     return out
 
 

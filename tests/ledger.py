@@ -6,7 +6,6 @@ writes an ``overlap`` line. Used by the fencing and crash tests."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +58,3 @@ class Ledger:
 
 def gate_command(gate: Path, ledger: Path, seconds: float) -> str:
     return f"{gate} {ledger} {seconds:g}"
-
-
-def environ_without_milepost() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
