@@ -78,30 +78,27 @@ def check_retries(value: int | None, owner: str) -> int | None:
     return value
 
 
-def _seconds_ok(value: object, minimum_open: bool) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return False
-    return (value > 0 if minimum_open else value >= 0) and value <= MAX_SECONDS
+def _check_seconds(value: float | None, owner: str, field: str, *, zero_ok: bool) -> float | None:
+    """A finite number of seconds up to MAX_SECONDS (> 0, or >= 0 with ``zero_ok``)."""
+    if value is None:
+        return None
+    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if not (ok and (value >= 0 if zero_ok else value > 0) and value <= MAX_SECONDS):
+        rel = ">=" if zero_ok else ">"
+        raise InvalidValueError(
+            f"invalid {field} {value!r} for {owner}: must be a number of seconds {rel} 0 and <= {MAX_SECONDS:g}",
+            field=field,
+            value=repr(value),
+        )
+    return value
 
 
 def check_timeout(value: float | None, owner: str) -> float | None:
-    if value is not None and not _seconds_ok(value, True):
-        raise InvalidValueError(
-            f"invalid timeout {value!r} for {owner}: must be a number of seconds > 0 and <= {MAX_SECONDS:g}",
-            field="timeout",
-            value=repr(value),
-        )
-    return value
+    return _check_seconds(value, owner, "timeout", zero_ok=False)
 
 
 def check_delay(value: float | None, owner: str) -> float | None:
-    if value is not None and not _seconds_ok(value, False):
-        raise InvalidValueError(
-            f"invalid retry_delay {value!r} for {owner}: must be a number of seconds >= 0 and <= {MAX_SECONDS:g}",
-            field="retry_delay",
-            value=repr(value),
-        )
-    return value
+    return _check_seconds(value, owner, "retry_delay", zero_ok=True)
 
 
 def check_text(value: str, what: str) -> str:
