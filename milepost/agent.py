@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from milepost.errors import InputError, InvalidValueError, MilepostError
+from milepost.graph.dag import WorkGraph
 from milepost.graph.models import Milestone, TodoItem, WorkItem
 from milepost.graph.render import display_status
 from milepost.graph.status import Action, PlanStatus
@@ -142,7 +143,7 @@ def _item(it: WorkItem, svc: Service, *, milestones: bool = True) -> dict[str, A
     if it.todo_list:
         out["todo"] = [f"{t.text}: {t.state}" for t in it.todo_list]
     if milestones:
-        _, g = svc.graph(it.id)
+        g = WorkGraph(it.milestones)  # the item already holds them: no second read of the store
         out["milestones"] = [_milestone(m, display_status(g, m)) for m in g]
     return out
 

@@ -323,7 +323,7 @@ def scaffold(
                 continue
             commands.append(_FlowDict(name=_command_name(template, taken), run=_render(template, values)))
         entry: dict[str, Any] = {"name": u.name}
-        deps = sorted((units[d].name for d in u.deps), key=lambda n: [x.name for x in units].index(n))
+        deps = [units[d].name for d in sorted(u.deps)]  # units are in plan order: their indexes sort them
         if deps:
             entry["deps"] = _Flow(deps)
         entry["acceptance"] = (
