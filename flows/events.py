@@ -1,6 +1,8 @@
 """What the drive loop reports. The loop calls a :class:`Reporter`; it never
 prints. The CLI's live view, JSON lines and plain lines, the Prefect
-artifacts and the tests' recorder are all reporters.
+artifacts and the tests' recorder are all reporters. Every callback is typed
+(no free text to parse): :class:`DriveEvent` names them, and the JSON
+reporter writes one object per event with ``"event"`` set to that name.
 
 This module imports no Prefect.
 """
@@ -10,14 +12,18 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import IO, Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from milepost._text import printable
+from milepost.gates.command import GateResult
+from milepost.graph.status import DisplayStatus, MilestoneStatus
 from milepost.results import Claim, DoneResult
 
 __all__ = [
+    "DriveEvent",
     "DriveSummary",
     "JsonLinesReporter",
     "LineReporter",
@@ -29,11 +35,24 @@ __all__ = [
 ]
 
 
+class DriveEvent(StrEnum):
+    """What a reporter hears, in the order a drive can say it."""
+
+    DRIVE_STARTED = "drive_started"
+    LEASE_RECLAIMED = "lease_reclaimed"
+    GATE_STARTED = "gate_started"
+    GATE_FINISHED = "gate_finished"
+    FIX_FINISHED = "fix_finished"
+    RETRY_SCHEDULED = "retry_scheduled"
+    WARNING = "warning"
+    DRIVE_FINISHED = "drive_finished"
+
+
 class MilestoneSummary(BaseModel):
     id: int
     name: str
-    status: str
-    view: str
+    status: MilestoneStatus
+    view: DisplayStatus
     attempts: int
     max_attempts: int
     duration: float = 0.0
@@ -50,7 +69,6 @@ class DriveSummary(BaseModel):
     flow_run_id: str | None = None
     flow_run_url: str | None = None
     gate_runs: int = 0
-    reclaimed: list[str] = Field(default_factory=list)
     interrupted: bool = False
     milestones: list[MilestoneSummary] = Field(default_factory=list)
     duration: float = 0.0
@@ -59,11 +77,21 @@ class DriveSummary(BaseModel):
 class Reporter(Protocol):
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None: ...
 
+    def lease_reclaimed(self, done: DoneResult) -> None:
+        """A dead driver's attempt was fenced and recorded (``done.gate_run`` says how it ended)."""
+
     def gate_started(self, claim: Claim) -> None: ...
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None: ...
 
-    def note(self, message: str) -> None: ...
+    def fix_finished(self, claim: Claim, result: GateResult) -> None:
+        """The fix hook that follows a failed attempt ran."""
+
+    def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
+        """A failed milestone waits ``delay`` seconds (until ``at``) before its next attempt."""
+
+    def warning(self, message: str) -> None:
+        """Something went wrong beside the work (the flow-run graph, say); the drive goes on."""
 
     def drive_finished(self, summary: DriveSummary) -> None: ...
 
@@ -74,13 +102,22 @@ class NullReporter:
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
         pass
 
+    def lease_reclaimed(self, done: DoneResult) -> None:
+        pass
+
     def gate_started(self, claim: Claim) -> None:
         pass
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         pass
 
-    def note(self, message: str) -> None:
+    def fix_finished(self, claim: Claim, result: GateResult) -> None:
+        pass
+
+    def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
+        pass
+
+    def warning(self, message: str) -> None:
         pass
 
     def drive_finished(self, summary: DriveSummary) -> None:
@@ -95,6 +132,10 @@ class MultiReporter(NullReporter):
         for r in self.reporters:
             r.drive_started(item, objective, total, flow_run_id)
 
+    def lease_reclaimed(self, done: DoneResult) -> None:
+        for r in self.reporters:
+            r.lease_reclaimed(done)
+
     def gate_started(self, claim: Claim) -> None:
         for r in self.reporters:
             r.gate_started(claim)
@@ -103,9 +144,17 @@ class MultiReporter(NullReporter):
         for r in self.reporters:
             r.gate_finished(claim, done)
 
-    def note(self, message: str) -> None:
+    def fix_finished(self, claim: Claim, result: GateResult) -> None:
         for r in self.reporters:
-            r.note(message)
+            r.fix_finished(claim, result)
+
+    def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
+        for r in self.reporters:
+            r.retry_scheduled(milestone, at, delay)
+
+    def warning(self, message: str) -> None:
+        for r in self.reporters:
+            r.warning(message)
 
     def drive_finished(self, summary: DriveSummary) -> None:
         for r in self.reporters:
@@ -113,25 +162,34 @@ class MultiReporter(NullReporter):
 
 
 class RecordingReporter(NullReporter):
-    """Keeps every event: for tests and for the summary."""
+    """Keeps every event as ``(DriveEvent, data)``: for tests."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[str, Any]] = []
+        self.events: list[tuple[DriveEvent, Any]] = []
 
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
-        self.events.append(("drive_started", item))
+        self.events.append((DriveEvent.DRIVE_STARTED, item))
+
+    def lease_reclaimed(self, done: DoneResult) -> None:
+        self.events.append((DriveEvent.LEASE_RECLAIMED, (done.milestone.name, done.gate_run)))
 
     def gate_started(self, claim: Claim) -> None:
-        self.events.append(("gate_started", (claim.milestone.name, claim.attempt)))
+        self.events.append((DriveEvent.GATE_STARTED, (claim.milestone.name, claim.attempt)))
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
-        self.events.append(("gate_finished", (claim.milestone.name, claim.attempt, done.milestone.status.value)))
+        self.events.append((DriveEvent.GATE_FINISHED, (claim.milestone.name, claim.attempt, done.milestone.status)))
 
-    def note(self, message: str) -> None:
-        self.events.append(("note", message))
+    def fix_finished(self, claim: Claim, result: GateResult) -> None:
+        self.events.append((DriveEvent.FIX_FINISHED, (claim.milestone.name, claim.attempt, result.outcome)))
+
+    def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
+        self.events.append((DriveEvent.RETRY_SCHEDULED, (milestone, delay)))
+
+    def warning(self, message: str) -> None:
+        self.events.append((DriveEvent.WARNING, message))
 
     def drive_finished(self, summary: DriveSummary) -> None:
-        self.events.append(("drive_finished", summary.ok))
+        self.events.append((DriveEvent.DRIVE_FINISHED, summary.ok))
 
 
 def _now() -> str:
@@ -139,25 +197,38 @@ def _now() -> str:
 
 
 class JsonLinesReporter(NullReporter):
-    """One JSON event per line (``milepost --json drive``)."""
+    """One JSON object per event and line (``milepost --json drive``)."""
 
     def __init__(self, out: IO[str] | None = None) -> None:
         self.out = out or sys.stdout
 
-    def _emit(self, event: str, **data: Any) -> None:
-        self.out.write(json.dumps({"event": event, "at": _now(), **data}, default=str) + "\n")
+    def _emit(self, event: DriveEvent, **data: Any) -> None:
+        self.out.write(json.dumps({"event": event.value, "at": _now(), **data}, default=str) + "\n")
         self.out.flush()
 
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
-        self._emit("drive_started", item=item, objective=objective, milestones=total, flow_run_id=flow_run_id)
+        self._emit(DriveEvent.DRIVE_STARTED, item=item, objective=objective, milestones=total, flow_run_id=flow_run_id)
+
+    def lease_reclaimed(self, done: DoneResult) -> None:
+        run = done.gate_run
+        self._emit(
+            DriveEvent.LEASE_RECLAIMED,
+            milestone=done.milestone.name,
+            attempt=run.attempt if run else None,
+            outcome=run.outcome.value if run else None,
+            reason=run.reason if run else None,
+            status=done.milestone.status.value,
+        )
 
     def gate_started(self, claim: Claim) -> None:
-        self._emit("gate_started", milestone=claim.milestone.name, attempt=claim.attempt, log_path=claim.log_path)
+        self._emit(
+            DriveEvent.GATE_STARTED, milestone=claim.milestone.name, attempt=claim.attempt, log_path=claim.log_path
+        )
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         run = done.gate_run
         self._emit(
-            "gate_finished",
+            DriveEvent.GATE_FINISHED,
             milestone=claim.milestone.name,
             attempt=claim.attempt,
             status=done.milestone.status.value,
@@ -168,11 +239,24 @@ class JsonLinesReporter(NullReporter):
             duration=run.duration if run else 0.0,
         )
 
-    def note(self, message: str) -> None:
-        self._emit("note", message=message)
+    def fix_finished(self, claim: Claim, result: GateResult) -> None:
+        self._emit(
+            DriveEvent.FIX_FINISHED,
+            milestone=claim.milestone.name,
+            attempt=claim.attempt,
+            outcome=result.outcome.value,
+            reason=result.reason,
+            log_path=result.log_path,
+        )
+
+    def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
+        self._emit(DriveEvent.RETRY_SCHEDULED, milestone=milestone, retry_at=at.isoformat(), delay=round(delay, 3))
+
+    def warning(self, message: str) -> None:
+        self._emit(DriveEvent.WARNING, message=message)
 
     def drive_finished(self, summary: DriveSummary) -> None:
-        self._emit("drive_finished", **summary.model_dump(mode="json"))
+        self._emit(DriveEvent.DRIVE_FINISHED, **summary.model_dump(mode="json"))
 
 
 class LineReporter(NullReporter):
@@ -188,6 +272,10 @@ class LineReporter(NullReporter):
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
         self._line(f"drive work item {item} ({total} milestones): {objective}")
 
+    def lease_reclaimed(self, done: DoneResult) -> None:
+        why = done.gate_run.reason if done.gate_run else "its driver stopped"
+        self._line(f"reclaimed {done.milestone.name}: {why}")
+
     def gate_started(self, claim: Claim) -> None:
         self._line(f"start  {claim.milestone.name} (attempt {claim.attempt})")
 
@@ -198,8 +286,14 @@ class LineReporter(NullReporter):
         view = "in_review" if m.awaiting_review else m.status.value
         self._line(f"{view:<6} {m.name} (attempt {claim.attempt}{took}){why}")
 
-    def note(self, message: str) -> None:
-        self._line(message)
+    def fix_finished(self, claim: Claim, result: GateResult) -> None:
+        self._line(f"fix of {claim.milestone.name} after attempt {claim.attempt}: {result.reason}")
+
+    def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
+        self._line(f"retry of {milestone} in {delay:.1f} s")
+
+    def warning(self, message: str) -> None:
+        self._line(f"warning: {message}")
 
     def drive_finished(self, summary: DriveSummary) -> None:
         self._line(summary.message)

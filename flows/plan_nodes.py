@@ -40,9 +40,8 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import State, TaskRunResult
 from prefect.states import Cancelled, Completed, Failed, Running
 
-from milepost.graph.dag import WorkGraph
+from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone
-from milepost.graph.render import display_status
 
 __all__ = ["STATES", "create_nodes", "node_state", "plan_node"]
 

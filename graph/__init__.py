@@ -1,17 +1,8 @@
 """The pure domain of milepost: milestones, the DAG, work items, transition
 tables, readiness and plan models. No I/O; depends on pydantic and networkx."""
 
-from milepost.graph.dag import Change, NextPick, WorkGraph, validate_milestones
-from milepost.graph.item import (
-    Readiness,
-    ReadinessView,
-    TodoState,
-    WaitKind,
-    check_open,
-    check_structure_editable,
-    readiness,
-    readiness_view,
-)
+from milepost.graph.dag import Change, NextPick, WorkGraph, display_status, validate_milestones
+from milepost.graph.item import ReadinessView, check_open, check_structure_editable, readiness_view
 from milepost.graph.models import (
     DEFAULT_RETRIES,
     GateCommand,
@@ -26,10 +17,17 @@ from milepost.graph.plan import Plan, PlanCommand, PlanDefaults, PlanMilestone, 
 from milepost.graph.status import (
     TRANSITIONS,
     Action,
+    ArtifactStatus,
+    DisplayStatus,
     ItemState,
     MilestoneStatus,
     PlanStatus,
+    Readiness,
+    ReadinessState,
+    TodoState,
+    WaitKind,
     allowed_actions,
+    retry_at,
     transition,
 )
 
@@ -37,7 +35,9 @@ __all__ = [
     "DEFAULT_RETRIES",
     "TRANSITIONS",
     "Action",
+    "ArtifactStatus",
     "Change",
+    "DisplayStatus",
     "GateCommand",
     "ItemDefaults",
     "ItemState",
@@ -50,6 +50,7 @@ __all__ = [
     "PlanMilestone",
     "PlanStatus",
     "Readiness",
+    "ReadinessState",
     "ReadinessView",
     "TodoItem",
     "TodoState",
@@ -61,9 +62,10 @@ __all__ = [
     "check_name",
     "check_open",
     "check_structure_editable",
+    "display_status",
     "plan_from_item",
-    "readiness",
     "readiness_view",
+    "retry_at",
     "transition",
     "validate_milestones",
 ]

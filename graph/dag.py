@@ -12,49 +12,31 @@ keeps the drive loop fast on graphs of 100,000 milestones.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
-from milepost.errors import (
-    BlockedError,
-    BudgetSpentError,
+from milepost.graph import steps
+from milepost.graph.errors import (
     CycleError,
     DuplicateNameError,
-    InvalidValueError,
     NotFoundError,
     SelfDependencyError,
     TransitionError,
     UnknownDependencyError,
 )
-from milepost.graph.models import (
-    GateCommand,
-    Milestone,
-    check_command,
-    check_delay,
-    check_env,
-    check_name,
-    check_retries,
-    check_text,
-    check_timeout,
-)
-from milepost.graph.status import REASON_REQUIRED, Action, MilestoneStatus, transition
+from milepost.graph.models import Milestone, check_name
+from milepost.graph.status import Action, DisplayStatus, MilestoneStatus
+from milepost.graph.steps import Change, is_ready_status
 
-__all__ = ["Change", "NextPick", "WorkGraph", "validate_milestones"]
+if TYPE_CHECKING:
+    import networkx as nx
+
+__all__ = ["Change", "NextPick", "WorkGraph", "check_removable", "display_status", "validate_milestones"]
 
 S = MilestoneStatus
-
-
-@dataclass(frozen=True)
-class Change:
-    """One milestone moved by an action: what it was, what it is, and why."""
-
-    before: Milestone
-    after: Milestone
-    action: Action
-    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,17 +47,17 @@ class NextPick:
     reason: str
 
 
-def _is_ready_status(m: Milestone) -> bool:
-    return m.status is S.PENDING or (m.status is S.NEEDS_FIX and m.budget_left)
-
-
 class WorkGraph:
     """A milestone DAG with O(log n) readiness. Milestones are immutable
-    pydantic models; every change replaces one through :meth:`_put`."""
+    pydantic models; every change replaces one through :meth:`put`.
 
-    def __init__(self, milestones: Iterable[Milestone] = ()) -> None:
-        self._g: nx.DiGraph[str] = nx.DiGraph()
+    The edges live in plain dicts (dep -> dependents): building a graph and
+    every state change stay free of networkx, which is imported only by the
+    analyses that need its algorithms (critical path, cycle reports)."""
+
+    def __init__(self, milestones: Iterable[Milestone] = (), *, validate: bool = True) -> None:
         self._ms: dict[str, Milestone] = {}
+        self._succ: dict[str, list[str]] = {}
         self._undone: dict[str, int] = {}
         self._heap: list[tuple[int, str]] = []
         self._queued: set[str] = set()
@@ -83,15 +65,17 @@ class WorkGraph:
         self._held: set[str] = set()
         items = sorted(milestones, key=lambda m: m.id)
         self._max_id = items[-1].id if items else 0
-        validate_milestones(items)
+        if validate:
+            validate_milestones(items)
         for m in items:
             self._ms[m.name] = m
-            self._g.add_node(m.name)
+            self._succ[m.name] = []
         for m in items:
             for d in m.deps:
-                self._g.add_edge(d, m.name)
+                self._succ[d].append(m.name)
+        ms = self._ms
         for m in items:
-            self._undone[m.name] = sum(1 for d in m.deps if not self._ms[d].status.is_done)
+            self._undone[m.name] = sum(1 for d in m.deps if ms[d].status is not S.DONE)
         self._heap = [(m.id, m.name) for m in items if self._ready(m)]
         heapq.heapify(self._heap)
         self._queued = {name for _, name in self._heap}
@@ -108,6 +92,10 @@ class WorkGraph:
     def __contains__(self, name: object) -> bool:
         return name in self._ms
 
+    @property
+    def max_id(self) -> int:
+        return self._max_id
+
     def get(self, name: str) -> Milestone:
         try:
             return self._ms[name]
@@ -115,29 +103,37 @@ class WorkGraph:
             known = ", ".join(m.name for m in list(self)[:8]) or "none yet"
             raise NotFoundError(f"no milestone {name!r} in this work item; known: {known}", milestone=name) from None
 
-    @property
-    def digraph(self) -> nx.DiGraph[str]:
-        """A copy of the DAG (edges dep -> dependent), for analysis by callers."""
-        return self._g.copy()
+    def _by_id(self, names: Iterable[str]) -> list[str]:
+        return sorted(names, key=lambda n: self._ms[n].id)
 
     def dependents(self, name: str) -> list[str]:
-        return sorted(self._g.successors(name), key=lambda n: self._ms[n].id)
+        return self._by_id(self._succ[name])
+
+    def _reach(self, name: str, step: dict[str, list[str]] | None) -> list[str]:
+        self.get(name)
+        nxt = step if step is not None else {n: m.deps for n, m in self._ms.items()}
+        seen: set[str] = set()
+        todo = deque([name])
+        while todo:
+            for n in nxt[todo.popleft()]:
+                if n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        return self._by_id(seen)
 
     def ancestors(self, name: str) -> list[str]:
         """Every milestone ``name`` depends on, directly or not, by id."""
-        self.get(name)
-        return sorted(nx.ancestors(self._g, name), key=lambda n: self._ms[n].id)
+        return self._reach(name, None)
 
     def descendants(self, name: str) -> list[str]:
         """Every milestone that depends on ``name``, directly or not, by id."""
-        self.get(name)
-        return sorted(nx.descendants(self._g, name), key=lambda n: self._ms[n].id)
+        return self._reach(name, self._succ)
 
     def undone_deps(self, name: str) -> list[Milestone]:
-        return [self._ms[d] for d in self.get(name).deps if not self._ms[d].status.is_done]
+        return [self._ms[d] for d in self.get(name).deps if self._ms[d].status is not S.DONE]
 
     def _ready(self, m: Milestone) -> bool:
-        return _is_ready_status(m) and self._undone[m.name] == 0 and m.name not in self._held
+        return is_ready_status(m) and self._undone[m.name] == 0 and m.name not in self._held
 
     def hold(self, name: str) -> None:
         """Keep a milestone out of :meth:`next_ready` until :meth:`unhold`
@@ -152,6 +148,11 @@ class WorkGraph:
 
     def is_ready(self, name: str) -> bool:
         return self._ready(self.get(name))
+
+    def view(self, name: str) -> DisplayStatus:
+        """What a person sees for ``name`` (see :func:`display_status`)."""
+        m = self.get(name)
+        return steps.display_status(m, deps_done=self._undone[name] == 0, held=name in self._held)
 
     def next_ready(self) -> Milestone | None:
         """The lowest-id ready milestone, or None. Amortised O(log n):
@@ -176,7 +177,7 @@ class WorkGraph:
         return [(m, self.undone_deps(m.name)) for m in self if m.status is S.PENDING and self._undone[m.name] > 0]
 
     def all_done(self) -> bool:
-        return all(m.status.is_done for m in self._ms.values())
+        return all(m.status is S.DONE for m in self._ms.values())
 
     def pick(self) -> NextPick:
         """``next``: the lowest-id ready milestone, or none with the reason."""
@@ -198,7 +199,7 @@ class WorkGraph:
             if m.awaiting_review:
                 review.append(m.name)
                 continue
-            if m.name in self._held and _is_ready_status(m):
+            if m.name in self._held and is_ready_status(m):
                 held.append(m.name)
                 continue
             by.setdefault(status, []).append(m.name)
@@ -219,19 +220,36 @@ class WorkGraph:
 
     # -- analysis ----------------------------------------------------------
 
-    def _topo(self) -> list[str]:
-        return list(nx.lexicographical_topological_sort(self._g, key=lambda n: self._ms[n].id))
+    def _nx(self) -> nx.DiGraph[str]:
+        import networkx as nx
+
+        g: nx.DiGraph[str] = nx.DiGraph()
+        g.add_nodes_from(m.name for m in self)
+        g.add_edges_from((n, s) for n, succ in self._succ.items() for s in succ)
+        return g
 
     def layers(self) -> list[list[Milestone]]:
         """Topological layers: every milestone of a layer can run in parallel
         once the layers before it are done."""
-        return [sorted((self._ms[n] for n in gen), key=lambda m: m.id) for gen in nx.topological_generations(self._g)]
+        indeg = {n: len(m.deps) for n, m in self._ms.items()}
+        layer = [n for n, k in indeg.items() if k == 0]
+        out = []
+        while layer:
+            out.append(sorted((self._ms[n] for n in layer), key=lambda m: m.id))
+            nxt = []
+            for n in layer:
+                for s in self._succ[n]:
+                    indeg[s] -= 1
+                    if indeg[s] == 0:
+                        nxt.append(s)
+            layer = nxt
+        return out
 
     def bottlenecks(self, limit: int = 5) -> list[tuple[Milestone, int]]:
         """Milestones that most others depend on, directly or not, with that
         count; ties broken by id. Costs O(n * (n + e)) in the worst case: an
         analysis, not a hot path."""
-        counts = [(len(nx.descendants(self._g, n)), self._ms[n]) for n in self._ms]
+        counts = [(len(self.descendants(n)), self._ms[n]) for n in self._ms]
         counts.sort(key=lambda c: (-c[0], c[1].id))
         return [(m, c) for c, m in counts[:limit] if c > 0]
 
@@ -239,90 +257,47 @@ class WorkGraph:
         """The longest chain of dependent milestones (by count), earliest ids first on ties."""
         if not self._ms:
             return []
-        path = nx.dag_longest_path(self._g, topo_order=self._topo())
+        import networkx as nx
+
+        g = self._nx()
+        order = list(nx.lexicographical_topological_sort(g, key=lambda n: self._ms[n].id))
+        path = nx.dag_longest_path(g, topo_order=order)
         return [self._ms[n] for n in path]
 
     # -- structure ---------------------------------------------------------
 
-    def add(
-        self,
-        name: str,
-        deps: Sequence[str] = (),
-        *,
-        acceptance: str = "",
-        gate: Sequence[object] = (),
-        retries: int = 2,
-        timeout: float | None = None,
-        review: bool = False,
-        fix: str | None = None,
-        retry_delay: float | None = None,
-        hypothesis: bool = False,
-    ) -> Milestone:
-        """Add a milestone; its deps must exist already (so no cycle can form)."""
-        check_name(name)
-        owner = f"milestone {name!r}"
-        check_retries(retries, owner)
-        check_timeout(timeout, owner)
-        check_delay(retry_delay, owner)
-        check_text(acceptance, f"the acceptance text of {owner}")
-        if fix is not None:
-            check_command(fix, f"the fix command of {owner}")
-        for g in gate:
-            if isinstance(g, GateCommand):
-                check_command(g.run, f"the gate of {owner}")
-                check_env(g.env, f"the gate of {owner}")
-                check_timeout(g.timeout, f"the gate of {owner}")
-        if name in self._ms:
-            raise DuplicateNameError(
-                f"milestone {name!r} already exists (id {self._ms[name].id}); names are unique in a work item",
-                milestone=name,
-            )
-        deps = list(dict.fromkeys(deps))
-        if name in deps:
-            raise SelfDependencyError(f"milestone {name!r} lists itself in its deps", milestone=name)
-        for d in deps:
-            if d not in self._ms:
-                known = ", ".join(m.name for m in self) or "none yet"
-                raise UnknownDependencyError(
-                    f"milestone {name!r} depends on unknown milestone {d!r}; known: {known}", milestone=name, dep=d
-                )
-        self._max_id += 1
-        new_id = self._max_id
-        m = Milestone.model_validate(
-            {
-                "id": new_id,
-                "name": name,
-                "deps": deps,
-                "acceptance": acceptance,
-                "gate": list(gate),
-                "retries": retries,
-                "timeout": timeout,
-                "review": review,
-                "fix": fix,
-                "retry_delay": retry_delay,
-                "status": S.HYPOTHESIS if hypothesis else S.PENDING,
-            }
+    def add(self, name: str, deps: Sequence[str] = (), **fields: Any) -> Milestone:
+        """Add a milestone (fields as :func:`~milepost.graph.steps.new_milestone`);
+        its deps must exist already (so no cycle can form)."""
+        m = steps.new_milestone(
+            self._max_id + 1,
+            name,
+            deps,
+            lookup=lambda n: self._ms[n].id if n in self._ms else None,
+            known=lambda: [m.name for m in self],
+            **fields,
         )
-        self._ms[name] = m
-        self._g.add_node(name)
-        for d in deps:
-            self._g.add_edge(d, name)
-        self._undone[name] = sum(1 for d in deps if not self._ms[d].status.is_done)
-        self._enqueue(m)
+        self.insert(m)
         return m
+
+    def insert(self, m: Milestone) -> None:
+        """Take in a milestone validated elsewhere (its deps are in the graph)."""
+        self._max_id = max(self._max_id, m.id)
+        self._ms[m.name] = m
+        self._succ[m.name] = []
+        for d in m.deps:
+            self._succ[d].append(m.name)
+        self._undone[m.name] = sum(1 for d in m.deps if self._ms[d].status is not S.DONE)
+        self._enqueue(m)
 
     def remove(self, name: str) -> Milestone:
         m = self.get(name)
-        users = self.dependents(name)
-        if users:
-            raise TransitionError(
-                f"cannot remove {name!r}: {', '.join(users)} depend on it; remove those first", milestone=name
-            )
-        if m.status is S.IN_PROGRESS:
-            raise TransitionError(f"cannot remove {name!r}: status is in_progress; finish or fix it first")
+        check_removable(m, self.dependents(name))
         del self._ms[name]
         del self._undone[name]
-        self._g.remove_node(name)
+        del self._succ[name]
+        for d in m.deps:
+            self._succ[d].remove(name)
         self._queued.discard(name)  # its heap entry is skipped lazily
         if m.id == self._max_id:
             # Ids are max + 1, as a reload from the store would compute them.
@@ -336,79 +311,30 @@ class WorkGraph:
             heapq.heappush(self._heap, (m.id, m.name))
             self._queued.add(m.name)
 
-    def _put(self, new: Milestone) -> None:
-        """Replace a milestone, keeping the not-done counters and the heap right."""
+    def put(self, new: Milestone) -> None:
+        """Replace a milestone (a changed status, attempts...), keeping the
+        not-done counters and the heap right. Its deps do not change."""
         old = self._ms[new.name]
         self._ms[new.name] = new
-        was, now = old.status.is_done, new.status.is_done
+        was, now = old.status is S.DONE, new.status is S.DONE
         if was != now:
             delta = -1 if now else 1
-            for succ in self._g.successors(new.name):
+            for succ in self._succ[new.name]:
                 self._undone[succ] += delta
                 if now:
                     self._enqueue(self._ms[succ])
         self._enqueue(new)
 
-    def apply(
-        self,
-        name: str,
-        action: Action,
-        *,
-        reason: str | None = None,
-    ) -> list[Change]:
+    def apply(self, name: str, action: Action, *, reason: str | None = None) -> list[Change]:
         """Apply a user action to a milestone. Returns every milestone it moved
         (``needs_fix`` on a done milestone also reopens its done dependents)."""
         m = self.get(name)
-        if action in (Action.FAIL, Action.EXHAUST, Action.AWAIT_REVIEW):
-            raise InvalidValueError(f"{action.value} is the outcome of a gate run; use record_attempt()")
-        if action in (Action.APPROVE, Action.REJECT):
-            raise InvalidValueError(f"{action.value} is a review verdict; use review()")
-        if action in REASON_REQUIRED and not (reason and reason.strip()):
-            raise InvalidValueError(
-                f"{action.command} {name!r} needs a reason: pass --reason TEXT", milestone=name, action=action.value
-            )
-        target = transition(name, m.status, action)
-        update: dict[str, object] = {"status": target, "reason": reason}
-        changes: list[Change] = []
-        if action is Action.START:
-            waiting = self.undone_deps(name)
-            if waiting:
-                listed = ", ".join(f"{d.name} ({d.status.value})" for d in waiting)
-                raise BlockedError(
-                    f"cannot start {name!r}: blocked by {listed}",
-                    milestone=name,
-                    waiting_on=[d.name for d in waiting],
-                )
-            update["retry_at"] = None
-            if not m.budget_left:
-                raise BudgetSpentError(
-                    f"cannot start {name!r}: retry budget spent ({m.attempts} of {m.max_attempts} attempts);"
-                    f" an operator can `milepost reset {name} --reason TEXT`",
-                    milestone=name,
-                )
-        elif action is Action.DONE:
-            if m.awaiting_review:
-                raise TransitionError(
-                    f"cannot done {name!r}: its gate passed and it waits for review; allowed: approve, reject --reason",
-                    milestone=name,
-                )
-            if m.has_gate:
-                raise InvalidValueError(f"{name!r} has a gate: its outcome is recorded with record_attempt()")
-            if m.review:
-                update["status"] = S.IN_PROGRESS
-                update["awaiting_review"] = True
-                action = Action.AWAIT_REVIEW
-        elif action is Action.RELEASE:
-            update["reason"] = reason or "released"
-        elif action is Action.RESET:
-            update["attempts"] = 0
-        elif action is Action.NEEDS_FIX and m.status is S.DONE:
-            changes = self._reopen_dependents(name, reason or "")
-        if action in (Action.NEEDS_FIX, Action.RELEASE, Action.RESET):
-            update["awaiting_review"] = False
-        new = m.model_copy(update=update)
-        self._put(new)
-        return [Change(m, new, action, reason), *changes]
+        change = steps.act(m, action, undone_deps=self.undone_deps(name), reason=reason)
+        reopened: list[Change] = []
+        if action is Action.NEEDS_FIX and m.status is S.DONE:
+            reopened = self._reopen_dependents(name, reason or "")
+        self.put(change.after)
+        return [change, *reopened]
 
     def _reopen_dependents(self, name: str, reason: str) -> list[Change]:
         """A done milestone found faulty reopens everything done that was built
@@ -427,63 +353,49 @@ class WorkGraph:
             if old.status is S.DONE:
                 # The failure is not theirs: a fresh budget for the rebuild.
                 new = old.model_copy(update={"status": S.NEEDS_FIX, "reason": why, "attempts": 0})
-                self._put(new)
+                self.put(new)
                 changes.append(Change(old, new, Action.NEEDS_FIX, why))
         return changes
 
     def record_attempt(
-        self, name: str, passed: bool, reason: str | None = None, *, retry_at: datetime | None = None
+        self, name: str, passed: bool, reason: str | None = None, *, at: datetime | None = None
     ) -> Change:
-        """Record one finished gate attempt of an in-progress milestone:
-        pass -> done (or waiting for review when it has a review gate);
-        fail -> needs_fix while budget is left, else stuck."""
-        m = self.get(name)
-        if m.awaiting_review:
-            raise TransitionError(f"{name!r} waits for review; its gate already passed", milestone=name)
-        attempts = m.attempts + 1
-        review = False
-        if passed:
-            review = m.review
-            action = Action.AWAIT_REVIEW if review else Action.DONE
-        else:
-            action = Action.FAIL if attempts < m.max_attempts else Action.EXHAUST
-        target = transition(name, m.status, action)
-        new = m.model_copy(
-            update={
-                "status": target,
-                "attempts": attempts,
-                "reason": reason,
-                "awaiting_review": review,
-                "retry_at": retry_at,
-            }
-        )
-        self._put(new)
-        return Change(m, new, action, reason)
+        """Record one finished gate attempt (see :func:`~milepost.graph.steps.record_attempt`)."""
+        change = steps.record_attempt(self.get(name), passed, reason, at=at)
+        self.put(change.after)
+        return change
 
     def review(self, name: str, approve: bool, reason: str | None = None) -> Change:
-        """An operator's verdict on a milestone whose gate passed: approve ->
-        done; reject -> needs_fix, or stuck when the budget is spent."""
-        m = self.get(name)
-        action = Action.APPROVE if approve else Action.REJECT
-        target = transition(name, m.status, action)
-        if not m.awaiting_review:
-            raise TransitionError(
-                f"cannot {action.command} {name!r}: it is not waiting for review (status {m.status.value})",
-                milestone=name,
-            )
-        if not approve and not (reason and reason.strip()):
-            raise InvalidValueError(f"reject {name!r} needs a reason: pass --reason TEXT", milestone=name)
-        if not approve and not m.budget_left:
-            target = transition(name, m.status, Action.EXHAUST)
-        new = m.model_copy(update={"status": target, "awaiting_review": False, "reason": reason})
-        self._put(new)
-        return Change(m, new, action, reason)
+        """An operator's verdict (see :func:`~milepost.graph.steps.review`)."""
+        change = steps.review(self.get(name), approve, reason)
+        self.put(change.after)
+        return change
 
 
-def _cycle_path(g: nx.DiGraph[str], order: dict[str, int]) -> str:
+def display_status(g: WorkGraph, m: Milestone) -> DisplayStatus:
+    """What a person sees for milestone ``m`` of ``g``: the stored status with
+    the derived views folded in (a ready milestone shows ``ready``, a pending
+    one waiting on deps ``blocked``)."""
+    return g.view(m.name)
+
+
+def check_removable(m: Milestone, dependents: Sequence[str]) -> None:
+    if dependents:
+        raise TransitionError(
+            f"cannot remove {m.name!r}: {', '.join(dependents)} depend on it; remove those first", milestone=m.name
+        )
+    if m.status is S.IN_PROGRESS:
+        raise TransitionError(f"cannot remove {m.name!r}: status is in_progress; finish or fix it first")
+
+
+def _cycle_path(edges: dict[str, list[str]], order: dict[str, int]) -> str:
     """A cycle as ``a -> b -> a`` where each milestone needs the next,
     starting at the lowest id so the message is stable."""
-    needs = g.reverse(copy=False)
+    import networkx as nx
+
+    needs: nx.DiGraph[str] = nx.DiGraph()
+    needs.add_nodes_from(order)
+    needs.add_edges_from((n, d) for n, ds in edges.items() for d in ds)
     cycle = nx.find_cycle(needs)
     nodes = [u for u, _ in cycle]
     start = min(range(len(nodes)), key=lambda i: order[nodes[i]])
@@ -513,10 +425,22 @@ def validate_milestones(items: Sequence[Milestone]) -> None:
                     milestone=m.name,
                     dep=d,
                 )
-    g: nx.DiGraph[str] = nx.DiGraph()
-    g.add_nodes_from(seen)
-    g.add_edges_from((d, m.name) for m in items for d in m.deps)
-    if not nx.is_directed_acyclic_graph(g):
-        path = _cycle_path(g, seen)
+    # Kahn's algorithm: whatever is never freed lies on or behind a cycle.
+    indeg = {m.name: len(set(m.deps)) for m in items}
+    succ: dict[str, list[str]] = {m.name: [] for m in items}
+    for m in items:
+        for d in set(m.deps):
+            succ[d].append(m.name)
+    free = [n for n, k in indeg.items() if k == 0]
+    left = len(indeg)
+    while free:
+        n = free.pop()
+        left -= 1
+        for s in succ[n]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                free.append(s)
+    if left:
+        path = _cycle_path({m.name: m.deps for m in items}, seen)
         cycle = path.split(" -> ")
         raise CycleError(f"milestone deps form a cycle: {path} (each needs the next)", cycle=cycle, milestone=cycle[0])

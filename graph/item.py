@@ -20,12 +20,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
-from milepost.errors import FrozenPlanError, InvalidValueError, TransitionError
 from milepost.graph.dag import WorkGraph
+from milepost.graph.errors import FrozenPlanError, InvalidValueError, TransitionError
 from milepost.graph.models import Wait, WorkItem, check_text
-from milepost.graph.status import ItemState, MilestoneStatus, PlanStatus
+from milepost.graph.status import (
+    ItemState,
+    MilestoneStatus,
+    PlanStatus,
+    Readiness,
+    ReadinessState,
+    TodoState,
+    WaitKind,
+)
 
 __all__ = [
     "WAIT_PRECEDENCE",
@@ -37,34 +44,10 @@ __all__ = [
     "check_open",
     "check_structure_editable",
     "make_wait",
-    "readiness",
     "readiness_view",
 ]
 
-
-class Readiness(StrEnum):
-    """Coarse readiness of a work item: what a scheduler needs to know."""
-
-    RUNNABLE = "runnable"
-    WAITING_FOR_OPERATOR = "waiting_for_operator"
-    BLOCKED = "blocked"
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-
-
-class WaitKind(StrEnum):
-    TASK_RESULT = "task_result"
-    OPERATOR_INPUT = "operator_input"
-    TIMER = "timer"
-    EXTERNAL = "external"
-    SYSTEM = "system"
-
-
-class TodoState(StrEnum):
-    PENDING = "pending"
-    IN_PROGRESS = "in_progress"
-    COMPLETED = "completed"
-
+RS = ReadinessState
 
 # Which wait speaks first when several are active, and what each means.
 WAIT_PRECEDENCE = (WaitKind.TASK_RESULT, WaitKind.OPERATOR_INPUT, WaitKind.TIMER, WaitKind.EXTERNAL, WaitKind.SYSTEM)
@@ -80,28 +63,27 @@ WAIT_READINESS = {
 @dataclass(frozen=True)
 class ReadinessView:
     readiness: Readiness
-    state: str  # the fine state: which wait, which blocker, what the DAG says
+    state: ReadinessState  # the fine state: which wait, which blocker, what the DAG says
     reason: str
 
 
-def check_open(item: WorkItem) -> None:
-    if item.state is not ItemState.OPEN:
+def check_open(item_id: int, state: ItemState) -> None:
+    """Only an open item changes."""
+    if state is not ItemState.OPEN:
         raise TransitionError(
-            f"work item {item.id} is {item.state.value}: it cannot change any more",
-            item=item.id,
-            state=item.state.value,
+            f"work item {item_id} is {state.value}: it cannot change any more", item=item_id, state=state.value
         )
 
 
-def check_structure_editable(item: WorkItem, what: str) -> None:
+def check_structure_editable(item_id: int, state: ItemState, plan_status: PlanStatus, what: str) -> None:
     """Milestones are added or removed only while the plan is a draft."""
-    check_open(item)
-    if item.plan_status is not PlanStatus.DRAFT:
+    check_open(item_id, state)
+    if plan_status is not PlanStatus.DRAFT:
         raise FrozenPlanError(
-            f"cannot {what}: work item {item.id} plan_status is {item.plan_status.value}, structure is frozen;"
-            f" allowed only in draft (milepost item update {item.id} --plan-status draft)",
-            item=item.id,
-            plan_status=item.plan_status.value,
+            f"cannot {what}: work item {item_id} plan_status is {plan_status.value}, structure is frozen;"
+            f" allowed only in draft (milepost item update {item_id} --plan-status draft)",
+            item=item_id,
+            plan_status=plan_status.value,
         )
 
 
@@ -126,48 +108,45 @@ def make_wait(kind: str, reason: str, resource: str | None, deadline: datetime |
             raise InvalidValueError("a timer wait needs --until TIME (ISO 8601 with a zone, e.g. 2026-12-01T09:00:00Z)")
         if deadline.tzinfo is None:
             raise InvalidValueError(f"--until {deadline.isoformat()} has no zone: add one, e.g. Z or +01:00")
-    return Wait(kind=k.value, resource=resource, reason=reason.strip(), deadline=deadline, since=now)
+    return Wait(kind=k, resource=resource, reason=reason.strip(), deadline=deadline, since=now)
 
 
 def readiness_view(item: WorkItem, g: WorkGraph, *, after_open: bool = False) -> ReadinessView:
     """Derive readiness (see the module docstring for the precedence).
     ``after_open``: the item named in ``item.after`` is not completed yet."""
     if item.state is ItemState.COMPLETED:
-        return ReadinessView(Readiness.COMPLETED, "completed", "completed with a report")
+        return ReadinessView(Readiness.COMPLETED, RS.COMPLETED, "completed with a report")
     if item.state is ItemState.CANCELLED:
-        return ReadinessView(Readiness.CANCELLED, "cancelled", item.cancel_reason or "cancelled")
-    waits = sorted((w for w in item.waits), key=lambda w: WAIT_PRECEDENCE.index(WaitKind(w.kind)))
+        return ReadinessView(Readiness.CANCELLED, RS.CANCELLED, item.cancel_reason or "cancelled")
+    waits = sorted(item.waits, key=lambda w: WAIT_PRECEDENCE.index(w.kind))
     if waits:
         w = waits[0]
         on = f" {w.resource}" if w.resource else ""
         until = f" until {w.deadline.isoformat()}" if w.deadline else ""
-        return ReadinessView(WAIT_READINESS[WaitKind(w.kind)], f"waiting_{w.kind}", f"{w.kind}{on}{until}: {w.reason}")
+        why = f"{w.kind.value}{on}{until}: {w.reason}"
+        return ReadinessView(WAIT_READINESS[w.kind], RS(f"waiting_{w.kind.value}"), why)
     if item.blocked_by:
-        return ReadinessView(Readiness.BLOCKED, "blocked_by", item.blocked_by)
+        return ReadinessView(Readiness.BLOCKED, RS.BLOCKED_BY, item.blocked_by)
     if item.after is not None and after_open:
-        return ReadinessView(Readiness.BLOCKED, "after_item", f"waits for work item {item.after} to complete")
+        return ReadinessView(Readiness.BLOCKED, RS.AFTER_ITEM, f"waits for work item {item.after} to complete")
     if item.plan_status is PlanStatus.NEEDS_INPUT:
-        return ReadinessView(Readiness.WAITING_FOR_OPERATOR, "needs_input", "the plan needs operator input")
+        return ReadinessView(Readiness.WAITING_FOR_OPERATOR, RS.NEEDS_INPUT, "the plan needs operator input")
     if not len(g):
-        return ReadinessView(Readiness.RUNNABLE, "planning", "no milestones yet: plan them")
+        return ReadinessView(Readiness.RUNNABLE, RS.PLANNING, "no milestones yet: plan them")
     nxt = g.next_ready()
     if nxt is not None:
-        return ReadinessView(Readiness.RUNNABLE, "milestone_ready", f"next: {nxt.name}")
+        return ReadinessView(Readiness.RUNNABLE, RS.MILESTONE_READY, f"next: {nxt.name}")
     if g.all_done():
         return ReadinessView(
-            Readiness.RUNNABLE, "awaiting_report", "every milestone is done: complete it with a report"
+            Readiness.RUNNABLE, RS.AWAITING_REPORT, "every milestone is done: complete it with a report"
         )
     active = [m.name for m in g if m.status is MilestoneStatus.IN_PROGRESS and not m.awaiting_review]
     if active:
-        return ReadinessView(Readiness.RUNNABLE, "in_progress", "in progress: " + ", ".join(active))
+        return ReadinessView(Readiness.RUNNABLE, RS.IN_PROGRESS, "in progress: " + ", ".join(active))
     review = [m.name for m in g if m.awaiting_review]
     stuck = [m.name for m in g if m.is_stuck]
     if review and not stuck:
-        return ReadinessView(Readiness.WAITING_FOR_OPERATOR, "review", "waiting for review: " + ", ".join(review))
+        return ReadinessView(Readiness.WAITING_FOR_OPERATOR, RS.REVIEW, "waiting for review: " + ", ".join(review))
     if stuck:
-        return ReadinessView(Readiness.BLOCKED, "stuck", "stuck: " + ", ".join(stuck))
-    return ReadinessView(Readiness.BLOCKED, "held", g.why_nothing_ready())
-
-
-def readiness(item: WorkItem, g: WorkGraph, *, after_open: bool = False) -> Readiness:
-    return readiness_view(item, g, after_open=after_open).readiness
+        return ReadinessView(Readiness.BLOCKED, RS.STUCK, "stuck: " + ", ".join(stuck))
+    return ReadinessView(Readiness.BLOCKED, RS.HELD, g.why_nothing_ready())

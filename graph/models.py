@@ -14,8 +14,17 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
 
-from milepost.errors import InvalidNameError, InvalidValueError
-from milepost.graph.status import ItemState, MilestoneStatus, PlanStatus
+from milepost.graph.errors import InvalidNameError, InvalidValueError
+from milepost.graph.status import (
+    ArtifactStatus,
+    ItemState,
+    MilestoneStatus,
+    PlanStatus,
+    Readiness,
+    ReadinessState,
+    TodoState,
+    WaitKind,
+)
 
 __all__ = [
     "DEFAULT_RETRIES",
@@ -225,11 +234,11 @@ class ItemDefaults(_Read):
 
 class TodoItem(_Read):
     text: str
-    state: str = "pending"
+    state: TodoState = TodoState.PENDING
 
 
 class Wait(_Read):
-    kind: str
+    kind: WaitKind
     resource: str | None = None
     reason: str = ""
     deadline: datetime | None = None
@@ -249,7 +258,7 @@ class PlanArtifact(_Read):
     """The item's plan.md, as found on disk (never invented)."""
 
     path: str
-    status: str  # available | missing | unreadable
+    status: ArtifactStatus
     sha256: str | None = None
     size: int | None = None
     preview: str | None = None
@@ -262,8 +271,8 @@ class WorkItem(_Read):
     objective: str
     state: ItemState = ItemState.OPEN
     plan_status: PlanStatus = PlanStatus.DRAFT
-    readiness: str = "runnable"
-    readiness_state: str = ""
+    readiness: Readiness = Readiness.RUNNABLE
+    readiness_state: ReadinessState = ReadinessState.PLANNING
     readiness_reason: str = ""
     current: bool = False
     revision: int = 1

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag
 
-from milepost.errors import DuplicateNameError
 from milepost.graph.dag import validate_milestones
+from milepost.graph.errors import DuplicateNameError
 from milepost.graph.models import (
     DEFAULT_RETRIES,
     CommandText,

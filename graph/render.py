@@ -3,43 +3,53 @@ Pure string building; the CLI decides where it goes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from milepost.graph.dag import WorkGraph
+from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone
-from milepost.graph.status import MilestoneStatus
+from milepost.graph.status import DisplayStatus, MilestoneStatus, Readiness
 
-__all__ = ["STATUS_COLOURS", "display_status", "graph_json", "to_dot", "to_mermaid", "to_text"]
+__all__ = ["PALETTE", "Colour", "display_status", "fill", "graph_json", "to_dot", "to_mermaid", "to_text"]
 
 S = MilestoneStatus
+D = DisplayStatus
 
-# Fill colours for diagrams; the terminal uses rich colour names in the CLI.
-STATUS_COLOURS: dict[str, str] = {
-    "done": "#2e7d32",
-    "ready": "#1565c0",
-    "in_progress": "#f9a825",
-    "in_review": "#00838f",
-    "needs_fix": "#ef6c00",
-    "stuck": "#c62828",
-    "blocked": "#9e9e9e",
-    "pending": "#9e9e9e",
-    "locked": "#6d4c41",
-    "hypothesis": "#7e57c2",
+
+class Colour(NamedTuple):
+    fill: str  # diagrams: SVG, Mermaid, dot
+    term: str  # the terminal: a rich style
+
+
+GREY = Colour("#9e9e9e", "dim")
+
+# The one colour map: milestone views, item readiness and states, gate
+# outcomes (by their values) and the picture's "running".
+PALETTE: dict[str, Colour] = {
+    D.DONE: Colour("#2e7d32", "green"),
+    D.READY: Colour("#1565c0", "bold cyan"),
+    D.IN_PROGRESS: Colour("#f9a825", "yellow"),
+    D.IN_REVIEW: Colour("#00838f", "bold yellow"),
+    D.NEEDS_FIX: Colour("#ef6c00", "dark_orange"),
+    D.STUCK: Colour("#c62828", "bold red"),
+    D.BLOCKED: GREY,
+    D.PENDING: GREY,
+    D.LOCKED: Colour("#6d4c41", "magenta"),
+    D.HYPOTHESIS: Colour("#7e57c2", "purple"),
+    "running": Colour("#1e88e5", "bold blue"),
+    Readiness.RUNNABLE: Colour("#1565c0", "bold cyan"),
+    Readiness.WAITING_FOR_OPERATOR: Colour("#f9a825", "yellow"),
+    Readiness.BLOCKED: GREY,
+    Readiness.COMPLETED: Colour("#2e7d32", "green"),
+    Readiness.CANCELLED: GREY,
+    "passed": Colour("#2e7d32", "green"),
+    "failed": Colour("#c62828", "red"),
+    "interrupted": Colour("#f9a825", "yellow"),
+    "skipped": GREY,
 }
 
 
-def display_status(g: WorkGraph, m: Milestone) -> str:
-    """The stored status, with the derived views folded in: a ready
-    milestone shows ``ready``, a pending one waiting on deps ``blocked``."""
-    if m.awaiting_review:
-        return "in_review"
-    if g.is_ready(m.name):
-        return "ready" if m.status is S.PENDING else "needs_fix"
-    if m.status is S.PENDING:
-        return "blocked"
-    if m.is_stuck:
-        return "stuck"
-    return m.status.value
+def fill(status: str) -> str:
+    return PALETTE.get(status, GREY).fill
 
 
 def _mermaid_id(m: Milestone) -> str:
@@ -57,9 +67,8 @@ def to_mermaid(g: WorkGraph) -> str:
     for m in g:
         for d in m.deps:
             lines.append(f"    {_mermaid_id(g.get(d))} --> {_mermaid_id(m)}")
-    for st in sorted(used):
-        colour = STATUS_COLOURS.get(st, "#9e9e9e")
-        lines.append(f"    classDef {st} fill:{colour},color:#fff,stroke:#333")
+    for view in sorted(used):
+        lines.append(f"    classDef {view} fill:{fill(view)},color:#fff,stroke:#333")
     return "\n".join(lines) + "\n"
 
 
@@ -75,7 +84,7 @@ def to_dot(g: WorkGraph, title: str = "milestones") -> str:
     ]
     for m in g:
         st = display_status(g, m)
-        colour = STATUS_COLOURS.get(st, "#9e9e9e")
+        colour = fill(st)
         lines.append(
             f"    {_dot_quote(m.name)} [label={_dot_quote(m.name + chr(10) + st)}, fillcolor={_dot_quote(colour)}];"
         )

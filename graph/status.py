@@ -1,26 +1,36 @@
-"""Statuses, actions and the milestone transition table.
+"""Statuses, actions, the milestone transition table and the retry backoff;
+every other state of the domain as an enum.
 
 The table is data: ``TRANSITIONS[(status, action)]`` is the status an action
 leads to. :func:`transition` is the one function that applies it; everything
 else (the DAG, the store, the CLI) goes through it, so a refusal always reads
-the same way and names what would have been allowed.
+the same way and names what would have been allowed. :func:`retry_at` says
+when a failed attempt may run again, next to the rules that make it fail.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from enum import StrEnum
 
-from milepost.errors import TransitionError
+from milepost.graph.errors import TransitionError
 
 __all__ = [
     "REASON_REQUIRED",
     "TRANSITIONS",
     "USER_ACTIONS",
     "Action",
+    "ArtifactStatus",
+    "DisplayStatus",
     "ItemState",
     "MilestoneStatus",
     "PlanStatus",
+    "Readiness",
+    "ReadinessState",
+    "TodoState",
+    "WaitKind",
     "allowed_actions",
+    "retry_at",
     "transition",
 ]
 
@@ -39,6 +49,23 @@ class MilestoneStatus(StrEnum):
     @property
     def is_done(self) -> bool:
         return self is MilestoneStatus.DONE
+
+
+class DisplayStatus(StrEnum):
+    """What a person sees for a milestone: the stored status with the derived
+    views folded in (``ready``, ``blocked``, ``in_review``; ``stuck`` also
+    for needs_fix with no budget left). See :func:`milepost.graph.dag.display_status`."""
+
+    DONE = "done"
+    READY = "ready"
+    IN_PROGRESS = "in_progress"
+    IN_REVIEW = "in_review"
+    NEEDS_FIX = "needs_fix"
+    STUCK = "stuck"
+    BLOCKED = "blocked"
+    PENDING = "pending"
+    LOCKED = "locked"
+    HYPOTHESIS = "hypothesis"
 
 
 class Action(StrEnum):
@@ -100,6 +127,15 @@ USER_ACTIONS = (A.CONFIRM, A.START, A.DONE, A.NEEDS_FIX, A.RESET, A.LOCK, A.UNLO
 del S, A
 
 
+def retry_at(finished_at: datetime, delay: float | None, attempts_before: int) -> datetime | None:
+    """When a failed attempt may run again: exponential backoff from the
+    milestone's ``retry_delay`` (delay, 2 x delay, 4 x delay, ...), counted by
+    the attempts made before this one. None: at once (no delay set)."""
+    if not delay:
+        return None
+    return finished_at + timedelta(seconds=delay * 2**attempts_before)
+
+
 def allowed_actions(status: MilestoneStatus) -> list[Action]:
     """User actions the table accepts from ``status``, in a stable order."""
     return [a for a in USER_ACTIONS if (status, a) in TRANSITIONS]
@@ -138,3 +174,58 @@ class PlanStatus(StrEnum):
     DRAFT = "draft"
     READY = "ready"
     NEEDS_INPUT = "needs_input"
+
+
+class Readiness(StrEnum):
+    """Coarse readiness of a work item: what a scheduler needs to know."""
+
+    RUNNABLE = "runnable"
+    WAITING_FOR_OPERATOR = "waiting_for_operator"
+    BLOCKED = "blocked"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+
+
+class ReadinessState(StrEnum):
+    """The fine state behind an item's readiness: which wait, which blocker,
+    what the DAG says (see :mod:`milepost.graph.item`)."""
+
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    WAITING_TASK_RESULT = "waiting_task_result"
+    WAITING_OPERATOR_INPUT = "waiting_operator_input"
+    WAITING_TIMER = "waiting_timer"
+    WAITING_EXTERNAL = "waiting_external"
+    WAITING_SYSTEM = "waiting_system"
+    BLOCKED_BY = "blocked_by"
+    AFTER_ITEM = "after_item"
+    NEEDS_INPUT = "needs_input"
+    PLANNING = "planning"
+    MILESTONE_READY = "milestone_ready"
+    AWAITING_REPORT = "awaiting_report"
+    IN_PROGRESS = "in_progress"
+    REVIEW = "review"
+    STUCK = "stuck"
+    HELD = "held"
+
+
+class WaitKind(StrEnum):
+    TASK_RESULT = "task_result"
+    OPERATOR_INPUT = "operator_input"
+    TIMER = "timer"
+    EXTERNAL = "external"
+    SYSTEM = "system"
+
+
+class TodoState(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+
+
+class ArtifactStatus(StrEnum):
+    """How the item's plan.md was found on disk."""
+
+    AVAILABLE = "available"
+    MISSING = "missing"
+    UNREADABLE = "unreadable"

@@ -5,6 +5,7 @@ elapsed time."""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -14,19 +15,9 @@ from rich.text import Text
 
 from milepost._text import printable
 from milepost.flows.events import DriveSummary
+from milepost.gates.command import GateResult
+from milepost.graph.render import PALETTE
 from milepost.results import Claim, DoneResult, MilestoneView
-
-STYLE = {
-    "done": "green",
-    "ready": "cyan",
-    "running": "bold yellow",
-    "in_review": "bold yellow",
-    "needs_fix": "dark_orange",
-    "stuck": "bold red",
-    "blocked": "dim",
-    "locked": "magenta",
-    "hypothesis": "purple",
-}
 
 
 class LiveReporter:
@@ -46,7 +37,7 @@ class LiveReporter:
             t.add_row(
                 str(mid),
                 name,
-                Text(str(view), style=STYLE.get(str(view), "")),
+                Text(str(view), style=PALETTE[view].term if view in PALETTE else ""),
                 f"{attempts}/{most}",
                 printable(str(note)),
             )
@@ -70,8 +61,19 @@ class LiveReporter:
         row[2] = m.attempts
         row[4] = done.gate_run.reason if done.gate_run and not done.passed else ""
 
-    def note(self, message: str) -> None:
-        self.notes.append(message)
+    def lease_reclaimed(self, done: DoneResult) -> None:
+        why = done.gate_run.reason if done.gate_run else "its driver stopped"
+        self.notes.append(f"reclaimed {done.milestone.name}: {why}")
+        self.rows[done.milestone.name][1] = done.milestone.status.value
+
+    def fix_finished(self, claim: Claim, result: GateResult) -> None:
+        self.notes.append(f"fix of {claim.milestone.name} after attempt {claim.attempt}: {result.reason}")
+
+    def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
+        self.rows[milestone][4] = f"retry in {delay:.1f} s"
+
+    def warning(self, message: str) -> None:
+        self.notes.append(f"warning: {message}")
 
     def drive_finished(self, summary: DriveSummary) -> None:
         self.stop()

@@ -22,9 +22,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from milepost.errors import InputError, InvalidValueError, MilepostError
-from milepost.graph.dag import WorkGraph
+from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone, TodoItem, WorkItem
-from milepost.graph.render import display_status
 from milepost.graph.status import Action, PlanStatus
 from milepost.service import Service
 

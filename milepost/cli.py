@@ -39,27 +39,6 @@ __all__ = ["cli", "main"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-STATUS_STYLE = {
-    "done": "green",
-    "ready": "bold cyan",
-    "in_progress": "yellow",
-    "in_review": "bold yellow",
-    "needs_fix": "dark_orange",
-    "stuck": "bold red",
-    "blocked": "dim",
-    "pending": "dim",
-    "locked": "magenta",
-    "hypothesis": "purple",
-    "runnable": "bold cyan",
-    "completed": "green",
-    "cancelled": "dim",
-    "waiting_for_operator": "yellow",
-    "passed": "green",
-    "failed": "red",
-    "interrupted": "yellow",
-    "skipped": "dim",
-}
-
 
 class Ctx:
     """What every command shares: global flags and the lazily opened service."""
@@ -100,8 +79,10 @@ class Ctx:
 
 
 def _styled(status: str) -> str:
-    style = STATUS_STYLE.get(status)
-    return f"[{style}]{status}[/]" if style else status
+    from milepost.graph.render import PALETTE
+
+    colour = PALETTE.get(status)
+    return f"[{colour.term}]{status}[/]" if colour else status
 
 
 def _esc(text: str) -> str:
@@ -355,8 +336,8 @@ def _show_item(c: Ctx, item_id: int | None) -> None:
 
 
 def _todo(entries: tuple[str, ...]) -> Any:
-    from milepost.graph.item import TodoState
     from milepost.graph.models import TodoItem
+    from milepost.graph.status import TodoState
 
     out = []
     for e in entries:
@@ -1013,7 +994,7 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
 
 
 def _show_graph_text(con: Console, item_id: int, objective: str, g: WorkGraph) -> None:
-    from milepost.graph.render import display_status
+    from milepost.graph.dag import display_status
 
     con.print(f"[bold]work item {item_id}[/]: {_esc(objective)}")
     if not len(g):

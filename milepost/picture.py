@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from milepost.errors import EnvironmentProblem
-from milepost.graph.dag import WorkGraph
-from milepost.graph.render import STATUS_COLOURS, display_status
+from milepost.graph.dag import WorkGraph, display_status
+from milepost.graph.render import fill as colour_of
 from milepost.results import MilestoneView
 
 __all__ = ["LEGEND", "Drawing", "layout", "svg_data_uri", "to_html", "to_png", "to_svg"]
@@ -28,7 +28,6 @@ __all__ = ["LEGEND", "Drawing", "layout", "svg_data_uri", "to_html", "to_png", "
 # The statuses a drawing can show, in legend order.
 LEGEND = ["done", "ready", "running", "in_progress", "in_review", "needs_fix", "stuck", "blocked", "locked",
           "hypothesis"]  # fmt: skip
-COLOURS = {**STATUS_COLOURS, "running": "#1e88e5"}
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 CHAR_W = 7.2  # px per character at 12 px
 NODE_H = 40
@@ -199,7 +198,7 @@ def to_svg(g: WorkGraph, title: str = "", running: set[str] | None = None) -> st
             f'<path d="{_path(pts)}" fill="none" stroke="{stroke}" stroke-width="{width}" marker-end="url(#{marker})"/>'
         )
     for n in dr.nodes.values():
-        fill = COLOURS.get(n.status, "#9e9e9e")
+        fill = colour_of(n.status)
         border = ' stroke="#212121" stroke-width="2.5"' if n.critical else ' stroke="#ffffff" stroke-width="1"'
         x, y = n.x - n.w / 2, n.y - n.h / 2
         out.append(f'<g class="milestone {esc(n.status)}"><title>{esc(n.name)}: {esc(n.label)}</title>')
@@ -214,7 +213,7 @@ def to_svg(g: WorkGraph, title: str = "", running: set[str] | None = None) -> st
         )
     lx, ly = MARGIN, dr.height - LEGEND_H + 8
     for status in dr.legend:
-        out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" rx="3" fill="{COLOURS.get(status, "#9e9e9e")}"/>')
+        out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" rx="3" fill="{colour_of(status)}"/>')
         out.append(f'<text x="{lx + 16}" y="{ly + 10}" fill="#37474f">{status}</text>')
         lx += int(len(status) * CHAR_W) + 34
     if any(n.critical for n in dr.nodes.values()):
@@ -233,7 +232,7 @@ def to_html(g: WorkGraph, views: list[MilestoneView], title: str, subtitle: str 
     esc = html.escape
     rows = []
     for v in views:
-        colour = COLOURS.get(v.view, "#9e9e9e")
+        colour = colour_of(v.view)
         note = v.reason or v.last_run or ""
         if v.waiting_on:
             note = "waiting on " + ", ".join(v.waiting_on)

@@ -15,8 +15,8 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
 from milepost.flows.events import DriveSummary
-from milepost.graph.dag import WorkGraph
-from milepost.graph.render import display_status, to_mermaid
+from milepost.graph.dag import WorkGraph, display_status
+from milepost.graph.render import to_mermaid
 from milepost.service import Service
 
 __all__ = ["junit_xml", "step_summary"]

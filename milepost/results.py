@@ -7,10 +7,20 @@ from pydantic import BaseModel, Field
 
 from milepost.gates.command import GateResult
 from milepost.graph.models import Milestone, WorkItem
+from milepost.graph.status import (
+    Action,
+    DisplayStatus,
+    ItemState,
+    MilestoneStatus,
+    PlanStatus,
+    Readiness,
+    ReadinessState,
+)
 
 __all__ = [
     "ActionResult",
     "Claim",
+    "CompletionResult",
     "DoneResult",
     "GateRun",
     "ItemSummary",
@@ -35,9 +45,9 @@ class Claim(BaseModel):
 
 class MilestoneChange(BaseModel):
     milestone: str
-    action: str
-    from_status: str
-    to_status: str
+    action: Action
+    from_status: MilestoneStatus
+    to_status: MilestoneStatus
     reason: str | None = None
 
 
@@ -82,7 +92,7 @@ class NextResult(BaseModel):
 class MilestoneView(Milestone):
     """A milestone with its derived view: ``ready``/``blocked`` folded into ``view``."""
 
-    view: str
+    view: DisplayStatus
     waiting_on: list[str] = Field(default_factory=list)
     last_run: str | None = None
 
@@ -93,14 +103,14 @@ class ItemSummary(BaseModel):
     id: int
     agent: str
     objective: str
-    state: str
-    plan_status: str
-    readiness: str
+    state: ItemState
+    plan_status: PlanStatus
+    readiness: Readiness
     revision: int
-    readiness_state: str = ""
+    readiness_state: ReadinessState
     readiness_reason: str = ""
     current: bool = False
-    counts: dict[str, int] = Field(default_factory=dict)
+    counts: dict[DisplayStatus, int] = Field(default_factory=dict)
 
 
 class CompletionResult(BaseModel):

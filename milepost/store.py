@@ -17,10 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
 
 from milepost.errors import (
     DatabaseUnreachableError,
@@ -86,8 +85,9 @@ class Store:
             raise EnvironmentProblem(f"invalid database URL {mask_url(url)}: {e}") from None
         if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._writer = sessionmaker(self.engine.execution_options(milepost_write=True), expire_on_commit=False)
+        # The service speaks SQLAlchemy Core on connections: explicit
+        # statements, no identity map, no ORM session overhead per statement.
+        self._writer_engine = self.engine.execution_options(milepost_write=True)
 
     @classmethod
     def open(cls, url: str, home: Path, root: Path, *, create: bool = False) -> Store:
@@ -116,15 +116,15 @@ class Store:
     # -- transactions ------------------------------------------------------
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[Session]:
-        with self._guard(), self._sessions() as s, s.begin():
-            yield s
+    def read(self) -> Iterator[Connection]:
+        with self._guard(), self.engine.begin() as conn:
+            yield conn
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[Session]:
+    def write(self) -> Iterator[Connection]:
         """One write transaction: commits on success, rolls back on any error."""
-        with self._guard(), self._writer() as s, s.begin():
-            yield s
+        with self._guard(), self._writer_engine.begin() as conn:
+            yield conn
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:

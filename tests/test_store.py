@@ -13,7 +13,9 @@ from sqlalchemy import text, update
 
 from milepost.errors import DatabaseUnreachableError, StaleRevisionError, StoreNotFoundError, TransitionError
 from milepost.graph import Action, MilestoneStatus
-from milepost.service import ITEMS, Service
+from milepost.service import Service
+from milepost.service._rows import ITEMS
+from milepost.service._tx import Tx
 from milepost.store import SCHEMA_HEAD, Store
 
 S = MilestoneStatus
@@ -79,27 +81,26 @@ def test_gate_runs_are_evidence(any_service: Service) -> None:
     assert runs[0].log_path != runs[1].log_path
 
 
-def test_lost_cas_rolls_back_and_reruns(any_service: Service) -> None:
+def test_lost_cas_rolls_back_and_reruns(any_service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
     """Writers lock the item first, so a second writer cannot slip in; the
     revision compare-and-swap stays as the guard. Make it fire: bump the
-    revision inside the transaction after the load. The CAS finds 0 rows, the
-    whole transaction (the bump too) rolls back and the operation re-runs."""
+    revision inside the transaction after the item is read. The CAS finds 0
+    rows, the whole transaction (the bump too) rolls back and the operation re-runs."""
     svc = any_service
     it = svc.create_item("race")
     svc.add_milestone("a")
     calls: list[int] = []
-    original = svc._load
+    original = Tx.check_revision
 
-    def load_then_interfere(s, item_id, **kw):  # type: ignore[no-untyped-def]
-        loaded = original(s, item_id, **kw)
+    def check_then_interfere(tx: Tx, expect: int | None) -> None:
+        original(tx, expect)
         if not calls:
-            s.execute(update(ITEMS).where(ITEMS.c.id == item_id).values(revision=ITEMS.c.revision + 1))
-        calls.append(loaded.revision)
-        return loaded
+            tx.conn.execute(update(ITEMS).where(ITEMS.c.id == tx.id).values(revision=ITEMS.c.revision + 1))
+        calls.append(tx.revision)
 
-    svc._load = load_then_interfere  # type: ignore[method-assign]
+    monkeypatch.setattr(Tx, "check_revision", check_then_interfere)
     r = svc.start("a")
-    assert calls == [2, 2]  # loaded twice: the first attempt was rolled back whole
+    assert calls == [2, 2]  # read twice: the first attempt was rolled back whole
     assert r.revision == 3 and svc.get_item(it.id).revision == 3
     assert [e["action"] for e in svc.events()].count("start") == 1
 
@@ -242,7 +243,8 @@ def test_concurrent_claims_never_hand_out_one_milestone_twice(any_service: Servi
         other = Service(Store(svc.store.url, svc.store.home, svc.store.root))
         barrier.wait()
         try:
-            while (c := other.claim_next(item, f"driver-{n}")) is not None:
+            session = other.drive_session(item, f"driver-{n}")
+            while (c := session.claim_next()) is not None:
                 with lock:
                     claimed.append(c.milestone.name)
         finally:

@@ -1,0 +1,264 @@
+"""The drive loop: claim the lowest-id ready milestones (up to
+``max_parallel``), submit each gate as a task that waits on its deps' tasks,
+record every outcome through the item's :class:`DriveSession`, run fix hooks
+and honour retry delays, reclaim what dead drivers left, and stop every
+running gate when interrupted. It reports to a :class:`Reporter`; it never prints.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prefect.client.schemas.objects import State
+from prefect.futures import PrefectFuture
+
+from milepost.errors import StaleRevisionError
+from milepost.flows.events import DriveSummary, Reporter
+from milepost.flows.gate_task import GateSpec, driver_identity, gate_task
+from milepost.gates._crash import crash_point
+from milepost.gates.command import GateResult, Outcome
+from milepost.graph.models import GateCommand
+from milepost.graph.status import MilestoneStatus
+from milepost.results import Claim, DoneResult
+from milepost.service import Service, interrupted_result
+
+__all__ = ["DriveContext", "Loop"]
+
+
+@dataclass
+class _Running:
+    key: str
+    kind: str  # "gate" or "fix"
+    claim: Claim
+    spec: GateSpec
+    future: PrefectFuture[Any]
+
+
+@dataclass
+class DriveContext:
+    """What ``run_drive`` hands the flow body (the engine gets its store as an
+    argument) and what the body hands back."""
+
+    service: Service
+    reporter: Reporter
+    max_parallel: int = 1
+    until: str | None = None
+    expect_revision: int | None = None  # guards the first claim only
+    summary: DriveSummary | None = None
+    error: StaleRevisionError | None = None  # a refusal run_drive re-raises (the flow run only records it)
+    submitted: int = 0
+    flow_run_id: str | None = None
+    durations: dict[str, float] = field(default_factory=dict)
+
+
+def read_result(spec: GateSpec) -> GateResult:
+    try:
+        return GateResult.model_validate_json(spec.result_file.read_text())
+    except (OSError, ValueError):
+        # The task died before writing its result (a crashed worker).
+        return interrupted_result(spec.claim, datetime.now(UTC), reason="the gate task crashed before reporting")
+
+
+class Loop:
+    def __init__(self, ctx: DriveContext, item_id: int, reporter: Reporter) -> None:
+        self.ctx = ctx
+        self.reporter = reporter
+        self.item = item_id
+        self.owner = f"drive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.session = ctx.service.drive_session(item_id, self.owner)
+        self.running: dict[str, _Running] = {}
+        # Per milestone, what its dependents wait on: its latest gate task, or its plan node.
+        self.by_name: dict[str, PrefectFuture[Any] | State[Any]] = {}
+        self.done_q: queue.Queue[str] = queue.Queue()
+        self.timers: list[tuple[float, str]] = []
+        root = ctx.service.store
+        run_dir = root.home / "run"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.stop_file: Path = run_dir / f"{self.owner.replace(':', '-')}.stop"
+        self.stop_file.unlink(missing_ok=True)
+        self.gate_runs = 0
+        self.driver = driver_identity()
+
+    # -- submitting --------------------------------------------------------
+
+    def _submit(self, kind: str, claim: Claim, commands: list[GateCommand], log_path: str, timeout: float | None,
+                extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
+        name = claim.milestone.name
+        key = f"{name}#{claim.attempt}:{kind}"
+        spec = GateSpec(
+            claim=claim,
+            kind=kind,
+            commands=commands,
+            cwd=str(self.ctx.service.store.root),
+            env={**self.session.gate_env(claim), **(extra_env or {})},
+            timeout=timeout,
+            log_path=log_path,
+            stop_file=str(self.stop_file),
+            driver=self.driver,
+        )
+        # A fix follows a failed attempt: waiting on that failed future would
+        # leave it NotReady forever, so it waits on nothing (it is submitted
+        # only after the attempt finished anyway).
+        deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind == "gate" else []
+        run_name = name if kind == "gate" else f"fix {name}"
+        tags = [f"milepost-item:{self.item}", f"attempt:{claim.attempt}", f"milepost-{kind}"]
+        configured = gate_task.with_options(name=kind, task_run_name=run_name, tags=tags)
+        future: PrefectFuture[Any] = configured.submit(spec, wait_for=deps)  # type: ignore[call-overload]
+        if kind == "gate":
+            self.by_name[name] = future
+            self.session.leases.add(claim)
+        self.running[key] = _Running(key, kind, claim, spec, future)
+        self.ctx.submitted += 1
+        future.add_done_callback(self._notify(key))
+
+    def _notify(self, key: str) -> Any:
+        def done(_future: PrefectFuture[Any]) -> None:
+            self.done_q.put(key)
+
+        return done
+
+    def _fill(self) -> None:
+        while len([r for r in self.running.values() if r.kind == "gate"]) < self.ctx.max_parallel:
+            claim = self.session.claim_next(self.ctx.expect_revision)
+            self.ctx.expect_revision = None
+            if claim is None:
+                return
+            crash_point("claimed")
+            m = claim.milestone
+            self.reporter.gate_started(claim)
+            try:
+                # A milestone without a gate is done when reached, but still a node of the run's graph.
+                self._submit("gate", claim, m.gate, claim.log_path, m.timeout)
+            except BaseException as e:
+                # Never leave a claimed milestone behind a lease nobody renews.
+                why = f"could not submit its gate: {type(e).__name__}: {e}"
+                self._record(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
+                raise
+
+    # -- finishing -----------------------------------------------------------
+
+    def _record(self, claim: Claim, result: GateResult) -> DoneResult:
+        self.session.leases.remove(claim)
+        return self.session.record(claim, result, release=result.outcome is Outcome.INTERRUPTED)
+
+    def _finish(self, r: _Running) -> None:
+        result = read_result(r.spec)
+        if r.kind == "fix":
+            self.session.record_fix(r.claim, result)
+            self.reporter.fix_finished(r.claim, result)
+            self._release_hold(r.claim.milestone.name)
+            return
+        self.gate_runs += 1
+        name = r.claim.milestone.name
+        self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration
+        done = self._record(r.claim, result)
+        self.reporter.gate_finished(r.claim, done)
+        self._after_failure(r.claim, done)
+
+    def _after_failure(self, claim: Claim, done: DoneResult) -> None:
+        m = done.milestone
+        if done.passed or m.status is not MilestoneStatus.NEEDS_FIX:
+            return
+        if m.fix:
+            self.session.hold(m.name)
+            log_path = claim.log_path.removesuffix(".log") + ".fix.log"
+            fix = [GateCommand(name="fix", run=m.fix)]
+            self._submit("fix", claim, fix, log_path, m.timeout, {"MILEPOST_FAILURE_LOG": claim.log_path})
+        elif m.retry_at is not None:
+            self._hold_until(m.name, m.retry_at)
+
+    def _release_hold(self, name: str) -> None:
+        m = self.session.graph.get(name)
+        if m.retry_at is not None and m.retry_at > datetime.now(UTC):
+            self._hold_until(name, m.retry_at)
+        else:
+            self.session.unhold(name)
+
+    def _hold_until(self, name: str, when: datetime) -> None:
+        self.session.hold(name)
+        wait = max(0.0, (when - datetime.now(UTC)).total_seconds())
+        self.timers.append((time.monotonic() + wait, name))
+        self.reporter.retry_scheduled(name, when, wait)
+
+    def _due_timers(self) -> None:
+        now = time.monotonic()
+        for entry in [t for t in self.timers if t[0] <= now]:
+            self.timers.remove(entry)
+            self.session.unhold(entry[1])
+
+    # -- the loop ------------------------------------------------------------
+
+    def _reclaim(self) -> int:
+        """Take over milestones whose driver died (expired leases); see
+        :func:`milepost.service.claims.reclaim_expired`. Returns how many."""
+        reclaimed = self.session.reclaim_expired()
+        for done in reclaimed:
+            self.reporter.lease_reclaimed(done)
+        return len(reclaimed)
+
+    def run(self) -> None:
+        self._reclaim()
+        now = datetime.now(UTC)
+        for m in self.session.graph:
+            if m.retry_at is not None and m.retry_at > now and m.status is MilestoneStatus.NEEDS_FIX:
+                self._hold_until(m.name, m.retry_at)
+        try:
+            with self.session.leases:
+                self._loop()
+        finally:
+            self.stop_file.unlink(missing_ok=True)
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                self._due_timers()
+                self._fill()
+                if not self.running:
+                    # Before giving up: a driver that died meanwhile may have left work behind.
+                    if not self.timers and not self._reclaim():
+                        return
+                    time.sleep(max(0.05, min(t for t, _ in self.timers) - time.monotonic()))
+                    continue
+                timeout = 0.5 if self.timers else 5.0
+                try:
+                    key = self.done_q.get(timeout=timeout)
+                except queue.Empty:
+                    continue
+                r = self.running.pop(key)
+                r.future.wait()
+                self._finish(r)
+        except BaseException:
+            self._stop_all()
+            raise
+
+    def _stop_all(self) -> None:
+        """Interrupted: kill every running gate, record the attempts as
+        interrupted and make their milestones ready again."""
+        if not self.running:
+            return
+        self.stop_file.write_text(self.owner)
+        deadline = time.monotonic() + 15
+        pending = dict(self.running)
+        while pending and time.monotonic() < deadline:
+            try:
+                key = self.done_q.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            pending.pop(key, None)
+        for r in self.running.values():
+            if r.kind != "gate":
+                continue
+            result = read_result(r.spec) if r.key not in pending else None
+            if result is None or result.outcome is not Outcome.INTERRUPTED:
+                result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
+            done = self._record(r.claim, result)
+            self.reporter.gate_finished(r.claim, done)
+        self.running.clear()

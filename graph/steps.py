@@ -1,0 +1,232 @@
+"""One milestone's moves, as pure functions of the milestone and what they
+need to know about its neighbours (its deps that are not done).
+
+:class:`~milepost.graph.dag.WorkGraph` applies them to a whole graph; the
+service applies the same functions to the few rows a write reads, so a
+transition never needs the whole graph (see ``docs/decisions.md``,
+"writes touch what changes"). Each returns the new milestone and the action
+that names the move (``done`` may become ``await_review``, a failed attempt
+``fail`` or ``exhaust``); refusals raise with the milestone, its status and
+what would be allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from milepost.graph.errors import (
+    BlockedError,
+    BudgetSpentError,
+    DuplicateNameError,
+    InvalidValueError,
+    SelfDependencyError,
+    TransitionError,
+    UnknownDependencyError,
+)
+from milepost.graph.models import (
+    GateCommand,
+    Milestone,
+    check_command,
+    check_delay,
+    check_env,
+    check_name,
+    check_retries,
+    check_text,
+    check_timeout,
+)
+from milepost.graph.status import REASON_REQUIRED, Action, DisplayStatus, MilestoneStatus, retry_at, transition
+
+__all__ = ["Change", "act", "display_status", "is_ready_status", "new_milestone", "record_attempt", "review"]
+
+S = MilestoneStatus
+
+
+@dataclass(frozen=True)
+class Change:
+    """One milestone moved by an action: what it was, what it is, and why."""
+
+    before: Milestone
+    after: Milestone
+    action: Action
+    reason: str | None = None
+
+
+def is_ready_status(m: Milestone) -> bool:
+    """Whether the status lets ``m`` start once its deps are done."""
+    return m.status is S.PENDING or (m.status is S.NEEDS_FIX and m.budget_left)
+
+
+def display_status(m: Milestone, *, deps_done: bool, held: bool = False) -> DisplayStatus:
+    """The stored status with the derived views folded in: a ready milestone
+    shows ``ready``, a pending one waiting on deps ``blocked``."""
+    if m.awaiting_review:
+        return DisplayStatus.IN_REVIEW
+    if is_ready_status(m) and deps_done and not held:
+        return DisplayStatus.READY if m.status is S.PENDING else DisplayStatus.NEEDS_FIX
+    if m.status is S.PENDING:
+        return DisplayStatus.BLOCKED
+    if m.is_stuck:
+        return DisplayStatus.STUCK
+    return DisplayStatus(m.status.value)
+
+
+def act(m: Milestone, action: Action, *, undone_deps: Sequence[Milestone] = (), reason: str | None = None) -> Change:
+    """A user action (start, done without a gate, needs_fix, reset, lock,
+    unlock, confirm, release) on one milestone. ``undone_deps``: its deps that
+    are not done (``start`` refuses while there are any). ``needs_fix`` of a
+    done milestone also reopens its done dependents: the graph does that part."""
+    name = m.name
+    if action in (Action.FAIL, Action.EXHAUST, Action.AWAIT_REVIEW):
+        raise InvalidValueError(f"{action.value} is the outcome of a gate run; use record_attempt()")
+    if action in (Action.APPROVE, Action.REJECT):
+        raise InvalidValueError(f"{action.value} is a review verdict; use review()")
+    if action in REASON_REQUIRED and not (reason and reason.strip()):
+        raise InvalidValueError(
+            f"{action.command} {name!r} needs a reason: pass --reason TEXT", milestone=name, action=action.value
+        )
+    target = transition(name, m.status, action)
+    update: dict[str, Any] = {"status": target, "reason": reason}
+    if action is Action.START:
+        if undone_deps:
+            listed = ", ".join(f"{d.name} ({d.status.value})" for d in undone_deps)
+            raise BlockedError(
+                f"cannot start {name!r}: blocked by {listed}",
+                milestone=name,
+                waiting_on=[d.name for d in undone_deps],
+            )
+        update["retry_at"] = None
+        if not m.budget_left:
+            raise BudgetSpentError(
+                f"cannot start {name!r}: retry budget spent ({m.attempts} of {m.max_attempts} attempts);"
+                f" an operator can `milepost reset {name} --reason TEXT`",
+                milestone=name,
+            )
+    elif action is Action.DONE:
+        if m.awaiting_review:
+            raise TransitionError(
+                f"cannot done {name!r}: its gate passed and it waits for review; allowed: approve, reject --reason",
+                milestone=name,
+            )
+        if m.has_gate:
+            raise InvalidValueError(f"{name!r} has a gate: its outcome is recorded with record_attempt()")
+        if m.review:
+            update["status"] = S.IN_PROGRESS
+            update["awaiting_review"] = True
+            action = Action.AWAIT_REVIEW
+    elif action is Action.RELEASE:
+        update["reason"] = reason or "released"
+    elif action is Action.RESET:
+        update["attempts"] = 0
+    if action in (Action.NEEDS_FIX, Action.RELEASE, Action.RESET):
+        update["awaiting_review"] = False
+    return Change(m, m.model_copy(update=update), action, reason)
+
+
+def record_attempt(m: Milestone, passed: bool, reason: str | None = None, *, at: datetime | None = None) -> Change:
+    """One finished gate attempt of an in-progress milestone: pass -> done
+    (or waiting for review when it has a review gate); fail -> needs_fix
+    while budget is left (ready again at the backoff's :func:`retry_at`
+    when the attempt finished ``at``), else stuck."""
+    name = m.name
+    if m.awaiting_review:
+        raise TransitionError(f"{name!r} waits for review; its gate already passed", milestone=name)
+    attempts = m.attempts + 1
+    review_ = False
+    when = None
+    if passed:
+        review_ = m.review
+        action = Action.AWAIT_REVIEW if review_ else Action.DONE
+    else:
+        action = Action.FAIL if attempts < m.max_attempts else Action.EXHAUST
+        if action is Action.FAIL and at is not None:
+            when = retry_at(at, m.retry_delay, m.attempts)
+    target = transition(name, m.status, action)
+    new = m.model_copy(
+        update={"status": target, "attempts": attempts, "reason": reason, "awaiting_review": review_, "retry_at": when}
+    )
+    return Change(m, new, action, reason)
+
+
+def review(m: Milestone, approve: bool, reason: str | None = None) -> Change:
+    """An operator's verdict on a milestone whose gate passed: approve ->
+    done; reject -> needs_fix, or stuck when the budget is spent."""
+    name = m.name
+    action = Action.APPROVE if approve else Action.REJECT
+    target = transition(name, m.status, action)
+    if not m.awaiting_review:
+        raise TransitionError(
+            f"cannot {action.command} {name!r}: it is not waiting for review (status {m.status.value})",
+            milestone=name,
+        )
+    if not approve and not (reason and reason.strip()):
+        raise InvalidValueError(f"reject {name!r} needs a reason: pass --reason TEXT", milestone=name)
+    if not approve and not m.budget_left:
+        target = transition(name, m.status, Action.EXHAUST)
+    new = m.model_copy(update={"status": target, "awaiting_review": False, "reason": reason})
+    return Change(m, new, action, reason)
+
+
+def new_milestone(
+    new_id: int,
+    name: str,
+    deps: Sequence[str] = (),
+    *,
+    lookup: Callable[[str], int | None],
+    known: Callable[[], list[str]],
+    acceptance: str = "",
+    gate: Sequence[object] = (),
+    retries: int = 2,
+    timeout: float | None = None,
+    review: bool = False,
+    fix: str | None = None,
+    retry_delay: float | None = None,
+    hypothesis: bool = False,
+) -> Milestone:
+    """A milestone to add as ``new_id``: validated, and its deps must exist
+    already (so no cycle can form). ``lookup(name)``: the id of an existing
+    milestone (None when there is none); ``known()``: names for the message."""
+    check_name(name)
+    owner = f"milestone {name!r}"
+    check_retries(retries, owner)
+    check_timeout(timeout, owner)
+    check_delay(retry_delay, owner)
+    check_text(acceptance, f"the acceptance text of {owner}")
+    if fix is not None:
+        check_command(fix, f"the fix command of {owner}")
+    for g in gate:
+        if isinstance(g, GateCommand):
+            check_command(g.run, f"the gate of {owner}")
+            check_env(g.env, f"the gate of {owner}")
+            check_timeout(g.timeout, f"the gate of {owner}")
+    existing = lookup(name)
+    if existing is not None:
+        raise DuplicateNameError(
+            f"milestone {name!r} already exists (id {existing}); names are unique in a work item", milestone=name
+        )
+    deps = list(dict.fromkeys(deps))
+    if name in deps:
+        raise SelfDependencyError(f"milestone {name!r} lists itself in its deps", milestone=name)
+    for d in deps:
+        if lookup(d) is None:
+            names = ", ".join(known()) or "none yet"
+            raise UnknownDependencyError(
+                f"milestone {name!r} depends on unknown milestone {d!r}; known: {names}", milestone=name, dep=d
+            )
+    return Milestone.model_validate(
+        {
+            "id": new_id,
+            "name": name,
+            "deps": deps,
+            "acceptance": acceptance,
+            "gate": list(gate),
+            "retries": retries,
+            "timeout": timeout,
+            "review": review,
+            "fix": fix,
+            "retry_delay": retry_delay,
+            "status": S.HYPOTHESIS if hypothesis else S.PENDING,
+        }
+    )

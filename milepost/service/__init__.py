@@ -1,0 +1,279 @@
+"""The service layer: the one way the CLI, the MCP server and the flows
+change or read the store. :class:`Service` is a façade; each concern lives in
+its own module as functions of a :class:`~milepost.service._tx.Context`:
+
+| module | holds |
+|---|---|
+| ``_tx`` | the write path: item lock, revision compare-and-swap, typed events, the graph cache |
+| ``_rows`` | the tables, row <-> model mapping, the hot paths' prebuilt statements |
+| ``items`` | work items: create, read, list, focus, update, complete, cancel; refs; plan.md |
+| ``waits`` | waits, wake-ups, the scheduler's clock |
+| ``milestones`` | add/remove, user actions, review verdicts; next, graph, views, runs, plans |
+| ``claims`` | leases, the gate-with-lease path of ``done`` and the drive, recording, reclaiming |
+| ``drive`` | :class:`DriveSession`: a drive's cached graph, holds and lease keeper |
+
+Every state change is one write transaction that touches only the rows it
+changes (see ``_tx``); reads that show the whole graph read it whole.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from milepost.gates.command import GateResult
+from milepost.graph.dag import WorkGraph
+from milepost.graph.models import (
+    GateCommand,
+    ItemDefaults,
+    Milestone,
+    PlanArtifact,
+    WorkItem,
+    WorkRef,
+    check_name,
+)
+from milepost.graph.plan import Plan
+from milepost.graph.status import Action, PlanStatus
+from milepost.results import (
+    ActionResult,
+    Claim,
+    CompletionResult,
+    DoneResult,
+    GateRun,
+    ItemSummary,
+    MilestoneView,
+    NextResult,
+)
+from milepost.service import claims, items, milestones, waits
+from milepost.service._tx import Context, GraphCache
+from milepost.service.claims import interrupted_result
+from milepost.service.drive import DriveSession
+from milepost.settings import load_settings
+from milepost.store import Store
+from milepost.workspace import resolve_workspace
+
+__all__ = ["DEFAULT_AGENT", "DriveSession", "Service", "interrupted_result"]
+
+DEFAULT_AGENT = "default"
+
+
+class Service:
+    """milepost's operations on one store, acting as one agent."""
+
+    LIST_FILTERS = items.LIST_FILTERS
+
+    def __init__(
+        self, store: Store, agent: str = DEFAULT_AGENT, *, operator: bool = False, lease_ttl: float | None = None
+    ) -> None:
+        agent = check_name(agent, "agent") if agent != DEFAULT_AGENT else agent
+        # How long a gate's claim stays valid without renewal (renewed every quarter of it).
+        ttl = timedelta(seconds=load_settings().lease_ttl if lease_ttl is None else lease_ttl)
+        self.ctx = Context(store=store, agent=agent, operator=operator, lease_ttl=ttl)
+
+    @classmethod
+    def open(
+        cls,
+        db: str | None = None,
+        agent: str | None = None,
+        cwd: Path | None = None,
+        *,
+        operator: bool = False,
+        create: bool = False,
+    ) -> Service:
+        """The store the settings name: ``db`` or ``MILEPOST_DB``, else the
+        SQLite file of the nearest ``.milepost/``; acting as ``agent`` or
+        ``MILEPOST_AGENT``. ``create`` makes a new store (``milepost init``)."""
+        settings = load_settings()
+        ws = resolve_workspace(db or settings.db, cwd)
+        store = Store.open(ws.url, ws.home, ws.root, create=create)
+        try:
+            return cls(store, agent or settings.agent or DEFAULT_AGENT, operator=operator, lease_ttl=settings.lease_ttl)
+        except BaseException:
+            store.close()
+            raise
+
+    def close(self) -> None:
+        self.store.close()
+
+    @property
+    def store(self) -> Store:
+        return self.ctx.store
+
+    @property
+    def agent(self) -> str:
+        return self.ctx.agent
+
+    @property
+    def operator(self) -> bool:
+        return self.ctx.operator
+
+    @operator.setter
+    def operator(self, operator: bool) -> None:
+        self.ctx.operator = operator
+
+    @property
+    def lease_ttl(self) -> timedelta:
+        return self.ctx.lease_ttl
+
+    @property
+    def keep_cache(self) -> bool:
+        """A long-lived service (the MCP server) keeps each item's graph
+        between calls, valid while the item's revision holds."""
+        return self.ctx.cache is not None
+
+    @keep_cache.setter
+    def keep_cache(self, keep: bool) -> None:
+        self.ctx.cache = GraphCache() if keep else None
+
+    # -- work items --------------------------------------------------------------
+
+    def resolve_item(self, item: int | None) -> int:
+        """``item``, or this agent's current item; raises when there is none."""
+        return items.resolve(self.ctx, item)
+
+    def create_item(self, objective: str, *, plan_status: PlanStatus = PlanStatus.DRAFT,
+                    defaults: ItemDefaults | None = None, milestones: list[Milestone] | None = None,
+                    after: int | None = None) -> WorkItem:  # fmt: skip
+        return items.create_item(
+            self.ctx, objective, plan_status=plan_status, defaults=defaults, milestones=milestones, after=after
+        )
+
+    def get_item(self, item: int | None = None) -> WorkItem:
+        return items.get_item(self.ctx, item)
+
+    def list_items(self, filter: str = "all", limit: int | None = None) -> list[ItemSummary]:
+        return items.list_items(self.ctx, filter, limit)
+
+    def current_items(self) -> list[int]:
+        return items.current_items(self.ctx)
+
+    def drivable_items(self) -> list[int]:
+        """What a scheduler tick drives: open items with a ready milestone,
+        every agent's current item first, then the queued ones, oldest first."""
+        ready = [i for i in self.list_items("open") if i.readiness_state == "milestone_ready"]
+        current = set(self.current_items())
+        return [i.id for i in sorted(ready, key=lambda i: (i.id not in current, i.id))]
+
+    def check_can_drive(self, item: int, expect_revision: int | None = None) -> WorkItem:
+        return items.check_can_drive(self.ctx, item, expect_revision)
+
+    def pick(self, item: int, *, clear_blocker: bool = False, reason: str | None = None,
+             expect_revision: int | None = None) -> WorkItem:  # fmt: skip
+        return items.pick(self.ctx, item, clear_blocker=clear_blocker, reason=reason, expect_revision=expect_revision)
+
+    def update_item(self, item: int | None = None, **changes: Any) -> WorkItem:
+        """Change a work item (see :func:`milepost.service.items.update_item`)."""
+        return items.update_item(self.ctx, item, **changes)
+
+    def complete(self, report: str, *, item: int | None = None,
+                 expect_revision: int | None = None) -> CompletionResult:  # fmt: skip
+        return items.complete(self.ctx, report, item=item, expect_revision=expect_revision)
+
+    def cancel(self, reason: str, *, item: int | None = None, expect_revision: int | None = None) -> WorkItem:
+        return items.cancel(self.ctx, reason, item=item, expect_revision=expect_revision)
+
+    def add_ref(self, kind: str, ref: str, reason: str = "", *, item: int | None = None,
+                expect_revision: int | None = None) -> WorkRef:  # fmt: skip
+        return items.add_ref(self.ctx, kind, ref, reason, item=item, expect_revision=expect_revision)
+
+    def refs(self, item: int | None = None) -> list[WorkRef]:
+        return items.refs(self.ctx, item)
+
+    def events(self, item: int | None = None) -> list[dict[str, Any]]:
+        return items.events(self.ctx, item)
+
+    def plan_path(self, item_id: int) -> Path:
+        return items.plan_path(self.ctx, item_id)
+
+    def plan_artifact(self, item_id: int, preview_bytes: int = 1024) -> PlanArtifact:
+        return items.plan_artifact(self.ctx, item_id, preview_bytes)
+
+    # -- waits ----------------------------------------------------------------------
+
+    def wait_item(self, kind: str, reason: str, **kw: Any) -> WorkItem:
+        """Record the item's active wait (see :func:`milepost.service.waits.wait_item`)."""
+        return waits.wait_item(self.ctx, kind, reason, **kw)
+
+    def wake(self, resource: str) -> list[int]:
+        return waits.wake(self.ctx, resource)
+
+    def expire(self, now: datetime | None = None) -> list[str]:
+        return waits.expire(self.ctx, now)
+
+    # -- plans ----------------------------------------------------------------------
+
+    def apply_plan(self, plan: Plan) -> WorkItem:
+        return milestones.apply_plan(self.ctx, plan)
+
+    def export_plan(self, item: int | None = None) -> dict[str, Any]:
+        return milestones.export_plan(self.ctx, item)
+
+    def plan_order(self, item: int | None = None, until: str | None = None) -> list[str]:
+        return milestones.plan_order(self.ctx, item, until)
+
+    # -- milestones -----------------------------------------------------------------
+
+    def add_milestone(self, name: str, deps: list[str] | None = None, *,
+                      gate: str | list[GateCommand] | None = None, **kw: Any) -> ActionResult:  # fmt: skip
+        """Add a milestone (see :func:`milepost.service.milestones.add_milestone`)."""
+        return milestones.add_milestone(self.ctx, name, deps, gate=gate, **kw)
+
+    def remove_milestone(self, name: str, *, item: int | None = None,
+                         expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+        return milestones.remove_milestone(self.ctx, name, item=item, expect_revision=expect_revision)
+
+    def act(self, name: str, action: Action, *, reason: str | None = None, item: int | None = None,
+            expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+        return milestones.act(self.ctx, name, action, reason=reason, item=item, expect_revision=expect_revision)
+
+    def start(self, name: str, **kw: Any) -> ActionResult:
+        return self.act(name, Action.START, **kw)
+
+    def review(self, name: str, approve: bool, *, reason: str | None = None, item: int | None = None,
+               expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+        return milestones.review(self.ctx, name, approve, reason=reason, item=item, expect_revision=expect_revision)
+
+    def done(self, name: str, *, verdict: str | None = None, item: int | None = None,
+             expect_revision: int | None = None) -> DoneResult:  # fmt: skip
+        return claims.done(self.ctx, name, verdict=verdict, item=item, expect_revision=expect_revision)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def next(self, item: int | None = None) -> NextResult:
+        return milestones.next_milestone(self.ctx, item)
+
+    def graph(self, item: int | None = None) -> tuple[WorkItem, WorkGraph]:
+        return items.read(self.ctx, items.resolve(self.ctx, item))
+
+    def milestone_views(self, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:
+        return milestones.milestone_views(self.ctx, item)
+
+    def runs(self, name: str, item: int | None = None) -> list[GateRun]:
+        return milestones.runs(self.ctx, name, item)
+
+    def run(self, name: str, attempt: int | None = None, item: int | None = None) -> GateRun:
+        return milestones.run(self.ctx, name, attempt, item)
+
+    # -- gates, claims and drives -----------------------------------------------------
+
+    def drive_session(self, item: int, owner: str) -> DriveSession:
+        """What a drive loop of ``item`` keeps while it runs (see :class:`DriveSession`)."""
+        return DriveSession(self.ctx, item, owner)
+
+    def log_path(self, item_id: int, name: str, attempt: int) -> Path:
+        return claims.log_path(self.ctx, item_id, name, attempt)
+
+    def gate_env(self, claim: Claim) -> dict[str, str]:
+        return claims.gate_env(self.ctx, claim)
+
+    def record(self, claim: Claim, result: GateResult, *, verdict: str | None = None,
+               release: bool = False) -> DoneResult:  # fmt: skip
+        """Store a gate run and apply its outcome (see :func:`milepost.service.claims.record`)."""
+        return claims.record(self.ctx, claim, result, verdict=verdict, release=release)
+
+    def record_fix(self, claim: Claim, result: GateResult) -> None:
+        claims.record_fix(self.ctx, claim, result)
+
+    def reclaim_expired(self, item: int, owner: str) -> list[DoneResult]:
+        return claims.reclaim_expired(self.ctx, item, owner)

@@ -1,0 +1,143 @@
+"""Rows and models: the tables the service writes, and the one mapping
+between a row and its pydantic model (``model_validate`` of the row's
+mapping one way, ``model_dump(include=...)`` the other).
+
+Statements the hot paths run on every transition are built once, here, with
+bind parameters: building a SQLAlchemy statement costs more than running it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from enum import Enum
+from typing import Any, cast
+
+from sqlalchemy import Row, Table, bindparam, func, insert, select, update
+
+from milepost._orm import DepRow, EventRow, FocusRow, GateRunRow, ItemRow, MilestoneRow, WorkRefRow
+from milepost.gates.command import GateResult
+from milepost.graph.models import Milestone, WorkItem
+from milepost.results import GateRun
+
+__all__ = [
+    "DEPS",
+    "EVENTS",
+    "FOCUS",
+    "ITEMS",
+    "MILESTONES",
+    "REFS",
+    "RUNS",
+    "gate_run",
+    "item",
+    "milestone",
+    "milestone_row",
+    "milestone_state",
+    "plain",
+    "run_row",
+]
+
+ITEMS = cast(Table, ItemRow.__table__)
+MILESTONES = cast(Table, MilestoneRow.__table__)
+DEPS = cast(Table, DepRow.__table__)
+RUNS = cast(Table, GateRunRow.__table__)
+EVENTS = cast(Table, EventRow.__table__)
+FOCUS = cast(Table, FocusRow.__table__)
+REFS = cast(Table, WorkRefRow.__table__)
+
+# What a transition changes in a milestone's row.
+STATE_FIELDS = frozenset({"status", "attempts", "reason", "awaiting_review", "retry_at"})
+# What is fixed when a milestone is created (with its state).
+DEFINITION_FIELDS = frozenset(
+    {"name", "acceptance", "gate", "retries", "timeout", "review", "fix", "retry_delay", "status", "attempts"}
+)
+
+# -- the hot paths' statements, built once ------------------------------------------
+
+LOCK_ITEM = select(ITEMS).where(ITEMS.c.id == bindparam("item")).with_for_update()
+ONE_MILESTONE = select(MILESTONES).where(
+    MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.name == bindparam("name")
+)
+MILESTONE_BY_PK = select(MILESTONES).where(MILESTONES.c.id == bindparam("pk"))
+DEP_ROWS = (
+    select(MILESTONES.c.seq, MILESTONES.c.name, MILESTONES.c.status)
+    .join(DEPS, DEPS.c.dep_id == MILESTONES.c.id)
+    .where(DEPS.c.milestone_id == bindparam("pk"))
+    .order_by(DEPS.c.position)
+)
+SAVE_STATE = (
+    update(MILESTONES)
+    .where(MILESTONES.c.id == bindparam("pk"))
+    .values({f: bindparam(f) for f in sorted(STATE_FIELDS)} | {"updated_at": bindparam("now")})
+)
+BUMP_REVISION = (
+    update(ITEMS)
+    .where(ITEMS.c.id == bindparam("item"), ITEMS.c.revision == bindparam("old"))
+    .values(revision=bindparam("new"), updated_at=bindparam("now"))
+)
+ADD_EVENTS = insert(EVENTS)
+LEASE = select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == bindparam("pk"))
+LAST_ATTEMPT = select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == bindparam("pk"))
+
+
+def plain(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Values for a statement: enums as their stored strings."""
+    return {k: v.value if isinstance(v, Enum) else v for k, v in values.items()}
+
+
+def milestone(row: Row[Any] | Mapping[str, Any], deps: list[str]) -> Milestone:
+    """A milestone from its row (the row's ``seq`` is the milestone's id)."""
+    data = dict(row._mapping if isinstance(row, Row) else row)
+    data["id"] = data["seq"]
+    data["deps"] = deps
+    return Milestone.model_validate(data)
+
+
+def milestone_state(m: Milestone) -> dict[str, Any]:
+    """The columns a transition writes."""
+    return plain(m.model_dump(include=set(STATE_FIELDS)))
+
+
+def milestone_row(m: Milestone, item_id: int, now: datetime) -> dict[str, Any]:
+    """A new milestone's row."""
+    return {
+        **plain(m.model_dump(include=set(DEFINITION_FIELDS), mode="json")),
+        "item_id": item_id,
+        "seq": m.id,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def item(row: Row[Any], milestones: list[Milestone], *, revision: int, current: bool) -> WorkItem:
+    """A work item from its row (readiness is derived by the caller)."""
+    data = dict(row._mapping)
+    data.update(
+        revision=revision,
+        current=current,
+        waits=[data["wait"]] if data.get("wait") else [],
+        after=data.get("after_item_id"),
+        defaults=data.get("defaults") or {},
+        todo_list=data.get("todo_list") or [],
+        milestones=milestones,
+    )
+    return WorkItem.model_validate(data)
+
+
+def gate_run(row: Row[Any], item_id: int, name: str, log_path: str | None) -> GateRun:
+    return GateRun.model_validate({**row._mapping, "item": item_id, "milestone": name, "log_path": log_path})
+
+
+def run_row(item_id: int, pk: int, attempt: int, result: GateResult, log_path: str | None,
+            verdict: str | None) -> dict[str, Any]:  # fmt: skip
+    """A gate run's row: the result's fields, the log path relative to the workspace."""
+    data = result.model_dump(exclude={"log_path", "commands"})
+    return {
+        **plain(data),
+        "commands": [c.model_dump(mode="json") for c in result.commands],
+        "item_id": item_id,
+        "milestone_id": pk,
+        "attempt": attempt,
+        "log_path": log_path,
+        "verdict": verdict,
+    }

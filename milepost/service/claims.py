@@ -1,0 +1,421 @@
+"""Claims, leases and gate runs: the one path by which a gate runs under a
+lease, used by ``done`` (the gate runs here) and by the drive loop (the gate
+runs as a Prefect task): :func:`take_lease` numbers the attempt and records
+where it runs, a :class:`LeaseKeeper` renews the lease while the gate runs,
+:func:`record` stores the run and applies its outcome, and
+:func:`reclaim_expired` fences and records what a dead driver left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.exc import DBAPIError
+
+from milepost._orm import utcnow
+from milepost.errors import ConcurrentUpdateError, TransitionError
+from milepost.gates._crash import crash_point
+from milepost.gates.command import GateResult, Outcome, attempt_files, recover_result, run_gate
+from milepost.gates.supervisor import host_identity, stop_attempt
+from milepost.graph import steps
+from milepost.graph.models import Milestone
+from milepost.graph.status import Action, MilestoneStatus, transition
+from milepost.results import Claim, DoneResult, GateRun
+from milepost.service import _rows as rows
+from milepost.service._rows import MILESTONES, REFS, RUNS
+from milepost.service._tx import Context, GraphCache, ItemEvent, Tx, write
+from milepost.service.items import resolve
+
+__all__ = [
+    "LeaseKeeper",
+    "done",
+    "gate_env",
+    "interrupted_result",
+    "log_path",
+    "reclaim_expired",
+    "record",
+    "record_fix",
+    "take_lease",
+]
+
+# How long a reclaimer waits for a dead driver's gate processes to die after SIGKILL.
+STOP_WAIT_SECONDS = 10.0
+
+
+def owner_here() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def interrupted_result(claim: Claim, started: datetime, reason: str = "interrupted") -> GateResult:
+    return GateResult(
+        outcome=Outcome.INTERRUPTED,
+        reason=reason,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+        log_path=claim.log_path,
+    )
+
+
+def log_path(ctx: Context, item_id: int, name: str, attempt: int) -> Path:
+    return ctx.store.evidence_dir("logs") / f"item-{item_id}" / name / f"attempt-{attempt}.log"
+
+
+def gate_env(ctx: Context, claim: Claim) -> dict[str, str]:
+    """What a gate (and a fix hook) learns about its context."""
+    return {
+        "MILEPOST_ITEM": str(claim.item),
+        "MILEPOST_MILESTONE": claim.milestone.name,
+        "MILEPOST_ATTEMPT": str(claim.attempt),
+        "MILEPOST_WORKSPACE": str(ctx.store.root),
+    }
+
+
+class ExpiredLease(Exception):
+    """A claim found another owner's expired lease: reclaim it first."""
+
+
+def take_lease(tx: Tx, pk: int, m: Milestone, owner: str) -> Claim:
+    """Lease an in-progress milestone's gate to ``owner`` and number its
+    attempt; the lease records where the attempt runs (host, boot, pid, log),
+    so a driver that reclaims it on the same machine can fence it."""
+    now = utcnow()
+    lease = tx.conn.execute(rows.LEASE, {"pk": pk}).one()
+    if lease.lease_owner and lease.lease_owner != owner:
+        if lease.lease_expires is None or lease.lease_expires <= now:
+            raise ExpiredLease  # its attempt must be fenced and recorded first
+        raise TransitionError(
+            f"cannot run the gate of {m.name!r}: it is already running ({lease.lease_owner},"
+            f" lease until {lease.lease_expires:%H:%M:%S} UTC); wait for it or let the lease expire",
+            milestone=m.name,
+            holder=lease.lease_owner,
+        )
+    attempt = (tx.conn.execute(rows.LAST_ATTEMPT, {"pk": pk}).scalar() or 0) + 1
+    log = log_path(tx.ctx, tx.id, m.name, attempt)
+    info = {**host_identity(), "pid": os.getpid(), "log": str(log)}
+    tx.conn.execute(
+        update(MILESTONES)
+        .where(MILESTONES.c.id == pk)
+        .values(lease_owner=owner, lease_expires=now + tx.ctx.lease_ttl, lease_info=info)
+    )
+    return Claim(item=tx.id, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log))
+
+
+class LeaseKeeper:
+    """Renews the leases of the claims it holds, in a thread, every quarter
+    of their lifetime, while a block runs: ``with LeaseKeeper(ctx, [claim]):``."""
+
+    def __init__(self, ctx: Context, claims: Iterable[Claim] = ()) -> None:
+        self.ctx = ctx
+        self._claims = {c.owner + str(c.pk): c for c in claims}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="milepost-leases", daemon=True)
+
+    def add(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims[claim.owner + str(claim.pk)] = claim
+
+    def remove(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims.pop(claim.owner + str(claim.pk), None)
+
+    def renew(self) -> None:
+        with self._lock:
+            claims = list(self._claims.values())
+        if not claims:
+            return
+        with self.ctx.store.write() as conn:
+            for c in claims:
+                renew(conn, self.ctx, c)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ctx.lease_ttl.total_seconds() / 4):
+            try:
+                self.renew()
+            except DBAPIError:
+                continue  # a missed renewal is retried; the lease has slack for three
+            except Exception:
+                continue  # the store's own errors (unreachable for a moment): same
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def renew(conn: Connection, ctx: Context, c: Claim) -> None:
+    conn.execute(
+        update(MILESTONES)
+        .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
+        .values(lease_expires=utcnow() + ctx.lease_ttl)
+    )
+
+
+def drop_lease(conn: Connection, c: Claim) -> None:
+    conn.execute(
+        update(MILESTONES)
+        .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
+        .values(lease_owner=None, lease_expires=None, lease_info=None)
+    )
+
+
+# -- done: the gate runs here ---------------------------------------------------------
+
+
+def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | None = None,
+         expect_revision: int | None = None) -> DoneResult:  # fmt: skip
+    """Finish an in-progress milestone: without a gate it is done; with one,
+    the gate runs here (no Prefect), and its outcome decides: pass -> done,
+    fail -> needs_fix, or stuck when the retry budget is spent. A milestone
+    with a review gate waits for ``approve``/``reject`` after passing."""
+    owner = owner_here()
+    item_id = resolve(ctx, item)
+
+    def claim(tx: Tx) -> DoneResult | Claim:
+        tx.check_open()
+        pk, m = tx.find(name)
+        if m.status is not MilestoneStatus.IN_PROGRESS:
+            transition(name, m.status, Action.DONE)  # raises with the allowed actions
+        if not m.has_gate or m.awaiting_review:
+            change = steps.act(m, Action.DONE, reason=verdict)
+            out = tx.save(pk, [change])
+            return DoneResult(item=tx.id, revision=tx.next_revision, milestone=change.after, passed=True, changes=out)
+        return take_lease(tx, pk, m, owner)
+
+    for _ in range(3):
+        recovered = _reclaim_for_done(ctx, item_id, name, owner)
+        if recovered is not None and recovered.milestone.status is not MilestoneStatus.IN_PROGRESS:
+            # The dead driver's attempt had ended on its own: that was the attempt.
+            return recovered
+        try:
+            claimed = write(ctx, item_id, claim, expect_revision)
+            break
+        except ExpiredLease:
+            continue  # expired between the check and the claim: fence it, then claim
+    else:
+        raise ConcurrentUpdateError(f"the lease of {name!r} kept changing hands; try again", milestone=name)
+    if isinstance(claimed, DoneResult):
+        return claimed
+    started = datetime.now(UTC)
+    try:
+        with LeaseKeeper(ctx, [claimed]):
+            result = run_gate(
+                claimed.milestone.gate,
+                Path(claimed.log_path),
+                default_cwd=ctx.store.root,
+                env=gate_env(ctx, claimed),
+                default_timeout=claimed.milestone.timeout,
+            )
+    except KeyboardInterrupt:
+        # The gate's process group is already killed: keep the evidence,
+        # leave the budget unspent, and let the caller exit 130.
+        record(ctx, claimed, interrupted_result(claimed, started))
+        raise
+    return record(ctx, claimed, result, verdict=verdict)
+
+
+# -- recording ------------------------------------------------------------------------
+
+
+def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False,
+           cache: GraphCache | None = None) -> DoneResult:  # fmt: skip
+    """Store a gate run (always: evidence is never dropped), free the lease
+    and apply the outcome while the milestone is still in progress: pass ->
+    done (or in review), fail -> needs_fix (ready again after the retry
+    delay) or stuck. An interrupted run spends no budget; with ``release``
+    the milestone becomes ready again (the drive loop), without it stays
+    in progress (``done`` interrupted by hand).
+
+    Only the lease's holder records: when another driver took the lease
+    over (this one was frozen or cut off from the database long enough for
+    it to expire), that driver records this attempt, and here nothing is
+    written (the note says so)."""
+
+    def fn(tx: Tx) -> DoneResult:
+        holder = tx.conn.execute(select(MILESTONES.c.lease_owner).where(MILESTONES.c.id == c.pk)).scalar()
+        m = tx.find_pk(c.pk, c.milestone.name)
+        if holder != c.owner:
+            return DoneResult(
+                item=tx.id,
+                revision=tx.revision,
+                milestone=m,
+                passed=result.passed,
+                note=f"the lease of {m.name!r} passed to {holder or 'another driver'} while its gate ran"
+                f" (attempt {c.attempt}); that driver records the attempt, this outcome is not applied",
+            )
+        drop_lease(tx.conn, c)
+        tx.dirty = True
+        if not c.milestone.has_gate:
+            return _finish_without_gate(tx, c, m, result, verdict)
+        stored = ctx.store.relative(Path(result.log_path)) if result.log_path else None
+        run = GateRun(**result.model_dump(), item=tx.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict)
+        tx.conn.execute(insert(RUNS).values(**rows.run_row(tx.id, c.pk, c.attempt, result, stored, verdict)))
+        # Every gate run is evidence of the work item.
+        tx.conn.execute(
+            insert(REFS).values(
+                item_id=tx.id,
+                kind="gate_run",
+                ref=stored or "",
+                reason=f"{c.milestone.name} attempt {c.attempt}: {result.outcome.value} ({result.reason})",
+                at=result.finished_at,
+            )
+        )
+        base: dict[str, Any] = {"item": tx.id, "revision": tx.next_revision, "gate_run": run}
+        if m.status is not MilestoneStatus.IN_PROGRESS or m.awaiting_review:
+            tx.emit(ItemEvent.GATE_RUN, m.name, m.status.value, m.status.value, result.reason)
+            return DoneResult(
+                **base,
+                milestone=m,
+                passed=result.passed,
+                note=f"{m.name!r} became {m.status.value} while its gate ran: the run is kept as evidence only",
+            )
+        if result.outcome is Outcome.INTERRUPTED:
+            if not release:
+                tx.emit(ItemEvent.INTERRUPTED, m.name, m.status.value, m.status.value, result.reason)
+                return DoneResult(**base, milestone=m, passed=False)
+            change = steps.act(m, Action.RELEASE, reason=f"interrupted: {result.reason}")
+        else:
+            change = steps.record_attempt(
+                m, result.passed, None if result.passed else result.reason, at=result.finished_at
+            )
+        out = tx.save(c.pk, [change])
+        crash_point("record")
+        return DoneResult(**base, milestone=change.after, passed=result.passed, changes=out)
+
+    return write(ctx, c.item, fn, cache=cache)
+
+
+def _finish_without_gate(tx: Tx, c: Claim, m: Milestone, result: GateResult, verdict: str | None) -> DoneResult:
+    """A milestone without a gate is done when the drive reaches it (or
+    waits for review): no gate run is stored, no attempt is spent."""
+    base: dict[str, Any] = {"item": tx.id, "revision": tx.next_revision}
+    if m.status is not MilestoneStatus.IN_PROGRESS or m.awaiting_review:
+        return DoneResult(**base, milestone=m, passed=False, note=f"{m.name!r} is {m.status.value}")
+    action = Action.RELEASE if result.outcome is Outcome.INTERRUPTED else Action.DONE
+    change = steps.act(m, action, reason=verdict)
+    out = tx.save(c.pk, [change])
+    return DoneResult(**base, milestone=change.after, passed=action is Action.DONE, changes=out)
+
+
+def record_fix(ctx: Context, claim: Claim, result: GateResult) -> None:
+    """Keep a fix hook's run as evidence of the work item (a work ref)."""
+    with ctx.store.write() as conn:
+        conn.execute(
+            insert(REFS).values(
+                item_id=claim.item,
+                kind="fix",
+                ref=ctx.store.relative(Path(result.log_path)) if result.log_path else "",
+                reason=f"fix for {claim.milestone.name} after attempt {claim.attempt}: {result.reason}",
+                at=result.finished_at,
+            )
+        )
+
+
+# -- reclaiming -----------------------------------------------------------------------
+
+
+def _expired(item: int, now: datetime, name: str | None = None) -> Any:
+    where = [
+        MILESTONES.c.item_id == item,
+        MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
+        MILESTONES.c.lease_owner.is_not(None),
+        MILESTONES.c.lease_expires < now,
+    ]
+    if name is not None:
+        where.append(MILESTONES.c.name == name)
+    return select(MILESTONES.c.id, MILESTONES.c.name, MILESTONES.c.lease_owner, MILESTONES.c.lease_info).where(*where)
+
+
+def reclaim_expired(ctx: Context, item: int, owner: str, cache: GraphCache | None = None) -> list[DoneResult]:
+    """Milestones whose gate lease expired (their driver died, or froze):
+    take the lease over for ``owner`` (one reclaimer wins), make sure the
+    previous attempt's processes are gone when they ran on this machine
+    (kill their process groups and wait), then record the attempt. When it
+    had ended on its own, its files beside the log tell how, and that
+    outcome counts (a gate that passed is not run again); otherwise it is
+    ``interrupted``: no budget spent, the milestone is ready again. When
+    the attempt ran on another machine, lease expiry is the only fence:
+    that machine's gate supervisor killed the gate when its driver died."""
+    now = utcnow()
+    with ctx.store.read() as conn:
+        found = conn.execute(_expired(item, now)).all()
+    out = []
+    for r in found:
+        recorded = _reclaim(ctx, item, r.id, r.name, r.lease_owner, r.lease_info, owner, now, release=True,
+                            cache=cache)  # fmt: skip
+        if recorded is not None:
+            out.append(recorded)
+    return out
+
+
+def _reclaim_for_done(ctx: Context, item: int, name: str, owner: str) -> DoneResult | None:
+    """Before ``done`` runs a gate by hand: a lease left by a driver that
+    died (expired) is taken over and its attempt fenced and recorded first,
+    so its processes are gone and its attempt number is not reused. The
+    milestone stays in progress."""
+    now = utcnow()
+    with ctx.store.read() as conn:
+        r = conn.execute(_expired(item, now, name)).first()
+    if r is None:
+        return None
+    return _reclaim(ctx, item, r.id, name, r.lease_owner, r.lease_info, owner, now, release=False)
+
+
+def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: dict[str, Any] | None, owner: str,
+             now: datetime, *, release: bool, cache: GraphCache | None = None) -> DoneResult | None:  # fmt: skip
+    """Take over one expired lease, fence its attempt, record it (see
+    :func:`reclaim_expired`). None when another driver got there first."""
+    until = utcnow() + ctx.lease_ttl
+    with ctx.store.write() as conn:
+        taken = conn.execute(
+            update(MILESTONES)
+            .where(
+                MILESTONES.c.id == pk,
+                MILESTONES.c.lease_owner == old_owner,
+                MILESTONES.c.lease_expires < now,
+                MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
+            )
+            .values(lease_owner=owner, lease_expires=until)
+        )
+        if taken.rowcount != 1:
+            return None
+        attempt = (conn.execute(rows.LAST_ATTEMPT, {"pk": pk}).scalar() or 0) + 1
+        row = conn.execute(rows.MILESTONE_BY_PK, {"pk": pk}).one()
+        m = rows.milestone(row, [d.name for d in conn.execute(rows.DEP_ROWS, {"pk": pk})])
+    crash_point("reclaim")
+    info = info or {}
+    log = Path(info["log"]) if info.get("log") else log_path(ctx, item, name, attempt)
+    claim = Claim(item=item, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log))
+    me = host_identity()
+    here = bool(info.get("boot")) and info.get("boot") == me["boot"] and info.get("host") == me["host"]
+    result = interrupted_result(claim, now, reason=f"lease of {old_owner} expired: its driver stopped")
+    if here:
+        with LeaseKeeper(ctx, [claim]):
+            killed = stop_attempt(attempt_files(log)[0], timeout=STOP_WAIT_SECONDS)
+        if killed:
+            groups = ", ".join(map(str, killed))
+            result = interrupted_result(
+                claim, now, reason=f"lease of {old_owner} expired; killed its process group(s) {groups}"
+            )
+        else:
+            recovered = recover_result(claim.milestone.gate, log, now)
+            if recovered.outcome is not Outcome.INTERRUPTED:
+                why = f"{recovered.reason} (ended after its driver stopped; recovered from {log.name})"
+                result = recovered.model_copy(update={"reason": why})
+        result = result.model_copy(update={"host": me["host"]})
+    elif info.get("host"):
+        result = interrupted_result(
+            claim, now, reason=f"lease of {old_owner} expired: its driver on {info['host']} stopped"
+        ).model_copy(update={"host": info["host"]})
+    return record(ctx, claim, result, release=release, cache=cache)

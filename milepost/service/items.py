@@ -1,0 +1,544 @@
+"""Work items: create, read, list, focus, update, complete, cancel; their
+evidence (work refs) and their plan.md artifact. Functions of a
+:class:`~milepost.service._tx.Context`; each write is one :func:`write`."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Row, insert, select, update
+
+from milepost._orm import utcnow
+from milepost.errors import InvalidValueError, NotFoundError, TransitionError
+from milepost.graph.dag import WorkGraph, display_status
+from milepost.graph.item import readiness_view
+from milepost.graph.models import (
+    MAX_ID,
+    ItemDefaults,
+    Milestone,
+    PlanArtifact,
+    TodoItem,
+    WorkItem,
+    WorkRef,
+    check_command,
+    check_delay,
+    check_retries,
+    check_text,
+    check_timeout,
+)
+from milepost.graph.status import ArtifactStatus, ItemState, MilestoneStatus, PlanStatus, Readiness, TodoState
+from milepost.results import CompletionResult, ItemSummary
+from milepost.service import _rows as rows
+from milepost.service._rows import EVENTS, FOCUS, ITEMS, MILESTONES, REFS
+from milepost.service._tx import Context, GraphCache, ItemEvent, Loaded, Tx, check_revision, load_graph, write
+
+__all__ = [
+    "LIST_FILTERS",
+    "add_ref",
+    "cancel",
+    "check_can_drive",
+    "complete",
+    "create_item",
+    "current_items",
+    "events",
+    "get_item",
+    "list_items",
+    "pick",
+    "plan_artifact",
+    "plan_path",
+    "read",
+    "refs",
+    "resolve",
+    "update_item",
+]
+
+# ``item list --filter``: what each keeps is :func:`_matches`.
+LIST_FILTERS = (
+    "all", "open", "completed", "cancelled", "current", "queued", "blocked", "waiting_for_operator", "runnable",
+)  # fmt: skip
+
+
+# -- reading --------------------------------------------------------------------
+
+
+def focused(conn: Connection, agent: str) -> int | None:
+    return conn.execute(select(FOCUS.c.item_id).where(FOCUS.c.agent == agent)).scalar()
+
+
+def resolve(ctx: Context, item: int | None) -> int:
+    """``item``, or the acting agent's current item; raises when there is none."""
+    if item is not None:
+        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_ID:
+            raise NotFoundError(f"no work item {item!r}: ids are whole numbers from 1 to {MAX_ID}", item=item)
+        return item
+    with ctx.store.read() as conn:
+        current = focused(conn, ctx.agent)
+    if current is None:
+        raise NotFoundError(
+            f"agent {ctx.agent!r} has no current work item; create one with `milepost item create OBJECTIVE`,"
+            " pick one with `milepost item pick ID`, or pass --item ID",
+            agent=ctx.agent,
+        )
+    return current
+
+
+def head(conn: Connection, item_id: int) -> Row[Any]:
+    row = conn.execute(select(ITEMS).where(ITEMS.c.id == item_id)).first()
+    if row is None:
+        raise NotFoundError(f"no work item {item_id}; see `milepost item list`", item=item_id)
+    return row
+
+
+def graph_of(conn: Connection, row: Row[Any], cache: GraphCache | None) -> Loaded:
+    """The item's whole graph: cached at this revision, or read (and cached)."""
+    loaded = cache.get(row.id, row.revision) if cache is not None else None
+    if loaded is None:
+        loaded = load_graph(conn, row.id, cache.holds.get(row.id, ()) if cache is not None else ())
+        loaded.revision = row.revision
+        if cache is not None:
+            cache.graphs[row.id] = loaded
+    return loaded
+
+
+def work_item(conn: Connection, row: Row[Any], graph: WorkGraph) -> WorkItem:
+    """The whole item with its derived readiness."""
+    after_open = False
+    if row.after_item_id is not None:
+        after_state = conn.execute(select(ITEMS.c.state).where(ITEMS.c.id == row.after_item_id)).scalar()
+        after_open = after_state != ItemState.COMPLETED.value
+    current = focused(conn, row.agent) == row.id
+    item = rows.item(row, list(graph), revision=row.revision, current=current)
+    view = readiness_view(item, graph, after_open=after_open)
+    item.readiness, item.readiness_state, item.readiness_reason = view.readiness, view.state, view.reason
+    return item
+
+
+def read(ctx: Context, item_id: int) -> tuple[WorkItem, WorkGraph]:
+    with ctx.store.read() as conn:
+        row = head(conn, item_id)
+        graph = graph_of(conn, row, ctx.cache).graph
+        return work_item(conn, row, graph), graph
+
+
+def get_item(ctx: Context, item: int | None = None) -> WorkItem:
+    return read(ctx, resolve(ctx, item))[0]
+
+
+def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = None) -> WorkItem:
+    """Refuse (before any Prefect start-up) to drive an item that is not
+    open, belongs to another agent, or is no longer at ``expect_revision``."""
+
+    with ctx.store.read() as conn:
+        tx = Tx(ctx, conn, head(conn, item_id), None)  # read only: for its checks
+        tx.check_owner()
+        check_revision(tx.id, tx.revision, expect_revision)
+        tx.check_open()
+    return get_item(ctx, item_id)
+
+
+def list_items(ctx: Context, filter: str = "all", limit: int | None = None) -> list[ItemSummary]:
+    """Work items with their readiness. ``current``: this agent's focused
+    item; ``queued``: open runnable items that are not current, oldest first."""
+    if filter not in LIST_FILTERS:
+        raise InvalidValueError(f"unknown filter {filter!r}: use one of {', '.join(LIST_FILTERS)}")
+    out = []
+    with ctx.store.read() as conn:
+        mine = focused(conn, ctx.agent)
+        for row in conn.execute(select(ITEMS).order_by(ITEMS.c.id)).all():
+            graph = graph_of(conn, row, ctx.cache).graph
+            item = work_item(conn, row, graph)
+            current = item.id == mine
+            if not _matches(filter, item, current):
+                continue
+            counts: dict[Any, int] = {}
+            for m in graph:
+                v = display_status(graph, m)
+                counts[v] = counts.get(v, 0) + 1
+            out.append(
+                ItemSummary.model_validate(
+                    {**item.model_dump(exclude={"milestones", "current"}), "current": current, "counts": counts}
+                )
+            )
+            if limit and len(out) >= limit:
+                break
+    return out
+
+
+def _matches(filter: str, item: WorkItem, current: bool) -> bool:
+    open_ = item.state is ItemState.OPEN
+    return {
+        "all": True,
+        "open": open_,
+        "completed": item.state is ItemState.COMPLETED,
+        "cancelled": item.state is ItemState.CANCELLED,
+        "current": current,
+        "queued": open_ and not current and item.readiness is Readiness.RUNNABLE,
+        "blocked": open_ and item.readiness is Readiness.BLOCKED,
+        "waiting_for_operator": open_ and item.readiness is Readiness.WAITING_FOR_OPERATOR,
+        "runnable": open_ and item.readiness is Readiness.RUNNABLE,
+    }[filter]
+
+
+def current_items(ctx: Context) -> list[int]:
+    """Every agent's current item."""
+    with ctx.store.read() as conn:
+        return [i for i in conn.execute(select(FOCUS.c.item_id)).scalars() if i is not None]
+
+
+def events(ctx: Context, item: int | None = None) -> list[dict[str, Any]]:
+    item_id = resolve(ctx, item)
+    with ctx.store.read() as conn:
+        head(conn, item_id)
+        found = conn.execute(select(EVENTS).where(EVENTS.c.item_id == item_id).order_by(EVENTS.c.id)).all()
+    return [dict(r._mapping) for r in found]
+
+
+# -- creating -----------------------------------------------------------------
+
+
+def create_item(
+    ctx: Context,
+    objective: str,
+    *,
+    plan_status: PlanStatus = PlanStatus.DRAFT,
+    defaults: ItemDefaults | None = None,
+    milestones: list[Milestone] | None = None,
+    after: int | None = None,
+) -> WorkItem:
+    """Create a work item (optionally with its whole validated milestone
+    set, as ``plan apply`` does), write its plan.md and focus it for this
+    agent. ``after``: the item waits until that one is completed."""
+    check_text(objective, "the objective")
+    if not objective.strip():
+        raise InvalidValueError("objective is empty: describe what the work item should achieve")
+    if defaults is not None:
+        check_retries(defaults.retries, "the item's defaults")
+        check_timeout(defaults.timeout, "the item's defaults")
+        check_delay(defaults.retry_delay, "the item's defaults")
+        if defaults.fix is not None:
+            check_command(defaults.fix, "the item's default fix command")
+    milestones = milestones or []
+    WorkGraph(milestones)  # validates the whole set before anything is written
+    now = utcnow()
+    with ctx.store.write() as conn:
+        if after is not None and conn.execute(select(ITEMS.c.id).where(ITEMS.c.id == after)).first() is None:
+            raise NotFoundError(f"--after {after}: no work item {after}; see `milepost item list`", item=after)
+        item_id = conn.execute(
+            insert(ITEMS)
+            .values(
+                agent=ctx.agent,
+                objective=objective.strip(),
+                state=ItemState.OPEN.value,
+                plan_status=plan_status.value,
+                todo_list=[],
+                defaults=(defaults or ItemDefaults()).model_dump(mode="json"),
+                after_item_id=after,
+                revision=1,
+                created_at=now,
+                updated_at=now,
+            )
+            .returning(ITEMS.c.id)
+        ).scalar_one()
+        if milestones:
+            insert_milestones(conn, item_id, milestones, now)
+        write_plan_md(ctx, item_id, objective.strip(), milestones)
+        conn.execute(
+            insert(EVENTS).values(
+                item_id=item_id,
+                action=ItemEvent.CREATE.value,
+                reason=objective.strip(),
+                agent=ctx.agent,
+                revision=1,
+                at=now,
+            )
+        )
+        set_focus(conn, ctx.agent, item_id)
+    return get_item(ctx, item_id)
+
+
+def insert_milestones(
+    conn: Connection, item_id: int, ms: list[Milestone], now: datetime, known: dict[str, int] | None = None
+) -> dict[str, int]:
+    """Insert milestones and their dep edges; deps may name ``known`` rows.
+    Returns the rows' keys by name (``known`` included)."""
+    from milepost.service._rows import DEPS
+
+    pks: dict[str, int] = dict(known or {})
+    # Row by row keeps RETURNING portable; plans are small next to their gates.
+    for m in ms:
+        row = rows.milestone_row(m, item_id, now)
+        pks[m.name] = conn.execute(insert(MILESTONES).values(**row).returning(MILESTONES.c.id)).scalar_one()
+    dep_rows = [
+        {"milestone_id": pks[m.name], "dep_id": pks[d], "item_id": item_id, "position": i}
+        for m in ms
+        for i, d in enumerate(m.deps)
+    ]
+    if dep_rows:
+        conn.execute(insert(DEPS), dep_rows)
+    return pks
+
+
+def set_focus(conn: Connection, agent: str, item_id: int | None) -> None:
+    if conn.execute(select(FOCUS.c.agent).where(FOCUS.c.agent == agent)).first() is None:
+        conn.execute(insert(FOCUS).values(agent=agent, item_id=item_id))
+    else:
+        conn.execute(update(FOCUS).where(FOCUS.c.agent == agent).values(item_id=item_id))
+
+
+# -- the plan artifact -----------------------------------------------------------
+
+
+def plan_path(ctx: Context, item_id: int) -> Path:
+    store = ctx.store
+    path = store.evidence_dir("work-items") / str(item_id) / "plan.md"
+    if store.legacy_layout and not path.exists():
+        # Stores made before schema 0004 kept plan.md outside a store-id folder.
+        old = store.home / "work-items" / str(item_id) / "plan.md"
+        if old.exists():
+            return old
+    return path
+
+
+def write_plan_md(ctx: Context, item_id: int, objective: str, milestones: list[Milestone]) -> None:
+    lines = [f"# {objective}", "", "## Milestones", ""]
+    for m in milestones:
+        deps = f" (after {', '.join(m.deps)})" if m.deps else ""
+        lines.append(f"- **{m.name}**{deps}: {m.acceptance or 'no acceptance text yet'}")
+    if not milestones:
+        lines.append("- none yet")
+    lines += ["", "## Approach", "", "(edit this file: it is the durable plan of the work item)", ""]
+    path = plan_path(ctx, item_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():  # never overwrite what someone wrote
+        path.write_text("\n".join(lines))
+
+
+def plan_artifact(ctx: Context, item_id: int, preview_bytes: int = 1024) -> PlanArtifact:
+    """The plan.md as found: available (hash, size, preview), missing or unreadable."""
+    path = plan_path(ctx, item_id)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return PlanArtifact(path=str(path), status=ArtifactStatus.MISSING)
+    except OSError:
+        return PlanArtifact(path=str(path), status=ArtifactStatus.UNREADABLE)
+    return PlanArtifact(
+        path=str(path),
+        status=ArtifactStatus.AVAILABLE,
+        sha256=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+        preview=data[:preview_bytes].decode("utf-8", errors="replace"),
+        preview_complete=len(data) <= preview_bytes,
+    )
+
+
+# -- evidence ------------------------------------------------------------------
+
+
+def add_ref(ctx: Context, kind: str, ref: str, reason: str = "", *, item: int | None = None,
+            expect_revision: int | None = None) -> WorkRef:  # fmt: skip
+    for value, what in ((kind, "the ref's kind"), (ref, "the ref"), (reason, "the ref's reason")):
+        check_text(value, what)
+    if not kind.strip() or not ref.strip():
+        raise InvalidValueError("a work ref needs a kind and a ref, e.g. `milepost ref add pr https://... --reason`")
+    now = utcnow()
+
+    def fn(tx: Tx) -> WorkRef:
+        tx.check_open()
+        tx.conn.execute(insert(REFS).values(item_id=tx.id, kind=kind.strip(), ref=ref.strip(), reason=reason, at=now))
+        tx.emit(ItemEvent.REF, reason=f"{kind}: {ref}")
+        return WorkRef(kind=kind.strip(), ref=ref.strip(), reason=reason, at=now)
+
+    return write(ctx, resolve(ctx, item), fn, expect_revision)
+
+
+def refs(ctx: Context, item: int | None = None) -> list[WorkRef]:
+    item_id = resolve(ctx, item)
+    with ctx.store.read() as conn:
+        head(conn, item_id)
+        found = conn.execute(select(REFS).where(REFS.c.item_id == item_id).order_by(REFS.c.id)).all()
+    return [WorkRef.model_validate(r._mapping) for r in found]
+
+
+# -- changing ----------------------------------------------------------------
+
+
+def pick(ctx: Context, item: int, *, clear_blocker: bool = False, reason: str | None = None,
+         expect_revision: int | None = None) -> WorkItem:  # fmt: skip
+    """Make ``item`` this agent's current item. A blocked item is focused
+    for inspection without becoming runnable; ``clear_blocker`` (with a
+    reason) also clears its blocker and its waits."""
+    if reason is not None:
+        check_text(reason, "the reason")
+    if clear_blocker and not (reason and reason.strip()):
+        raise InvalidValueError(f"clearing the blocker of work item {item} needs a reason: pass --reason TEXT")
+
+    def fn(tx: Tx) -> None:
+        tx.check_open()
+        if clear_blocker:
+            tx.conn.execute(
+                update(ITEMS).where(ITEMS.c.id == tx.id).values(blocked_by=None, blocked_by_wait=False, wait=None)
+            )
+            tx.emit(ItemEvent.CLEAR_BLOCKER, before=tx.head.blocked_by, reason=reason)
+        set_focus(tx.conn, ctx.agent, tx.id)
+
+    write(ctx, resolve(ctx, item), fn, expect_revision)
+    return get_item(ctx, item)
+
+
+def update_item(
+    ctx: Context,
+    item: int | None = None,
+    *,
+    objective: str | None = None,
+    plan_status: PlanStatus | None = None,
+    todo: list[TodoItem] | None = None,
+    blocked_by: str | None = None,
+    clear_blocked_by: bool = False,
+    recheck_at: datetime | None = None,
+    expect_revision: int | None = None,
+) -> WorkItem:
+    """Change a work item; ``todo`` replaces the whole todo list."""
+    if recheck_at is not None and recheck_at.tzinfo is None:
+        raise InvalidValueError(f"--recheck-at {recheck_at.isoformat()} has no zone: add one, e.g. Z")
+    if objective is not None:
+        check_text(objective, "the objective")
+    if blocked_by is not None:
+        check_text(blocked_by, "--blocked-by")
+        if clear_blocked_by:
+            raise InvalidValueError("--blocked-by and --clear-blocked-by contradict each other: use one")
+    for t in todo or []:
+        check_text(t.text, "a todo's text")
+    item_id = resolve(ctx, item)
+
+    def fn(tx: Tx) -> None:
+        tx.check_open()
+        values: dict[str, Any] = {}
+        if objective is not None:
+            if not objective.strip():
+                raise InvalidValueError("objective is empty: describe what the work item should achieve")
+            values["objective"] = objective.strip()
+            tx.emit(ItemEvent.OBJECTIVE, reason=values["objective"])
+        if plan_status is not None and plan_status is not tx.plan_status:
+            if plan_status is PlanStatus.DRAFT:
+                busy = (
+                    tx.conn.execute(
+                        select(MILESTONES.c.name)
+                        .where(MILESTONES.c.item_id == tx.id, MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value)
+                        .order_by(MILESTONES.c.seq)
+                    )
+                    .scalars()
+                    .all()
+                )
+                if busy:
+                    raise TransitionError(
+                        f"cannot set work item {tx.id} back to draft: {', '.join(busy)} in progress; finish them first",
+                        item=tx.id,
+                    )
+            values["plan_status"] = plan_status.value
+            tx.emit(ItemEvent.PLAN_STATUS, before=tx.plan_status.value, after=plan_status.value)
+        if todo is not None:
+            values["todo_list"] = [t.model_dump(mode="json") for t in todo]
+            tx.emit(ItemEvent.TODO, reason=f"{len(todo)} entries")
+        if blocked_by is not None:
+            if not blocked_by.strip():
+                raise InvalidValueError("--blocked-by is empty: say what blocks the item, or use --clear-blocked-by")
+            values.update(blocked_by=blocked_by.strip(), blocked_by_wait=False)
+            tx.emit(ItemEvent.BLOCKED_BY, reason=blocked_by.strip())
+        elif clear_blocked_by:
+            values.update(blocked_by=None, blocked_by_wait=False)
+            tx.emit(ItemEvent.BLOCKED_BY, before=tx.head.blocked_by, reason="cleared")
+        if recheck_at is not None:
+            values.update(recheck_at=recheck_at, recheck_consumed_at=None)
+            tx.emit(ItemEvent.RECHECK_AT, reason=recheck_at.isoformat())
+        if values:
+            tx.conn.execute(update(ITEMS).where(ITEMS.c.id == tx.id).values(**values))
+
+    write(ctx, item_id, fn, expect_revision)
+    return get_item(ctx, item_id)
+
+
+def complete(ctx: Context, report: str, *, item: int | None = None,
+             expect_revision: int | None = None) -> CompletionResult:  # fmt: skip
+    """Close an item with its report: refused while a milestone is not
+    done or the report is empty; clears focus and waits; warns about
+    unfinished todos. Completing a completed item changes nothing."""
+    check_text(report, "the completion report")
+
+    def fn(tx: Tx) -> tuple[bool, str, list[str]]:
+        if tx.state is ItemState.COMPLETED:
+            return True, f"work item {tx.id} is already completed", []
+        tx.check_open()
+        if not report.strip():
+            raise InvalidValueError(f"work item {tx.id}: the completion report is empty; say what was achieved")
+        g = tx.graph().graph
+        undone = [m for m in g if m.status is not MilestoneStatus.DONE]
+        if undone:
+            listed = ", ".join(f"{m.name} ({display_status(g, m)})" for m in undone)
+            raise TransitionError(
+                f"cannot complete work item {tx.id}: milestones not done: {listed}",
+                item=tx.id,
+                not_done=[m.name for m in undone],
+            )
+        tx.conn.execute(
+            update(ITEMS)
+            .where(ITEMS.c.id == tx.id)
+            .values(
+                state=ItemState.COMPLETED.value,
+                report=report.strip(),
+                completed_at=utcnow(),
+                wait=None,
+                blocked_by=None,
+                blocked_by_wait=False,
+            )
+        )
+        tx.conn.execute(update(FOCUS).where(FOCUS.c.item_id == tx.id).values(item_id=None))
+        tx.emit(ItemEvent.COMPLETE, before=ItemState.OPEN.value, after=ItemState.COMPLETED.value)
+        todos = [TodoItem.model_validate(t) for t in tx.head.todo_list or []]
+        warnings = [f"unfinished todo: {t.text}" for t in todos if t.state is not TodoState.COMPLETED]
+        return False, f"completed work item {tx.id}", warnings
+
+    item_id = resolve(ctx, item)
+    already, message, warnings = write(ctx, item_id, fn, expect_revision)
+    return CompletionResult(item=get_item(ctx, item_id), already=already, message=message, warnings=warnings)
+
+
+def cancel(ctx: Context, reason: str, *, item: int | None = None, expect_revision: int | None = None) -> WorkItem:
+    """Abandon an item (Holon has no way to; its users asked for one)."""
+    check_text(reason, "the reason")
+    if not reason.strip():
+        raise InvalidValueError("cancelling needs a reason: pass --reason TEXT")
+
+    def fn(tx: Tx) -> None:
+        tx.check_open()
+        busy = (
+            tx.conn.execute(
+                select(MILESTONES.c.name)
+                .where(
+                    MILESTONES.c.item_id == tx.id,
+                    MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
+                    MILESTONES.c.awaiting_review.is_(False),
+                )
+                .order_by(MILESTONES.c.seq)
+            )
+            .scalars()
+            .all()
+        )
+        if busy:
+            raise TransitionError(
+                f"cannot cancel work item {tx.id}: {', '.join(busy)} in progress; finish or fix them first"
+            )
+        tx.conn.execute(
+            update(ITEMS)
+            .where(ITEMS.c.id == tx.id)
+            .values(state=ItemState.CANCELLED.value, cancel_reason=reason.strip(), completed_at=utcnow(), wait=None)
+        )
+        tx.conn.execute(update(FOCUS).where(FOCUS.c.item_id == tx.id).values(item_id=None))
+        tx.emit(ItemEvent.CANCEL, before=ItemState.OPEN.value, after=ItemState.CANCELLED.value, reason=reason.strip())
+
+    item_id = resolve(ctx, item)
+    write(ctx, item_id, fn, expect_revision)
+    return get_item(ctx, item_id)

@@ -1,0 +1,311 @@
+"""Milestones: add and remove them, the user actions (start, needs_fix,
+reset, lock, unlock, confirm), review verdicts, and the reads (next, the
+graph, views, gate runs, plans).
+
+A transition reads the milestone's row and its deps' statuses, writes the
+one row, and logs one event (see :mod:`milepost.service._tx`); only
+``needs_fix`` of a done milestone reads the whole graph, because it reopens
+every done milestone built on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, func, select
+
+from milepost._orm import utcnow
+from milepost.errors import InputError, InvalidValueError, NotFoundError, TransitionError
+from milepost.graph import steps
+from milepost.graph.dag import WorkGraph, check_removable, display_status
+from milepost.graph.item import check_structure_editable
+from milepost.graph.models import GateCommand, ItemDefaults, Milestone, WorkItem, check_text
+from milepost.graph.plan import Plan, plan_from_item
+from milepost.graph.status import Action, MilestoneStatus
+from milepost.results import ActionResult, GateRun, MilestoneView, NextResult
+from milepost.service._rows import DEPS, EVENTS, MILESTONES, RUNS
+from milepost.service._rows import gate_run as gate_run_of
+from milepost.service._tx import Context, ItemEvent, Tx, write
+from milepost.service.items import create_item, head, insert_milestones, read, resolve
+
+__all__ = [
+    "act",
+    "add_milestone",
+    "apply_plan",
+    "export_plan",
+    "milestone_views",
+    "next_milestone",
+    "plan_order",
+    "remove_milestone",
+    "review",
+    "run",
+    "runs",
+]
+
+
+def add_milestone(
+    ctx: Context,
+    name: str,
+    deps: list[str] | None = None,
+    *,
+    acceptance: str = "",
+    gate: str | list[GateCommand] | None = None,
+    retries: int | None = None,
+    timeout: float | None = None,
+    review: bool = False,
+    fix: str | None = None,
+    retry_delay: float | None = None,
+    hypothesis: bool = False,
+    item: int | None = None,
+    expect_revision: int | None = None,
+) -> ActionResult:
+    """Add a milestone to a draft plan. Reads only the rows it names (itself
+    and its deps) and the highest id, so adding one by one stays O(1) each."""
+    commands = [GateCommand(name="gate", run=gate)] if isinstance(gate, str) else list(gate or [])
+    if isinstance(gate, str) and not gate.strip():
+        raise InvalidValueError(f"empty gate for milestone {name!r}: give a shell command, or no --gate")
+    if isinstance(acceptance, str):
+        check_text(acceptance, f"the acceptance text of milestone {name!r}")
+
+    def fn(tx: Tx) -> ActionResult:
+        check_structure_editable(tx.id, tx.state, tx.plan_status, f"add milestone {name!r}")
+        d = ItemDefaults.model_validate(tx.head.defaults or {})
+        wanted = {name, *(deps or [])}
+        found = {
+            r.name: (r.id, r.seq)
+            for r in tx.conn.execute(
+                select(MILESTONES.c.name, MILESTONES.c.id, MILESTONES.c.seq).where(
+                    MILESTONES.c.item_id == tx.id, MILESTONES.c.name.in_(wanted)
+                )
+            )
+        }
+        last = tx.conn.execute(select(func.max(MILESTONES.c.seq)).where(MILESTONES.c.item_id == tx.id)).scalar()
+
+        def known() -> list[str]:
+            return list(
+                tx.conn.execute(
+                    select(MILESTONES.c.name).where(MILESTONES.c.item_id == tx.id).order_by(MILESTONES.c.seq)
+                ).scalars()
+            )
+
+        m = steps.new_milestone(
+            (last or 0) + 1,
+            name,
+            deps or [],
+            lookup=lambda n: found[n][1] if n in found else None,
+            known=known,
+            acceptance=acceptance,
+            gate=commands,
+            retries=d.retries if retries is None else retries,
+            timeout=d.timeout if timeout is None else timeout,
+            review=review,
+            fix=d.fix if fix is None else fix,
+            retry_delay=d.retry_delay if retry_delay is None else retry_delay,
+            hypothesis=hypothesis,
+        )
+        pks = insert_milestones(tx.conn, tx.id, [m], utcnow(), {n: pk for n, (pk, _) in found.items()})
+        held = tx.at_hand()
+        if held is not None:  # keep the graph at hand in step
+            held.graph.insert(m)
+            held.pks[m.name] = pks[m.name]
+        tx.emit(ItemEvent.ADD, name, after=m.status.value)
+        return ActionResult(item=tx.id, revision=tx.next_revision, milestone=m)
+
+    return write(ctx, resolve(ctx, item), fn, expect_revision)
+
+
+def remove_milestone(ctx: Context, name: str, *, item: int | None = None,
+                     expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+    def fn(tx: Tx) -> ActionResult:
+        check_structure_editable(tx.id, tx.state, tx.plan_status, f"remove milestone {name!r}")
+        pk, m = tx.find(name)
+        dependents = (
+            tx.conn.execute(
+                select(MILESTONES.c.name)
+                .join(DEPS, DEPS.c.milestone_id == MILESTONES.c.id)
+                .where(DEPS.c.dep_id == pk)
+                .order_by(MILESTONES.c.seq)
+            )
+            .scalars()
+            .all()
+        )
+        check_removable(m, dependents)
+        tx.conn.execute(delete(MILESTONES).where(MILESTONES.c.id == pk))
+        held = tx.at_hand()
+        if held is not None:
+            held.graph.remove(name)
+            del held.pks[name]
+        tx.emit(ItemEvent.REMOVE, name, before=m.status.value)
+        return ActionResult(item=tx.id, revision=tx.next_revision, milestone=m)
+
+    return write(ctx, resolve(ctx, item), fn, expect_revision)
+
+
+def act(ctx: Context, name: str, action: Action, *, reason: str | None = None, item: int | None = None,
+        expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+    """Apply one user action (start, needs_fix, reset, lock, unlock, confirm)."""
+    if action is Action.DONE:
+        raise InputError("use Service.done() for done: it runs the gate")
+    if reason is not None:
+        check_text(reason, "the reason")
+
+    def fn(tx: Tx) -> ActionResult:
+        tx.check_open()
+        pk, m = tx.find(name)
+        if action is Action.NEEDS_FIX and m.status is MilestoneStatus.DONE:
+            # Reopens every done milestone built on it: the one write that needs the whole graph.
+            changes = tx.graph().graph.apply(name, action, reason=reason)
+            out = tx.save(pk, changes, applied=True)
+        else:
+            try:
+                change = steps.act(m, action, undone_deps=tx.undone_deps(pk, m), reason=reason)
+            except TransitionError as e:
+                if action is Action.START:
+                    raise held_by(tx, pk, m, e) from None
+                raise
+            changes = [change]
+            out = tx.save(pk, changes)
+        return ActionResult(item=tx.id, revision=tx.next_revision, milestone=changes[0].after, changes=out)
+
+    return write(ctx, resolve(ctx, item), fn, expect_revision)
+
+
+def held_by(tx: Tx, pk: int, m: Milestone, e: TransitionError) -> TransitionError:
+    """A refused ``start`` of a milestone someone already works on says who
+    (the agent that started it, when, and the driver running its gate)."""
+    if m.status is not MilestoneStatus.IN_PROGRESS:
+        return e
+    started = tx.conn.execute(
+        select(EVENTS.c.agent, EVENTS.c.at, EVENTS.c.revision)
+        .where(EVENTS.c.item_id == tx.id, EVENTS.c.milestone == m.name, EVENTS.c.action == Action.START.value)
+        .order_by(EVENTS.c.id.desc())
+        .limit(1)
+    ).first()
+    lease = tx.conn.execute(select(MILESTONES.c.lease_owner).where(MILESTONES.c.id == pk)).scalar()
+    who = f"agent {started.agent!r} at {started.at:%H:%M:%S} UTC (revision {started.revision})" if started else ""
+    gate = f"; its gate is running ({lease})" if lease else ""
+    return TransitionError(
+        f"cannot start {m.name!r}: already in progress, started by {who or 'another writer'}{gate};"
+        " pick another ready milestone (next), or wait",
+        **{**e.details, "held_by": started.agent if started else None, "gate_lease": lease},
+    )
+
+
+def review(ctx: Context, name: str, approve: bool, *, reason: str | None = None, item: int | None = None,
+           expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+    """``approve``/``reject``: an operator's verdict on a milestone in review."""
+    if reason is not None:
+        check_text(reason, "the reason")
+
+    def fn(tx: Tx) -> ActionResult:
+        tx.check_open()
+        pk, m = tx.find(name)
+        change = steps.review(m, approve, reason)
+        out = tx.save(pk, [change])
+        return ActionResult(item=tx.id, revision=tx.next_revision, milestone=change.after, changes=out)
+
+    return write(ctx, resolve(ctx, item), fn, expect_revision)
+
+
+# -- plans ------------------------------------------------------------------------
+
+
+def apply_plan(ctx: Context, plan: Plan) -> WorkItem:
+    """Create a work item from a plan, validated whole before anything is written."""
+    milestones = plan.to_milestones()
+    defaults = ItemDefaults.model_validate(plan.defaults.model_dump())
+    return create_item(ctx, plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones)
+
+
+def export_plan(ctx: Context, item: int | None = None) -> dict[str, Any]:
+    return plan_from_item(read(ctx, resolve(ctx, item))[0])
+
+
+def plan_order(ctx: Context, item: int | None = None, until: str | None = None) -> list[str]:
+    """``drive --dry-run``: the order a sequential drive would run the
+    milestones in if every gate passed. Nothing is written."""
+    _, g = read(ctx, resolve(ctx, item))
+    sim = WorkGraph(list(g), validate=False)
+    if until is not None:
+        keep = {until, *sim.ancestors(until)}
+        for other in list(sim):
+            if other.name not in keep:
+                sim.hold(other.name)
+    order = []
+    while (nxt := sim.next_ready()) is not None:
+        order.append(nxt.name)
+        sim.apply(nxt.name, Action.START)
+        sim.record_attempt(nxt.name, passed=True)
+        if sim.get(nxt.name).awaiting_review:
+            sim.review(nxt.name, approve=True)
+    return order
+
+
+# -- reading ----------------------------------------------------------------------
+
+
+def next_milestone(ctx: Context, item: int | None = None) -> NextResult:
+    item_id = resolve(ctx, item)
+    _, g = read(ctx, item_id)
+    pick = g.pick()
+    return NextResult(item=item_id, milestone=pick.milestone, reason=pick.reason, ready=[m.name for m in g.ready()])
+
+
+def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:
+    item_id = resolve(ctx, item)
+    it, g = read(ctx, item_id)
+    with ctx.store.read() as conn:
+        last: dict[str, str] = {
+            name: reason
+            for name, reason in conn.execute(
+                select(MILESTONES.c.name, RUNS.c.reason)
+                .join(RUNS, RUNS.c.milestone_id == MILESTONES.c.id)
+                .where(RUNS.c.item_id == item_id)
+                .order_by(RUNS.c.milestone_id, RUNS.c.attempt)
+            )
+        }
+    views = [
+        MilestoneView(
+            **m.model_dump(),
+            view=display_status(g, m),
+            waiting_on=[d.name for d in g.undone_deps(m.name)],
+            last_run=last.get(m.name),
+        )
+        for m in g
+    ]
+    return it, views
+
+
+def runs(ctx: Context, name: str, item: int | None = None) -> list[GateRun]:
+    item_id = resolve(ctx, item)
+    with ctx.store.read() as conn:
+        head(conn, item_id)
+        pk = conn.execute(
+            select(MILESTONES.c.id).where(MILESTONES.c.item_id == item_id, MILESTONES.c.name == name)
+        ).scalar()
+        if pk is None:
+            known = conn.execute(
+                select(MILESTONES.c.name).where(MILESTONES.c.item_id == item_id).order_by(MILESTONES.c.seq).limit(8)
+            ).scalars()
+            raise NotFoundError(
+                f"no milestone {name!r} in this work item; known: {', '.join(known) or 'none yet'}", milestone=name
+            )
+        found = conn.execute(select(RUNS).where(RUNS.c.milestone_id == pk).order_by(RUNS.c.attempt)).all()
+    store = ctx.store
+    return [gate_run_of(r, item_id, name, str(store.resolve(r.log_path)) if r.log_path else None) for r in found]
+
+
+def run(ctx: Context, name: str, attempt: int | None = None, item: int | None = None) -> GateRun:
+    """One gate run of a milestone: the last by default."""
+    found = runs(ctx, name, item)
+    if not found:
+        raise NotFoundError(f"milestone {name!r} has no gate runs yet", milestone=name)
+    if attempt is None:
+        return found[-1]
+    for r in found:
+        if r.attempt == attempt:
+            return r
+    raise NotFoundError(
+        f"milestone {name!r} has no attempt {attempt}; attempts recorded: {', '.join(str(r.attempt) for r in found)}",
+        milestone=name,
+    )
