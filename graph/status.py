@@ -22,6 +22,7 @@ __all__ = [
     "Action",
     "ArtifactStatus",
     "DisplayStatus",
+    "ItemFilter",
     "ItemState",
     "MilestoneStatus",
     "PlanStatus",
@@ -229,3 +230,18 @@ class ArtifactStatus(StrEnum):
     AVAILABLE = "available"
     MISSING = "missing"
     UNREADABLE = "unreadable"
+
+
+class ItemFilter(StrEnum):
+    """What ``item list --filter`` keeps: every item, by state, this agent's
+    current one, the queue (open runnable items that are not current), or by readiness."""
+
+    ALL = "all"
+    OPEN = "open"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    CURRENT = "current"
+    QUEUED = "queued"
+    BLOCKED = "blocked"
+    WAITING_FOR_OPERATOR = "waiting_for_operator"
+    RUNNABLE = "runnable"

@@ -55,6 +55,58 @@ def test_every_error_is_a_milepost_error_with_an_exit_code() -> None:
     assert issubclass(milepost.NotFoundError, LookupError)
 
 
+def test_every_error_class_is_exported() -> None:
+    """Each subclass of MilepostError, wherever it is defined, is listed in
+    milepost.errors.__all__ and milepost.__all__ (callers catch what they can import)."""
+    from milepost import errors
+
+    def subclasses(cls: type) -> set[type]:
+        out = set(cls.__subclasses__())
+        for c in list(out):
+            out |= subclasses(c)
+        return out
+
+    every = {c.__name__ for c in subclasses(errors.MilepostError) if c.__module__.startswith("milepost")}
+    every.add("MilepostError")
+    assert every <= set(errors.__all__)
+    assert every <= set(milepost.__all__)
+    assert not issubclass(errors.NotOwnerError, OSError)  # an `except OSError` must not swallow it
+
+
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def test_dependencies_point_one_way() -> None:
+    """graph <- gates <- flows; the store, service, CLI and MCP at the edges.
+    graph/ imports only the standard library, pydantic, networkx and itself."""
+    root = Path(milepost.__file__).resolve().parent.parent
+    std = set(sys.stdlib_module_names)
+    allowed = {
+        "graph": ("milepost.graph",),
+        "gates": ("milepost.graph", "milepost.gates"),
+        "flows": ("milepost.graph", "milepost.gates", "milepost.flows", "milepost.service", "milepost.results",
+                  "milepost.errors", "milepost._text", "milepost.settings", "milepost.picture", "milepost.report",
+                  "milepost.store", "milepost.workspace"),
+    }  # fmt: skip
+    third = {"graph": {"pydantic", "networkx"}, "gates": {"pydantic"}, "flows": {"pydantic", "prefect", "prefect_dask"}}
+    for folder, ours in allowed.items():
+        for path in sorted((root / folder).glob("*.py")):
+            for name in _imports(path):
+                top = name.split(".")[0]
+                if top in std or top == "__future__" or top in third[folder]:
+                    continue
+                assert name.startswith(ours), f"{folder}/{path.name} imports {name}"
+
+
 def _modules_after(code: str, cwd: Path) -> set[str]:
     script = textwrap.dedent(code) + "\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))\n"
     p = subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, check=True)
@@ -83,3 +135,18 @@ def test_state_commands_do_not_import_prefect(tmp_path: Path) -> None:
     assert not any(m == "prefect" or m.startswith("prefect.") for m in mods)
     assert "milepost.flows" not in mods
     assert not any(m == "mcp" or m.startswith("mcp.") for m in mods)  # the MCP SDK only for `milepost mcp`
+
+
+def test_next_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """`milepost next` needs neither networkx (no graph algorithm) nor the ORM (the service speaks Core)."""
+    code = """
+    from milepost.cli import main
+    for args in (["init"], ["item", "create", "x"], ["add", "a"], ["next"]):
+        try:
+            main(["--json", *args])
+        except SystemExit as e:
+            assert e.code in (0, None), (args, e.code)
+    """
+    mods = _modules_after(code, tmp_path)
+    assert "networkx" not in mods
+    assert "sqlalchemy.orm" not in mods

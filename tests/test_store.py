@@ -21,15 +21,15 @@ from milepost.store import SCHEMA_HEAD, Store
 S = MilestoneStatus
 
 
-def test_migrations_bring_schema_to_head_and_match_the_orm(any_service: Service) -> None:
+def test_migrations_bring_schema_to_head_and_match_the_tables(any_service: Service) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from milepost._orm import Base
+    from milepost._schema import metadata
 
     assert any_service.store.schema_version() == SCHEMA_HEAD
     with any_service.store.engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": False}), Base.metadata)
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": False}), metadata)
     assert diff == []
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from milepost._orm import Base
+from milepost._schema import metadata
 
 config = context.config
 connection = config.attributes.get("connection")
@@ -16,7 +16,7 @@ if connection is None:  # pragma: no cover - only for `alembic` run by hand
 
 context.configure(
     connection=connection,
-    target_metadata=Base.metadata,
+    target_metadata=metadata,
     render_as_batch=connection.dialect.name == "sqlite",
     compare_type=True,
 )

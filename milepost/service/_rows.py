@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Row, Table, bindparam, func, insert, select, update
+from sqlalchemy import Row, bindparam, func, insert, select, update
 
-from milepost._orm import DepRow, EventRow, FocusRow, GateRunRow, ItemRow, MilestoneRow, WorkRefRow
+from milepost._schema import DEPS, EVENTS, FOCUS, ITEMS, MILESTONES, REFS, RUNS
 from milepost.gates.command import GateResult
 from milepost.graph.models import Milestone, WorkItem
 from milepost.results import GateRun
@@ -37,14 +37,6 @@ __all__ = [
     "run_row",
 ]
 
-ITEMS = cast(Table, ItemRow.__table__)
-MILESTONES = cast(Table, MilestoneRow.__table__)
-DEPS = cast(Table, DepRow.__table__)
-RUNS = cast(Table, GateRunRow.__table__)
-EVENTS = cast(Table, EventRow.__table__)
-FOCUS = cast(Table, FocusRow.__table__)
-REFS = cast(Table, WorkRefRow.__table__)
-
 # What a transition changes in a milestone's row.
 STATE_FIELDS = frozenset({"status", "attempts", "reason", "awaiting_review", "retry_at"})
 # What is fixed when a milestone is created (with its state).
@@ -55,16 +47,18 @@ DEFINITION_FIELDS = frozenset(
 # -- the hot paths' statements, built once ------------------------------------------
 
 LOCK_ITEM = select(ITEMS).where(ITEMS.c.id == bindparam("item")).with_for_update()
-ONE_MILESTONE = select(MILESTONES).where(
-    MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.name == bindparam("name")
-)
-MILESTONE_BY_PK = select(MILESTONES).where(MILESTONES.c.id == bindparam("pk"))
-DEP_ROWS = (
-    select(MILESTONES.c.seq, MILESTONES.c.name, MILESTONES.c.status)
-    .join(DEPS, DEPS.c.dep_id == MILESTONES.c.id)
-    .where(DEPS.c.milestone_id == bindparam("pk"))
+# One milestone with its deps' names and statuses, in one round trip (a
+# milestone without deps comes back as one row with NULL dep columns).
+_DEP = MILESTONES.alias("dep")
+_ONE = (
+    select(MILESTONES, _DEP.c.seq.label("dep_seq"), _DEP.c.name.label("dep_name"), _DEP.c.status.label("dep_status"))
+    .select_from(
+        MILESTONES.outerjoin(DEPS, DEPS.c.milestone_id == MILESTONES.c.id).outerjoin(_DEP, _DEP.c.id == DEPS.c.dep_id)
+    )
     .order_by(DEPS.c.position)
 )
+ONE_MILESTONE = _ONE.where(MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.name == bindparam("name"))
+MILESTONE_BY_PK = _ONE.where(MILESTONES.c.id == bindparam("pk"))
 SAVE_STATE = (
     update(MILESTONES)
     .where(MILESTONES.c.id == bindparam("pk"))
@@ -91,6 +85,13 @@ def milestone(row: Row[Any] | Mapping[str, Any], deps: list[str]) -> Milestone:
     data["id"] = data["seq"]
     data["deps"] = deps
     return Milestone.model_validate(data)
+
+
+def with_deps(found: list[Row[Any]]) -> tuple[Milestone, list[Milestone]]:
+    """A milestone and its deps (names and statuses only) from the rows of
+    :data:`ONE_MILESTONE` or :data:`MILESTONE_BY_PK`."""
+    deps = [Milestone(id=r.dep_seq, name=r.dep_name, status=r.dep_status) for r in found if r.dep_name is not None]
+    return milestone(found[0], [d.name for d in deps]), deps
 
 
 def milestone_state(m: Milestone) -> dict[str, Any]:

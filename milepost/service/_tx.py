@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Row, select
 
-from milepost._orm import utcnow
+from milepost._schema import utcnow
 from milepost.errors import ConcurrentUpdateError, NotFoundError, NotOwnerError, StaleRevisionError
 from milepost.graph.dag import WorkGraph
 from milepost.graph.item import check_open
@@ -166,6 +166,9 @@ class Tx:
         self.dirty = False
         self._cache = cache
         self._loaded = cache.get(head.id, head.revision) if cache is not None else None
+        # What find() read: each milestone's row (its lease columns too) and its deps.
+        self.rows: dict[int, Row[Any]] = {}
+        self._deps: dict[int, list[Milestone]] = {}
 
     @property
     def id(self) -> int:
@@ -223,38 +226,40 @@ class Tx:
 
     def find(self, name: str) -> tuple[int, Milestone]:
         """One milestone and its row's key: from the graph when it is at
-        hand, else one row (deps by name) — never the whole graph."""
+        hand, else one query (the row, its deps' names and statuses) —
+        never the whole graph."""
         if self._loaded is not None:
             m = self._loaded.graph.get(name)
             return self._loaded.pks[name], m
-        row = self.conn.execute(rows.ONE_MILESTONE, {"item": self.id, "name": name}).first()
-        if row is None:
+        found = list(self.conn.execute(rows.ONE_MILESTONE, {"item": self.id, "name": name}))
+        if not found:
             known = self.conn.execute(
                 select(MILESTONES.c.name).where(MILESTONES.c.item_id == self.id).order_by(MILESTONES.c.seq).limit(8)
             ).scalars()
             raise NotFoundError(
                 f"no milestone {name!r} in this work item; known: {', '.join(known) or 'none yet'}", milestone=name
             )
-        return row.id, rows.milestone(row, [d.name for d in self._dep_rows(row.id)])
+        return self._keep(found)
 
     def find_pk(self, pk: int, name: str) -> Milestone:
         if self._loaded is not None:
             return self._loaded.graph.get(name)
-        row = self.conn.execute(rows.MILESTONE_BY_PK, {"pk": pk}).one()
-        return rows.milestone(row, [d.name for d in self._dep_rows(pk)])
+        return self._keep(list(self.conn.execute(rows.MILESTONE_BY_PK, {"pk": pk})))[1]
 
-    def _dep_rows(self, pk: int) -> list[Row[Any]]:
-        return list(self.conn.execute(rows.DEP_ROWS, {"pk": pk}))
+    def _keep(self, found: list[Row[Any]]) -> tuple[int, Milestone]:
+        m, deps = rows.with_deps(found)
+        pk = int(found[0].id)
+        self._deps[pk] = deps
+        self.rows[pk] = found[0]
+        return pk, m
 
     def undone_deps(self, pk: int, m: Milestone) -> list[Milestone]:
         """``m``'s deps that are not done (their names and statuses)."""
         if self._loaded is not None:
             return self._loaded.graph.undone_deps(m.name)
-        return [
-            Milestone(id=d.seq, name=d.name, status=MilestoneStatus(d.status))
-            for d in self._dep_rows(pk)
-            if d.status != MilestoneStatus.DONE.value
-        ]
+        if pk not in self._deps:
+            self.find_pk(pk, m.name)
+        return [d for d in self._deps[pk] if d.status is not MilestoneStatus.DONE]
 
     def save(self, pk: int, changes: Iterable[Change], *, applied: bool = False) -> list[MilestoneChange]:
         """Write what ``changes`` changed (one row each) and log them. Unless

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import DBAPIError
 
-from milepost._orm import utcnow
+from milepost._schema import utcnow
 from milepost.errors import ConcurrentUpdateError, TransitionError
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, attempt_files, recover_result, run_gate
@@ -187,6 +187,10 @@ def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | Non
         pk, m = tx.find(name)
         if m.status is not MilestoneStatus.IN_PROGRESS:
             transition(name, m.status, Action.DONE)  # raises with the allowed actions
+        lease = tx.rows[pk] if pk in tx.rows else tx.conn.execute(rows.LEASE, {"pk": pk}).one()
+        expired = lease.lease_expires is None or lease.lease_expires <= utcnow()
+        if lease.lease_owner and lease.lease_owner != owner and expired:
+            raise ExpiredLease
         if not m.has_gate or m.awaiting_review:
             change = steps.act(m, Action.DONE, reason=verdict)
             out = tx.save(pk, [change])
@@ -194,15 +198,15 @@ def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | Non
         return take_lease(tx, pk, m, owner)
 
     for _ in range(3):
-        recovered = _reclaim_for_done(ctx, item_id, name, owner)
-        if recovered is not None and recovered.milestone.status is not MilestoneStatus.IN_PROGRESS:
-            # The dead driver's attempt had ended on its own: that was the attempt.
-            return recovered
         try:
             claimed = write(ctx, item_id, claim, expect_revision)
             break
         except ExpiredLease:
-            continue  # expired between the check and the claim: fence it, then claim
+            # A driver died holding the lease: fence and record its attempt first.
+            recovered = _reclaim_for_done(ctx, item_id, name, owner)
+            if recovered is not None and recovered.milestone.status is not MilestoneStatus.IN_PROGRESS:
+                # The dead driver's attempt had ended on its own: that was the attempt.
+                return recovered
     else:
         raise ConcurrentUpdateError(f"the lease of {name!r} kept changing hands; try again", milestone=name)
     if isinstance(claimed, DoneResult):
@@ -391,8 +395,7 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
         if taken.rowcount != 1:
             return None
         attempt = (conn.execute(rows.LAST_ATTEMPT, {"pk": pk}).scalar() or 0) + 1
-        row = conn.execute(rows.MILESTONE_BY_PK, {"pk": pk}).one()
-        m = rows.milestone(row, [d.name for d in conn.execute(rows.DEP_ROWS, {"pk": pk})])
+        m = rows.with_deps(list(conn.execute(rows.MILESTONE_BY_PK, {"pk": pk})))[0]
     crash_point("reclaim")
     info = info or {}
     log = Path(info["log"]) if info.get("log") else log_path(ctx, item, name, attempt)

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select, update
 
-from milepost._orm import utcnow
+from milepost._schema import utcnow
 from milepost.errors import InvalidValueError, NotFoundError, TransitionError
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.item import readiness_view
@@ -29,7 +29,15 @@ from milepost.graph.models import (
     check_text,
     check_timeout,
 )
-from milepost.graph.status import ArtifactStatus, ItemState, MilestoneStatus, PlanStatus, Readiness, TodoState
+from milepost.graph.status import (
+    ArtifactStatus,
+    ItemFilter,
+    ItemState,
+    MilestoneStatus,
+    PlanStatus,
+    Readiness,
+    TodoState,
+)
 from milepost.results import CompletionResult, ItemSummary
 from milepost.service import _rows as rows
 from milepost.service._rows import EVENTS, FOCUS, ITEMS, MILESTONES, REFS
@@ -55,10 +63,7 @@ __all__ = [
     "update_item",
 ]
 
-# ``item list --filter``: what each keeps is :func:`_matches`.
-LIST_FILTERS = (
-    "all", "open", "completed", "cancelled", "current", "queued", "blocked", "waiting_for_operator", "runnable",
-)  # fmt: skip
+LIST_FILTERS = tuple(f.value for f in ItemFilter)
 
 
 # -- reading --------------------------------------------------------------------
@@ -142,8 +147,10 @@ def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = No
 def list_items(ctx: Context, filter: str = "all", limit: int | None = None) -> list[ItemSummary]:
     """Work items with their readiness. ``current``: this agent's focused
     item; ``queued``: open runnable items that are not current, oldest first."""
-    if filter not in LIST_FILTERS:
-        raise InvalidValueError(f"unknown filter {filter!r}: use one of {', '.join(LIST_FILTERS)}")
+    try:
+        kept = ItemFilter(filter)
+    except ValueError:
+        raise InvalidValueError(f"unknown filter {filter!r}: use one of {', '.join(LIST_FILTERS)}") from None
     out = []
     with ctx.store.read() as conn:
         mine = focused(conn, ctx.agent)
@@ -151,7 +158,7 @@ def list_items(ctx: Context, filter: str = "all", limit: int | None = None) -> l
             graph = graph_of(conn, row, ctx.cache).graph
             item = work_item(conn, row, graph)
             current = item.id == mine
-            if not _matches(filter, item, current):
+            if not _matches(kept, item, current):
                 continue
             counts: dict[Any, int] = {}
             for m in graph:
@@ -167,19 +174,20 @@ def list_items(ctx: Context, filter: str = "all", limit: int | None = None) -> l
     return out
 
 
-def _matches(filter: str, item: WorkItem, current: bool) -> bool:
+def _matches(kept: ItemFilter, item: WorkItem, current: bool) -> bool:
+    F = ItemFilter
     open_ = item.state is ItemState.OPEN
     return {
-        "all": True,
-        "open": open_,
-        "completed": item.state is ItemState.COMPLETED,
-        "cancelled": item.state is ItemState.CANCELLED,
-        "current": current,
-        "queued": open_ and not current and item.readiness is Readiness.RUNNABLE,
-        "blocked": open_ and item.readiness is Readiness.BLOCKED,
-        "waiting_for_operator": open_ and item.readiness is Readiness.WAITING_FOR_OPERATOR,
-        "runnable": open_ and item.readiness is Readiness.RUNNABLE,
-    }[filter]
+        F.ALL: True,
+        F.OPEN: open_,
+        F.COMPLETED: item.state is ItemState.COMPLETED,
+        F.CANCELLED: item.state is ItemState.CANCELLED,
+        F.CURRENT: current,
+        F.QUEUED: open_ and not current and item.readiness is Readiness.RUNNABLE,
+        F.BLOCKED: open_ and item.readiness is Readiness.BLOCKED,
+        F.WAITING_FOR_OPERATOR: open_ and item.readiness is Readiness.WAITING_FOR_OPERATOR,
+        F.RUNNABLE: open_ and item.readiness is Readiness.RUNNABLE,
+    }[kept]
 
 
 def current_items(ctx: Context) -> list[int]:

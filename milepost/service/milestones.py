@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, select
 
-from milepost._orm import utcnow
+from milepost._schema import utcnow
 from milepost.errors import InputError, InvalidValueError, NotFoundError, TransitionError
 from milepost.graph import steps
 from milepost.graph.dag import WorkGraph, check_removable, display_status

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from milepost._orm import utcnow
+from milepost._schema import utcnow
 from milepost.errors import InvalidValueError
 from milepost.graph.item import make_wait
 from milepost.graph.models import Wait, WorkItem

@@ -1,0 +1,211 @@
+"""What every command shares: the context object (global flags, the lazily
+opened service, output as JSON or rich text), parameter types, common
+options, the root group, and small helpers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from milepost.errors import EnvironmentProblem, InvalidValueError
+from milepost.graph.status import PlanStatus
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from milepost.service import Service
+
+__all__ = ["DELAY", "ID", "PLAN_STATUS", "RETRIES", "SECONDS", "Ctx", "Seconds", "cli", "pass_ctx"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Ctx:
+    """What every command shares: global flags and the lazily opened service."""
+
+    def __init__(self, db: str | None, agent: str | None, as_json: bool, operator: bool = False) -> None:
+        self.db = db
+        self.agent = agent
+        self.json = as_json
+        self.operator = operator
+        self._service: Service | None = None
+
+    @property
+    def service(self) -> Service:
+        if self._service is None:
+            from milepost.service import Service
+
+            self._service = Service.open(self.db, self.agent, operator=self.operator)
+        return self._service
+
+    def console(self) -> Console:
+        from rich.console import Console
+
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                # rich exits 1 here; a reader that left (`| head`) is not a failure.
+                raise BrokenPipeError
+
+        # Off a terminal rich would wrap at 80 columns; scripts and logs prefer long lines.
+        width = None if sys.stdout.isatty() else 200
+        return _Console(highlight=False, soft_wrap=True, width=width)
+
+    def emit(self, data: Any, human: Callable[[Console], None]) -> None:
+        if self.json:
+            # Strict JSON: a NaN or an infinity is a bug to report, never output.
+            click.echo(json.dumps(data, default=str, allow_nan=False))
+        else:
+            human(self.console())
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+class Seconds(click.ParamType[float]):
+    """A finite number of seconds within milepost's limits (no nan, no inf)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0, *, open_min: bool = True) -> None:
+        self.minimum = minimum
+        self.open_min = open_min
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        import math
+
+        from milepost.graph.models import MAX_SECONDS
+
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        low_ok = v > self.minimum if self.open_min else v >= self.minimum
+        if not (math.isfinite(v) and low_ok and v <= MAX_SECONDS):
+            rel = ">" if self.open_min else ">="
+            self.fail(f"{value!r} is not a number of seconds {rel} {self.minimum:g} and <= {MAX_SECONDS:g}", param, ctx)
+        return v
+
+
+class _Id(click.ParamType[int]):
+    """A whole number from 1 to the database's integer limit."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from milepost.graph.models import MAX_ID
+
+        try:
+            v = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+        if not 1 <= v <= MAX_ID:
+            self.fail(f"{value!r} is not a whole number from 1 to {MAX_ID}", param, ctx)
+        return v
+
+
+ID = _Id()
+SECONDS = Seconds()
+DELAY = Seconds(open_min=False)
+RETRIES = click.IntRange(min=0, max=100)
+
+
+def item_option(f: F) -> F:
+    return click.option(
+        "--item", "item", type=ID, default=None, help="Work item id (default: this agent's current item)."
+    )(f)
+
+
+def revision_option(f: F) -> F:
+    return click.option(
+        "--expect-revision",
+        type=ID,
+        default=None,
+        metavar="N",
+        help="Refuse (exit 2) unless the item is at revision N: safe read-modify-write.",
+    )(f)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--db", metavar="URL", help="SQLAlchemy database URL [env MILEPOST_DB].")
+@click.option("--agent", metavar="NAME", help="Act as this agent [env MILEPOST_AGENT].")
+@click.option("--json", "as_json", is_flag=True, help='Print one JSON document on stdout; errors as {"error": ...}.')
+@click.option("--operator", is_flag=True, help="Act as an operator: change other agents' items too.")
+@click.option("--debug", is_flag=True, help="Show the Python traceback of an error [env MILEPOST_DEBUG].")
+@click.version_option(package_name="milepost")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, operator: bool, debug: bool) -> None:
+    """milepost: plan a milestone DAG, prove each milestone with a gate.
+
+    \b
+    Exit codes: 0 ok; 1 the operation ran and failed (a gate failed);
+    2 bad input or refused transition, nothing changed; 3 environment
+    (no store, database unreachable); 130 interrupted.
+    """
+    from milepost.settings import load_settings
+
+    settings = load_settings()  # MILEPOST_* from the environment; flags win
+    ctx.obj = Ctx(db or settings.db, agent or settings.agent, as_json, operator)
+    ctx.call_on_close(lambda: ctx.obj._service.close() if ctx.obj._service else None)
+
+
+# -- init --------------------------------------------------------------------
+
+
+def plan_status_of(value: str | None) -> Any:
+    from milepost.graph.status import PlanStatus
+
+    return PlanStatus(value) if value else None
+
+
+PLAN_STATUS = click.Choice([s.value for s in PlanStatus])
+
+
+def choice(values: type[StrEnum]) -> click.Choice[str]:
+    """A click choice of an enum's values: the CLI offers what the domain defines."""
+    return click.Choice([v.value for v in values])
+
+
+def split_deps(deps: str | None) -> list[str]:
+    return [d.strip() for d in (deps or "").split(",") if d.strip()]
+
+
+def write_file(output: Path, data: str | bytes, flag: str = "-o") -> None:
+    """Write what a command made to the file the user named (its ``flag``):
+    a missing folder is bad input (exit 2), anything else the system's (exit 3)."""
+    try:
+        if isinstance(data, bytes):
+            output.write_bytes(data)
+        else:
+            output.write_text(data, encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidValueError(
+            f"cannot write {flag} {str(output)!r}: folder {str(output.parent)!r} does not exist"
+        ) from None
+    except IsADirectoryError:
+        raise InvalidValueError(f"cannot write {flag} {str(output)!r}: it is a folder") from None
+    except OSError as e:
+        raise EnvironmentProblem(f"cannot write {flag} {str(output)!r}: {e.strerror or e}") from None
+
+
+def prefect_env(home: Path, need: str | None = None, *, quiet: bool = True) -> str | None:
+    """Point Prefect at this workspace (before anything imports it) and return
+    the server's API URL, or None for Prefect's temporary server. With
+    ``need``, a real server is required: refuse (exit 3) when none is up."""
+    from milepost.flows.server import configure_prefect
+
+    api = configure_prefect(home, quiet_console=quiet)
+    if need and api is None:
+        raise EnvironmentProblem(f"{need} needs a Prefect server: run `milepost server start` or set PREFECT_API_URL")
+    return api
+
+
+def home_of(c: Ctx) -> Path:
+    from milepost.workspace import resolve_workspace
+
+    return resolve_workspace(c.db).home

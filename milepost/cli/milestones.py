@@ -1,0 +1,249 @@
+"""Milestone commands: ``add``, ``remove``, the actions (``start``,
+``done``, ``needs-fix``, ...), review verdicts, ``next``, ``list``,
+``runs``, ``log``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from milepost.results import GateRun
+
+from milepost.cli._base import (
+    DELAY,
+    ID,
+    RETRIES,
+    SECONDS,
+    Ctx,
+    cli,
+    item_option,
+    pass_ctx,
+    revision_option,
+    split_deps,
+)
+from milepost.cli.render import (
+    esc,
+    milestone_table,
+    show_changes,
+    show_done,
+    styled,
+)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--deps", default=None, metavar="A,B", help="Comma-separated names of milestones this one needs.")
+@click.option("--acceptance", default="", help="What a reviewer checks.")
+@click.option("--gate", default=None, metavar="CMD", help="Shell command that proves the milestone (exit 0 = pass).")
+@click.option("--retries", type=RETRIES, default=None, help="Retry budget: at most 1 + N gate attempts (default 2).")
+@click.option("--timeout", type=SECONDS, default=None, help="Gate timeout in seconds.")
+@click.option("--review", is_flag=True, help="Wait for an operator verdict after the gate passes.")
+@click.option("--fix", default=None, metavar="CMD", help="Command run after a failed attempt, before the retry.")
+@click.option(
+    "--retry-delay", type=DELAY, default=None, metavar="S", help="Drive waits S, 2S, 4S ... seconds before each retry."
+)
+@click.option("--hypothesis", is_flag=True, help="Add as a hypothesis (confirm it later).")
+@item_option
+@revision_option
+@pass_ctx
+def add(c: Ctx, name: str, deps: str | None, acceptance: str, gate: str | None, retries: int | None,
+        timeout: float | None, review: bool, fix: str | None, retry_delay: float | None, hypothesis: bool,
+        item: int | None, expect_revision: int | None) -> None:  # fmt: skip
+    """Add a milestone to the current work item (its plan must be a draft)."""
+    r = c.service.add_milestone(
+        name,
+        split_deps(deps),
+        acceptance=acceptance,
+        gate=gate,
+        retries=retries,
+        timeout=timeout,
+        review=review,
+        fix=fix,
+        retry_delay=retry_delay,
+        hypothesis=hypothesis,
+        item=item,
+        expect_revision=expect_revision,
+    )
+    m = r.milestone
+    c.emit(
+        r.model_dump(mode="json"),
+        lambda con: con.print(f"added {m.name!r} (id {m.id}, {styled(m.status.value)}) to work item {r.item}"),
+    )
+
+
+@cli.command()
+@click.argument("name")
+@item_option
+@revision_option
+@pass_ctx
+def remove(c: Ctx, name: str, item: int | None, expect_revision: int | None) -> None:
+    """Remove a milestone nothing depends on (plan must be a draft)."""
+    r = c.service.remove_milestone(name, item=item, expect_revision=expect_revision)
+    c.emit(r.model_dump(mode="json"), lambda con: con.print(f"removed {name!r} from work item {r.item}"))
+
+
+def _action_command(action_name: str, help_text: str, needs_reason: bool) -> None:
+    @click.argument("name")
+    @item_option
+    @revision_option
+    @pass_ctx
+    def command(c: Ctx, name: str, item: int | None, expect_revision: int | None, reason: str | None = None) -> None:
+        from milepost.graph.status import Action
+
+        action = Action(action_name)
+        r = c.service.act(name, action, reason=reason, item=item, expect_revision=expect_revision)
+
+        c.emit(r.model_dump(mode="json"), lambda con: show_changes(con, r.changes, name))
+
+    command.__doc__ = help_text
+    if needs_reason:
+        command = click.option("--reason", required=True, help="Why (kept in the event log).")(command)
+    cli.command(action_name.replace("_", "-"))(command)
+
+
+_action_command("start", "Start a milestone: its deps must be done and budget left.", False)
+_action_command("confirm", "Confirm a hypothesis milestone (it becomes pending).", False)
+_action_command("needs_fix", "Send an in-progress or done milestone back for a fix (reopens done dependents).", True)
+_action_command("reset", "Operator: give a stuck or needs_fix milestone a fresh retry budget.", True)
+_action_command("lock", "Hold a pending milestone for an external condition.", True)
+_action_command("unlock", "Release a locked milestone back to pending.", True)
+
+
+@cli.command()
+@click.argument("name")
+@item_option
+@revision_option
+@pass_ctx
+def approve(c: Ctx, name: str, item: int | None, expect_revision: int | None) -> None:
+    """Operator: accept a milestone waiting for review (it becomes done)."""
+    r = c.service.review(name, True, item=item, expect_revision=expect_revision)
+    c.emit(r.model_dump(mode="json"), lambda con: show_changes(con, r.changes, name))
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--reason", required=True, help="What is wrong (kept in the event log).")
+@item_option
+@revision_option
+@pass_ctx
+def reject(c: Ctx, name: str, reason: str, item: int | None, expect_revision: int | None) -> None:
+    """Operator: refuse a milestone in review: needs_fix, or stuck when its budget is spent."""
+    r = c.service.review(name, False, reason=reason, item=item, expect_revision=expect_revision)
+    c.emit(r.model_dump(mode="json"), lambda con: show_changes(con, r.changes, name))
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--verdict", default=None, help="A note on the result, kept with the gate run.")
+@item_option
+@revision_option
+@pass_ctx
+def done(c: Ctx, name: str, verdict: str | None, item: int | None, expect_revision: int | None) -> None:
+    """Finish an in-progress milestone: runs its gate here, no Prefect.
+
+    Pass -> done. Fail -> needs_fix (exit 1), or stuck when its retry budget
+    is spent. Prints the reason and where the gate's log is.
+    """
+    r = c.service.done(name, verdict=verdict, item=item, expect_revision=expect_revision)
+    c.emit(r.model_dump(mode="json"), lambda con: show_done(con, r))
+    if not r.passed:
+        raise SystemExit(1)
+
+
+@cli.command("next")
+@item_option
+@pass_ctx
+def next_(c: Ctx, item: int | None) -> None:
+    """The lowest-id ready milestone, or why there is none."""
+    r = c.service.next(item)
+
+    def human(con: Console) -> None:
+        if r.milestone is None:
+            con.print(r.reason)
+        else:
+            m = r.milestone
+            gate = f" — gate: {esc(m.gate[0].run)}" if m.gate else ""
+            con.print(f"next: [bold]{m.name}[/] (id {m.id}, {m.status.value}){gate}")
+            if m.acceptance:
+                con.print(f"  acceptance: {esc(m.acceptance)}")
+
+    c.emit(r.model_dump(mode="json"), human)
+
+
+@cli.command("list")
+@item_option
+@pass_ctx
+def list_(c: Ctx, item: int | None) -> None:
+    """The milestones of the current work item with their statuses."""
+    it, views = c.service.milestone_views(item)
+    data = {"item": it.id, "revision": it.revision, "milestones": [v.model_dump(mode="json") for v in views]}
+    c.emit(data, lambda con: milestone_table(con, views))
+
+
+@cli.command()
+@click.argument("name")
+@item_option
+@pass_ctx
+def runs(c: Ctx, name: str, item: int | None) -> None:
+    """Every gate attempt of a milestone: when, exit, duration, reason."""
+    rs = c.service.runs(name, item)
+
+    def human(con: Console) -> None:
+        from rich.table import Table
+
+        if not rs:
+            con.print(f"{name}: no gate runs yet")
+            return
+        t = Table(box=None, header_style="bold")
+        for col in ("attempt", "started (UTC)", "outcome", "exit", "duration", "reason", "log"):
+            t.add_column(col, overflow="fold")
+        for r in rs:
+            t.add_row(
+                str(r.attempt),
+                f"{r.started_at:%Y-%m-%d %H:%M:%S}",
+                styled(r.outcome.value),
+                "-" if r.exit_code is None else str(r.exit_code),
+                f"{r.duration:.2f} s",
+                esc(r.reason),
+                r.log_path or "-",
+            )
+        con.print(t)
+
+    c.emit({"milestone": name, "runs": [r.model_dump(mode="json") for r in rs]}, human)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--attempt", type=ID, default=None, help="Attempt number (default: the last).")
+@item_option
+@pass_ctx
+def log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
+    """Print a gate attempt's output (the whole log file).
+
+    With --json, prints the run record with its log_path instead of the text.
+    If the log file is gone, says so and prints the tail kept in the store.
+    """
+    r: GateRun = c.service.run(name, attempt, item)
+    path = Path(r.log_path) if r.log_path else None
+    exists = bool(path and path.is_file())
+    if c.json:
+        click.echo(json.dumps({"run": r.model_dump(mode="json"), "log_exists": exists}))
+        return
+    if path is not None and exists:
+        with open(path, "rb") as f:
+            out = sys.stdout.buffer
+            shutil.copyfileobj(f, out, 1 << 16)
+            out.flush()
+        return
+    click.echo(
+        f"log file of attempt {r.attempt} of {name!r} is missing ({path}); the tail kept in the store:", err=True
+    )
+    click.echo(r.tail, nl=not r.tail.endswith("\n"))

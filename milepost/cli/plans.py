@@ -1,0 +1,247 @@
+"""Plan commands: ``plan apply|export|scaffold|schema`` and ``graph``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from milepost.errors import InvalidValueError
+
+if TYPE_CHECKING:
+    pass
+
+from milepost.cli._base import (
+    ID,
+    Ctx,
+    cli,
+    pass_ctx,
+    write_file,
+)
+from milepost.cli.render import (
+    show_graph_text,
+)
+
+
+@cli.group()
+def plan() -> None:
+    """Plan files: a whole work item as YAML or JSON."""
+
+
+@plan.command("apply")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@pass_ctx
+def plan_apply(c: Ctx, file: Path) -> None:
+    """Validate FILE whole, then create its work item (focused)."""
+    from milepost.planfile import load_plan
+
+    p = load_plan(file)  # validated before the store is touched
+    it = c.service.apply_plan(p)
+    c.emit(
+        it.model_dump(mode="json"),
+        lambda con: con.print(
+            f"created work item {it.id} from {file}: {len(it.milestones)} milestones,"
+            f" plan {it.plan_status.value} (current)"
+        ),
+    )
+
+
+@plan.command("scaffold")
+@click.argument("package")
+@click.option(
+    "--path",
+    "paths",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A source root holding PACKAGE (repeat); default: where Python finds it.",
+)
+@click.option(
+    "--level",
+    type=click.Choice(["module", "package"]),
+    default="module",
+    show_default=True,
+    help="One milestone per module, or per package.",
+)
+@click.option(
+    "--gate",
+    "gates",
+    multiple=True,
+    metavar="TEMPLATE",
+    help="Gate command template (repeat for a named multi-command gate); placeholders {module}, {path},"
+    " {name}, {tests}. [default: python3 -m compileall -q {path}]",
+)
+@click.option("--acceptance", default=None, metavar="TEMPLATE", help="Acceptance text template (same placeholders).")
+@click.option(
+    "--tests",
+    "tests_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of tests for {tests} (a package: the test modules that import each module; else"
+    " test_<name>.py files). [default: ./tests when it exists]",
+)
+@click.option("--final", default=None, metavar="NAME", help="A last milestone depending on every top milestone.")
+@click.option("--final-gate", default=None, metavar="CMD", help="The final milestone's gate (e.g. the whole suite).")
+@click.option(
+    "--affected-by",
+    default=None,
+    metavar="GIT_REF",
+    help="Only modules changed since GIT_REF (git diff --name-only) and every module importing them.",
+)
+@click.option("--objective", default=None, help="The work item's objective.")
+@click.option(
+    "--package-imports",
+    is_flag=True,
+    help="Count a module's import of an enclosing package (import pkg as p) as a dependency.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the plan here (default: stdout).",
+)
+@click.option("--apply", "apply_", is_flag=True, help="Also create the work item from it (plan apply).")
+@pass_ctx
+def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gates: tuple[str, ...],
+                  acceptance: str | None, tests_dir: Path | None, final: str | None, final_gate: str | None,
+                  affected_by: str | None, objective: str | None, package_imports: bool, output: Path | None,
+                  apply_: bool) -> None:  # fmt: skip
+    """Write a refactor plan for PACKAGE from its import graph: a milestone per
+    module (or package) depending on what it imports, leaves first; import
+    cycles become one milestone each and are reported as paths."""
+    from milepost.scaffold import scaffold
+
+    if tests_dir is None and Path("tests").is_dir():
+        tests_dir = Path("tests")
+    result = scaffold(
+        package, paths=paths, level=level, gates=gates, acceptance=acceptance,  # type: ignore[arg-type]
+        tests=tests_dir, final=final, final_gate=final_gate, affected_by=affected_by, objective=objective,
+        package_imports=package_imports,
+    )  # fmt: skip
+    if output is not None:
+        write_file(output, result.text)
+    item = None
+    if apply_:
+        from milepost.planfile import parse_plan
+
+        item = c.service.apply_plan(parse_plan(result.text, str(output or "<scaffold>")))
+    data = {
+        "milestones": len(result.plan["milestones"]), "modules": result.modules, "cycles": result.cycles,
+        "left_out": result.left_out, "notes": result.notes, "output": str(output) if output else None,
+        "item": item.id if item else None, "plan": result.plan,
+    }  # fmt: skip
+    if c.json:
+        click.echo(json.dumps(data))
+        return
+    for cycle in result.cycles:
+        click.echo(f"import cycle: {cycle}", err=True)
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    if output is None and item is None:
+        click.echo(result.text, nl=False)
+    else:
+        where = f"wrote {output}" if output else "scaffolded"
+        made = f"; created work item {item.id} (current)" if item else ""
+        click.echo(f"{where}: {data['milestones']} milestones from {result.modules} modules{made}")
+
+
+@plan.command("schema")
+def plan_schema() -> None:
+    """Print the JSON Schema of plan files (for editors and validators).
+
+    Point a YAML language server at it with a first line such as
+    `# yaml-language-server: $schema=./milepost-plan.schema.json`."""
+    from milepost.graph.plan import Plan
+
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **Plan.model_json_schema()}
+    schema["title"] = "milepost plan"
+    click.echo(json.dumps(schema, indent=2))
+
+
+@plan.command("export")
+@click.argument("item_id", type=ID, required=False)
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@pass_ctx
+def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
+    """Write a work item back as a plan file (stdout unless -o)."""
+    from milepost.planfile import dump_plan
+
+    data = c.service.export_plan(item_id)
+    if c.json:
+        fmt = "json"
+    text = dump_plan(data, fmt)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_file(output, text)
+        if not c.json:
+            click.echo(f"wrote {output}", err=True)
+
+
+# -- graph, runs, logs -------------------------------------------------------
+
+
+@cli.command()
+@click.argument("item_id", type=ID, required=False)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "mermaid", "dot", "json", "svg", "png", "html"]),
+    default="text",
+    show_default=True,
+    help="svg/png/html: a layered left-to-right picture with status colours and the critical path.",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to this file (default: stdout).")  # fmt: skip
+@pass_ctx
+def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
+    """Show the DAG with statuses: layers, critical path, bottlenecks; or as a picture."""
+    from milepost.graph import render
+
+    if c.json and fmt in ("text", "json"):
+        fmt = "json"
+    it, g = c.service.graph(item_id)
+    title = f"work item {it.id}: {it.objective}"
+    text: str | None = None
+    if fmt == "json":
+        text = json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g)}) + "\n"
+    elif fmt == "mermaid":
+        text = render.to_mermaid(g)
+    elif fmt == "dot":
+        text = render.to_dot(g, f"item {it.id}")
+    elif fmt == "svg":
+        from milepost.picture import to_svg
+
+        text = to_svg(g, title)
+    elif fmt == "html":
+        from milepost.picture import to_html
+
+        _, views = c.service.milestone_views(it.id)
+        done = sum(1 for m in g if m.status.is_done)
+        sub = (
+            f"{it.state.value} · {it.readiness}: {it.readiness_reason} · {done}/{len(g)} done · revision {it.revision}"
+        )
+        text = to_html(g, views, title, sub)
+    elif fmt == "png":
+        from milepost.picture import to_png, to_svg
+
+        data = to_png(to_svg(g, title))
+        if output is None:
+            if sys.stdout.isatty():
+                raise InvalidValueError("--format png writes binary data: give -o FILE, or redirect stdout")
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            write_file(output, data)
+        return
+    else:
+        show_graph_text(c.console(), it.id, it.objective, g)
+        return
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_file(output, text)

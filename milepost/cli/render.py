@@ -1,0 +1,140 @@
+"""The one rendering module: how the CLI shows what the library returns
+(rich markup, tables, one colour map). Commands fetch; these format."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from milepost.graph.dag import WorkGraph
+    from milepost.results import DoneResult, MilestoneView
+
+
+def styled(status: str) -> str:
+    from milepost.graph.render import PALETTE
+
+    colour = PALETTE.get(status)
+    return f"[{colour.term}]{status}[/]" if colour else status
+
+
+def esc(text: str) -> str:
+    """User text for rich: control characters escaped, markup neutralised."""
+    from rich.markup import escape
+
+    from milepost._text import printable
+
+    return escape(printable(text))
+
+
+def show_changes(con: Console, changes: list[Any], name: str) -> None:
+    for ch in changes:
+        extra = f" ({esc(ch.reason)})" if ch.reason and ch.milestone != name else ""
+        con.print(f"{ch.milestone}: {ch.from_status} -> {styled(ch.to_status)}{extra}")
+
+
+def show_done(con: Console, r: DoneResult) -> None:
+    m, run = r.milestone, r.gate_run
+    if run is None and r.note:
+        con.print(f"[yellow]{esc(r.note)}[/]")
+        return
+    if m.awaiting_review:
+        gate = f"gate passed ({run.reason}); " if run else ""
+        con.print(f"{m.name}: {styled('in_review')} — {gate}waiting for `milepost approve {m.name}` or `reject`")
+        return
+    if run is None:
+        con.print(f"{m.name}: {styled('done')} (no gate)")
+        return
+    where = f"log: {run.log_path}"
+    if r.note:
+        con.print(f"[yellow]{esc(r.note)}[/]")
+    if r.passed:
+        con.print(
+            f"{m.name}: {styled('done')} — gate passed ({run.reason}, {run.duration:.2f} s,"
+            f" attempt {run.attempt}); {where}"
+        )
+        return
+    if m.status.value == "stuck":
+        con.print(
+            f"{m.name}: {styled('stuck')} — gate failed: {esc(run.reason)} (attempt {m.attempts} of"
+            f" {m.max_attempts}, budget spent); reset with `milepost reset {m.name} --reason TEXT`; {where}"
+        )
+    else:
+        left = m.max_attempts - m.attempts
+        con.print(
+            f"{m.name}: {styled(m.status.value)} — gate failed: {esc(run.reason)} (attempt {m.attempts} of"
+            f" {m.max_attempts}, {left} left); {where}"
+        )
+    tail = run.tail.rstrip().splitlines()[-10:]
+    for line in tail:
+        con.print(f"  [dim]{esc(line)}[/]")
+
+
+def milestone_table(con: Console, views: list[MilestoneView]) -> None:
+    from rich.table import Table
+
+    if not views:
+        con.print("no milestones yet: `milepost add NAME --gate CMD`")
+        return
+    t = Table(box=None, header_style="bold")
+    for col in ("id", "name", "status", "tries", "deps", "gate", "note"):
+        t.add_column(col, overflow="fold")
+    for v in views:
+        gate = v.gate[0].run if len(v.gate) == 1 else (f"{len(v.gate)} commands" if v.gate else "-")
+        if len(gate) > 40:
+            gate = gate[:39] + "…"
+        note = v.reason or v.last_run or ""
+        if v.waiting_on:
+            note = "waiting on " + ", ".join(v.waiting_on)
+        t.add_row(
+            str(v.id),
+            v.name,
+            styled(v.view),
+            f"{v.attempts}/{v.max_attempts}",
+            ", ".join(v.deps) or "-",
+            esc(gate),
+            esc(note),
+        )
+    con.print(t)
+
+
+# -- plan files --------------------------------------------------------------
+
+
+def show_graph_text(con: Console, item_id: int, objective: str, g: WorkGraph) -> None:
+    from milepost.graph.dag import display_status
+
+    con.print(f"[bold]work item {item_id}[/]: {esc(objective)}")
+    if not len(g):
+        con.print("(no milestones)")
+        return
+    for i, layer in enumerate(g.layers(), start=1):
+        con.print(f"[bold]layer {i}[/]")
+        for m in layer:
+            deps = f"  [dim]<- {', '.join(m.deps)}[/]" if m.deps else ""
+            st = display_status(g, m)
+            con.print(f"  {styled(st)}{' ' * (12 - len(st))} {m.name}{deps}")
+    path = g.critical_path()
+    con.print(f"critical path ({len(path)}): " + " -> ".join(m.name for m in path))
+    bn = g.bottlenecks(3)
+    if bn:
+        con.print("bottlenecks: " + ", ".join(f"{m.name} ({n} depend on it)" for m, n in bn))
+    nxt = g.next_ready()
+    con.print(f"next: {nxt.name}" if nxt else g.why_nothing_ready())
+
+
+def show_summary(con: Console, summary: Any) -> None:
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold")
+    for col in ("id", "milestone", "status", "tries", "time", "last reason"):
+        t.add_column(col, overflow="fold")
+    for m in summary.milestones:
+        t.add_row(str(m.id), m.name, styled(m.view), f"{m.attempts}/{m.max_attempts}", f"{m.duration:.1f} s",
+                  esc(m.last_reason or ""))  # fmt: skip
+    con.print(t)
+    verdict = "[green]all done[/]" if summary.ok else "[red]not done[/]"
+    con.print(f"{verdict}: {esc(summary.message)} ({summary.gate_runs} gate runs, {summary.duration:.1f} s)")
+    if summary.flow_run_url:
+        con.print(f"flow run: {summary.flow_run_url}")

@@ -1,0 +1,281 @@
+"""Runtime commands (the ones that may start Prefect or serve): ``drive``,
+``tick``, ``serve``, ``deploy``, ``server``, ``mcp``, ``prime``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from milepost.errors import EnvironmentProblem
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from milepost.service import Service
+
+from milepost.cli._base import (
+    ID,
+    Ctx,
+    Seconds,
+    cli,
+    home_of,
+    pass_ctx,
+    prefect_env,
+    revision_option,
+    write_file,
+)
+from milepost.cli.render import (
+    esc,
+    show_summary,
+)
+
+
+@cli.command()
+@click.argument("item_id", type=ID, required=False)
+@click.option(
+    "--max-parallel",
+    type=click.IntRange(min=1, max=1000),
+    default=1,
+    show_default=True,
+    help="Gates running at once (lowest ids first).",
+)
+@click.option("--task-runner", type=click.Choice(["thread", "dask"]), default="thread", show_default=True)
+@click.option("--dask-address", default=None, metavar="ADDR", help="Dask scheduler (default: a LocalCluster).")
+@click.option("--until", default=None, metavar="NAME", help="Drive only NAME and what it depends on.")
+@click.option("--dry-run", is_flag=True, help="Print the order a drive would take; run nothing.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Write a JUnit XML report: a test case per milestone (for CI).")  # fmt: skip
+@revision_option
+@pass_ctx
+def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask_address: str | None,
+          until: str | None, dry_run: bool, junit: Path | None, expect_revision: int | None) -> None:  # fmt: skip
+    """Drive a work item through its DAG as a Prefect flow.
+
+    Each gate runs as a Prefect task named after its milestone; failed gates
+    retry within their budget, other branches go on. Exits 0 when every
+    milestone is done, 1 otherwise, 130 when interrupted. Uses the workspace's
+    Prefect server when `milepost server start` runs, else Prefect's temporary
+    server (with its home in .milepost/prefect).
+    """
+    svc = c.service
+    item = svc.resolve_item(item_id)
+    svc.check_can_drive(item, expect_revision)
+    if dry_run:
+        order = svc.plan_order(item, until)
+        c.emit(
+            {"item": item, "order": order},
+            lambda con: con.print("\n".join(f"{i}. {n}" for i, n in enumerate(order, 1)) or "nothing to run"),
+        )
+        return
+    api = prefect_env(svc.store.home, "the dask task runner (its workers)" if task_runner == "dask" else None)
+    from milepost.flows.events import JsonLinesReporter, LineReporter, Reporter
+
+    reporter: Reporter
+    live = None
+    if c.json:
+        reporter = JsonLinesReporter()
+    elif sys.stdout.isatty():
+        from milepost._live import LiveReporter
+
+        reporter = live = LiveReporter(c.console(), svc.milestone_views(item)[1])
+    else:
+        reporter = LineReporter()
+    if api is None and not c.json:
+        click.echo("using Prefect's temporary server (start `milepost server start` for the UI)", err=True)
+    from milepost.flows.drive import run_drive
+
+    try:
+        summary = run_drive(
+            svc, item, max_parallel=max_parallel, until=until, task_runner=task_runner, dask_address=dask_address,
+            reporter=reporter, expect_revision=expect_revision,
+        )  # fmt: skip
+    finally:
+        if live is not None:
+            live.stop()
+    reporter.drive_finished(summary)
+    if not c.json:
+        show_summary(c.console(), summary)
+    _ci_reports(svc, summary, junit)
+    raise SystemExit(0 if summary.ok else 1)
+
+
+def _ci_reports(svc: Service, summary: Any, junit: Path | None) -> None:
+    """Where CI looks: a JUnit report (--junit), and GitHub's step summary
+    (appended when GITHUB_STEP_SUMMARY names a file)."""
+    from milepost import report
+
+    if junit is not None:
+        write_file(junit, report.junit_xml(svc, summary), "--junit")
+    step = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step:
+        try:
+            with open(step, "a", encoding="utf-8") as f:
+                f.write(report.step_summary(svc, summary))
+        except OSError as e:
+            raise EnvironmentProblem(f"cannot append to GITHUB_STEP_SUMMARY {step!r}: {e.strerror or e}") from None
+
+
+@cli.command()
+@pass_ctx
+def tick(c: Ctx) -> None:
+    """One scheduler tick: expire timers and due rechecks, then drive the
+    runnable items (current ones first, then queued oldest first)."""
+    svc = c.service
+    svc.operator = True  # the scheduler acts for every agent
+    expired = svc.expire()
+    driven: list[dict[str, Any]] = []
+    if svc.drivable_items():  # only then is Prefect imported
+        prefect_env(svc.store.home)
+        from milepost.flows.events import JsonLinesReporter, LineReporter, Reporter
+        from milepost.flows.tick import run_tick
+
+        reporter: Reporter = JsonLinesReporter(sys.stderr) if c.json else LineReporter()
+        result = run_tick(svc, reporter)
+        expired += result.expired
+        driven = result.driven
+
+    def human(con: Console) -> None:
+        for line in expired:
+            con.print(line)
+        for d in driven:
+            con.print(f"work item {d['item']}: {'all done' if d['ok'] else esc(d['message'])}")
+        if not expired and not driven:
+            con.print("nothing to do: no timer or recheck due, no item with a ready milestone")
+
+    c.emit({"expired": expired, "driven": driven}, human)
+
+
+@cli.command()
+@click.option("--interval", type=Seconds(1, open_min=False), default=60, show_default=True,
+              help="Seconds between ticks.")  # fmt: skip
+@click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
+@pass_ctx
+def serve(c: Ctx, interval: float, name: str) -> None:
+    """Serve the tick flow with Prefect: a tick every INTERVAL seconds, until
+    interrupted. Uses the workspace's Prefect server (`milepost server start`)
+    or PREFECT_API_URL."""
+    api = prefect_env(home_of(c), "serve", quiet=False)
+    if c.db:
+        os.environ["MILEPOST_DB"] = c.db  # the served flow runs open the same store
+    from datetime import timedelta
+
+    from milepost.flows.tick import tick_flow
+
+    click.echo(f"serving {name}: a tick every {interval:g} s against {api} (Ctrl-C stops)", err=True)
+    tick_flow.serve(name=name, interval=timedelta(seconds=interval))
+
+
+@cli.command()
+@click.option("--pool", required=True, help="Work pool (a process pool is created when missing).")
+@click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
+@click.option("--interval", type=Seconds(1, open_min=False), default=None, help="Seconds between scheduled ticks.")
+@click.option(
+    "--working-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder the workers run ticks in, on their machines (default: this workspace's root).",
+)
+@pass_ctx
+def deploy(c: Ctx, pool: str, name: str, interval: float | None, working_dir: Path | None) -> None:
+    """Register the tick flow as a Prefect deployment on a work pool: Prefect
+    workers on any machine (`prefect worker start --pool POOL`) then run ticks
+    against the shared database (MILEPOST_DB).
+
+    A tick runs its gates in the working directory (the checkout they test)
+    and keeps their logs in its .milepost/ folder. The database URL is written
+    into the deployment unless it holds a password: then each worker sets
+    MILEPOST_DB itself."""
+    from sqlalchemy.engine import make_url
+
+    store = c.service.store  # refuses a missing or empty store: workers would fail every tick
+    prefect_env(store.home, "deploy")
+    env = {} if make_url(store.url).password else {"MILEPOST_DB": store.url}
+    from milepost.flows.tick import deploy_tick
+
+    folder = str((working_dir or store.root).absolute())
+    dep = deploy_tick(pool, name, interval, env, folder)
+    hint = "" if env else " (the URL has a password: set MILEPOST_DB on the workers)"
+    c.emit(
+        {"deployment_id": dep, "pool": pool, "name": f"milepost-tick/{name}", "interval": interval,
+         "working_dir": folder, "db_in_deployment": bool(env)},
+        lambda con: con.print(f"deployed milepost-tick/{name} on pool {pool!r} ({dep}), working dir {folder}{hint}"),
+    )  # fmt: skip
+
+
+@cli.group()
+def server() -> None:
+    """The workspace's Prefect server (UI on loopback)."""
+
+
+@server.command("start")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one).")
+@pass_ctx
+def server_start(c: Ctx, port: int | None) -> None:
+    """Start `prefect server start` for this workspace and wait until it answers."""
+    from milepost.flows.server import server_start as start
+
+    info = start(home_of(c), port)
+    c.emit(info.__dict__, lambda con: con.print(f"Prefect server up: UI {info.ui_url} (pid {info.pid})"))
+
+
+@server.command("stop")
+@pass_ctx
+def server_stop(c: Ctx) -> None:
+    """Stop the workspace's Prefect server."""
+    from milepost.flows.server import server_stop as stop
+
+    was = stop(home_of(c))
+    c.emit({"stopped": was}, lambda con: con.print("stopped" if was else "no server was running"))
+
+
+@server.command("status")
+@pass_ctx
+def server_status(c: Ctx) -> None:
+    """Is the workspace's Prefect server up? (exit 1 when it is not)"""
+    from milepost.flows.server import server_status as status
+
+    info = status(home_of(c))
+    text = f"running (pid {info.pid}), UI {info.ui_url}, healthy: {info.healthy}" if info.running else "not running"
+    c.emit(info.__dict__, lambda con: con.print(text))
+    if not (info.running and info.healthy):
+        raise SystemExit(1)
+
+
+@cli.command()
+@click.option("--item", "item", type=ID, default=None, help="Work item id (default: this agent's current item).")
+@pass_ctx
+def prime(c: Ctx, item: int | None) -> None:
+    """A short briefing for a coding agent's context: the focused item, ready
+    milestones with their acceptance text, what blocks the rest, and how to
+    prove work. Agent clients can run it in a session-start hook."""
+    from milepost.agent import prime as briefing
+
+    text = briefing(c.service, item)
+    if c.json:
+        click.echo(json.dumps({"briefing": text}))
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command()
+@click.option(
+    "--workspace",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="The workspace to serve (default: the current folder), for clients that start servers elsewhere.",
+)
+@pass_ctx
+def mcp(c: Ctx, workspace: Path | None) -> None:
+    """Serve milepost's agent tools over MCP on stdio (for an agent client's
+    mcpServers configuration): work_item, milestone, wait, graph, drive, and
+    the prime prompt."""
+    if workspace is not None:
+        os.chdir(workspace)  # gates run, and logs are kept, in the workspace
+    from milepost.mcp_server import serve_stdio
+
+    serve_stdio(c.db, c.agent, c.operator)
