@@ -5,7 +5,9 @@ Side by side in one run, against one real ``prefect server`` on loopback:
 * milepost's ``drive`` of N independent milestones whose gates are ``true``;
 * a hand-written Prefect flow running the same ``true`` commands as tasks
   (one task run per command, named, submitted and awaited one at a time);
-* a plain ``subprocess.run`` loop of the same commands.
+* a plain ``subprocess.run`` loop of the same commands;
+* doit (a task runner without a server or a UI) running the same commands as
+  tasks, to show what Prefect costs and what it buys.
 
 Reports the median milliseconds per milestone of each over R repeats and the
 ratio milepost / hand-written flow (target <= 1.25). Then drives a wide DAG of
@@ -92,6 +94,18 @@ def run(args: argparse.Namespace, ws) -> None:  # type: ignore[no-untyped-def]
         hand(n)
         return time.perf_counter() - t0
 
+    def doit_once() -> float:
+        from doit.cmd_base import ModuleTaskLoader
+        from doit.doit_cmd import DoitMain
+
+        tasks = {f"task_m{i}": (lambda i=i: {"actions": ["true"], "verbosity": 0}) for i in range(n)}
+        dep_file = str(Path(tempfile.mkdtemp(prefix="milepost-doit-")) / "doit.db")
+        t0 = time.perf_counter()
+        code = DoitMain(ModuleTaskLoader(tasks)).run(["--db-file", dep_file, "-q"])
+        dt = time.perf_counter() - t0
+        assert code == 0, code
+        return dt
+
     def plain_once() -> float:
         t0 = time.perf_counter()
         for _ in range(n):
@@ -101,16 +115,18 @@ def run(args: argparse.Namespace, ws) -> None:  # type: ignore[no-untyped-def]
     # Warm up both paths once (first flow of a process pays for imports and client set-up).
     milepost_once()
     hand_once()
-    mp, hw, pl = [], [], []
+    mp, hw, pl, dt = [], [], [], []
     for _ in range(args.repeat):
         mp.append(milepost_once())
         hw.append(hand_once())
         pl.append(plain_once())
-    m_mp, m_hw, m_pl = (statistics.median(x) * 1000 / n for x in (mp, hw, pl))
+        dt.append(doit_once())
+    m_mp, m_hw, m_pl, m_dt = (statistics.median(x) * 1000 / n for x in (mp, hw, pl, dt))
     print(f"drive overhead, {n} milestones with `true` gates, median of {args.repeat} (ms per milestone):")
     print(f"  milepost drive           {m_mp:8.1f}")
     print(f"  hand-written Prefect flow{m_hw:8.1f}")
     print(f"  plain subprocess loop    {m_pl:8.1f}")
+    print(f"  doit, same commands      {m_dt:8.1f}   ({m_dt * n / 1000:.2f} s for all {n}; no server, no UI)")
     print(f"  milepost / hand-written  {m_mp / m_hw:8.2f}x   (target <= 1.25)")
 
     # Parallel efficiency: layers x width sleeping gates, each layer depending on the one before.

@@ -1,5 +1,6 @@
-"""Shared fixtures: temp workspaces, the real CLI in a subprocess, and a real
-PostgreSQL server when one is installed (CI installs one; set
+"""Shared fixtures and helpers: temp workspaces, the CLI (in this process by
+default, the real entry point in a subprocess where a test needs a process),
+and a real PostgreSQL server when one is installed (CI installs one; set
 MILEPOST_REQUIRE_POSTGRES=1 to make its absence an error instead of a skip)."""
 
 from __future__ import annotations
@@ -79,6 +80,39 @@ class CLI:
         return r.data
 
 
+class InProcessCLI(CLI):
+    """Runs ``milepost.cli.main`` in this process, in the workspace directory,
+    with a clean MILEPOST_* environment and stdout/stderr captured by click's
+    test runner: the same exit codes and output as the real entry point,
+    without an interpreter start per call. ``popen`` (signals, kills) still
+    starts the real entry point; tests of the real process use ``CLI``."""
+
+    def __call__(self, *args: str, check: bool | None = None, timeout: float = 120, **env: str) -> Result:
+        from click.testing import CliRunner
+
+        from milepost.cli import main
+
+        clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("MILEPOST_")}
+        clean.update({k: v for k, v in self.env.items() if k.startswith("MILEPOST_")})
+        clean.update(self.extra)
+        clean.update(env)
+        here = os.getcwd()
+        code = 0
+        runner = CliRunner()
+        with runner.isolation(env=clean) as (out, err, _):
+            os.chdir(self.cwd)
+            try:
+                main(list(args))
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            finally:
+                os.chdir(here)
+            r = Result(code, out.getvalue().decode(), err.getvalue().decode())
+        if check is True and r.code != 0:
+            raise AssertionError(f"milepost {' '.join(args)} exited {r.code}: {r.err}{r.out}")
+        return r
+
+
 @pytest.fixture
 def milepost_bin(tmp_path: Path) -> Path:
     """A folder holding a ``milepost`` command that runs this interpreter's entry point: put it
@@ -100,14 +134,29 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cli(workspace: Path) -> CLI:
-    c = CLI(workspace)
+    """The CLI in this process, in an initialized workspace."""
+    c = InProcessCLI(workspace)
     c("init", check=True)
     return c
 
 
 @pytest.fixture
 def bare_cli(workspace: Path) -> CLI:
-    """A CLI in a folder with no store."""
+    """The CLI in this process, in a folder with no store."""
+    return InProcessCLI(workspace)
+
+
+@pytest.fixture
+def real_cli(workspace: Path) -> CLI:
+    """The real entry point (``python -m milepost``) in a subprocess, in an initialized workspace."""
+    c = CLI(workspace)
+    c("init", check=True)
+    return c
+
+
+@pytest.fixture
+def real_bare_cli(workspace: Path) -> CLI:
+    """The real entry point in a subprocess, in a folder with no store."""
     return CLI(workspace)
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from milepost.graph import Action, WorkGraph
-from milepost.picture import COLOURS, layout, to_html, to_png, to_svg
+from milepost.graph.render import fill
+from milepost.picture import layout, to_html, to_png, to_svg
 from milepost.planfile import load_plan
 from tests.conftest import CLI, EXAMPLES
 
@@ -42,7 +43,7 @@ def test_svg_draws_every_milestone_in_its_status_colour_left_to_right() -> None:
     for m in g:
         for d in m.deps:
             assert dr.nodes[d].x < dr.nodes[m.name].x
-    assert dr.nodes["extract-b"].status == "stuck" and COLOURS["stuck"] in svg
+    assert dr.nodes["extract-b"].status == "stuck" and fill("stuck") in svg
     assert dr.nodes["merge"].status == "blocked" and dr.nodes["extract-c"].status == "ready"
     assert {n for n in dr.nodes if dr.nodes[n].critical} == {m.name for m in g.critical_path()}
     assert sum(1 for *_, crit in dr.edges if crit) == len(g.critical_path()) - 1

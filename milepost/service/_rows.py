@@ -3,12 +3,12 @@ between a row and its pydantic model (``model_validate`` of the row's
 mapping one way, ``model_dump(include=...)`` the other).
 
 Statements the hot paths run on every transition are built once, here, with
-bind parameters: building a SQLAlchemy statement costs more than running it.
+bind parameters, and compiled once per dialect (see :mod:`._prepared`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -19,6 +19,7 @@ from milepost._schema import DEPS, EVENTS, FOCUS, ITEMS, MILESTONES, REFS, RUNS
 from milepost.gates.command import GateResult
 from milepost.graph.models import Milestone, WorkItem
 from milepost.results import GateRun
+from milepost.service._prepared import Prepared
 
 __all__ = [
     "DEPS",
@@ -46,7 +47,7 @@ DEFINITION_FIELDS = frozenset(
 
 # -- the hot paths' statements, built once ------------------------------------------
 
-LOCK_ITEM = select(ITEMS).where(ITEMS.c.id == bindparam("item")).with_for_update()
+LOCK_ITEM = Prepared(select(ITEMS).where(ITEMS.c.id == bindparam("item")).with_for_update())
 # One milestone with its deps' names and statuses, in one round trip (a
 # milestone without deps comes back as one row with NULL dep columns).
 _DEP = MILESTONES.alias("dep")
@@ -57,19 +58,20 @@ _ONE = (
     )
     .order_by(DEPS.c.position)
 )
-ONE_MILESTONE = _ONE.where(MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.name == bindparam("name"))
-MILESTONE_BY_PK = _ONE.where(MILESTONES.c.id == bindparam("pk"))
-SAVE_STATE = (
+ONE_MILESTONE = Prepared(_ONE.where(MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.name == bindparam("name")))
+MILESTONE_BY_PK = Prepared(_ONE.where(MILESTONES.c.id == bindparam("pk")))
+SAVE_STATE = Prepared(
     update(MILESTONES)
     .where(MILESTONES.c.id == bindparam("pk"))
     .values({f: bindparam(f) for f in sorted(STATE_FIELDS)} | {"updated_at": bindparam("now")})
 )
-BUMP_REVISION = (
+BUMP_REVISION = Prepared(
     update(ITEMS)
     .where(ITEMS.c.id == bindparam("item"), ITEMS.c.revision == bindparam("old"))
     .values(revision=bindparam("new"), updated_at=bindparam("now"))
 )
-ADD_EVENTS = insert(EVENTS)
+EVENT_FIELDS = ("item_id", "milestone", "action", "from_status", "to_status", "reason", "agent", "revision", "at")
+ADD_EVENTS = Prepared(insert(EVENTS).values({f: bindparam(f) for f in EVENT_FIELDS}))
 LEASE = select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == bindparam("pk"))
 LAST_ATTEMPT = select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == bindparam("pk"))
 
@@ -87,10 +89,10 @@ def milestone(row: Row[Any] | Mapping[str, Any], deps: list[str]) -> Milestone:
     return Milestone.model_validate(data)
 
 
-def with_deps(found: list[Row[Any]]) -> tuple[Milestone, list[Milestone]]:
+def with_deps(found: Sequence[Mapping[str, Any]]) -> tuple[Milestone, list[Milestone]]:
     """A milestone and its deps (names and statuses only) from the rows of
     :data:`ONE_MILESTONE` or :data:`MILESTONE_BY_PK`."""
-    deps = [Milestone(id=r.dep_seq, name=r.dep_name, status=r.dep_status) for r in found if r.dep_name is not None]
+    deps = [Milestone(id=r["dep_seq"], name=r["dep_name"], status=r["dep_status"]) for r in found if r["dep_name"]]
     return milestone(found[0], [d.name for d in deps]), deps
 
 

@@ -36,6 +36,7 @@ from milepost.graph.status import Action, ItemState, MilestoneStatus, PlanStatus
 from milepost.graph.steps import Change
 from milepost.results import MilestoneChange
 from milepost.service import _rows as rows
+from milepost.service._prepared import Record
 from milepost.service._rows import DEPS, MILESTONES
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ class Tx:
     """One write transaction on one work item: its row (read fresh, locked),
     the events to log, and the rows an operation reads and writes."""
 
-    def __init__(self, ctx: Context, conn: Connection, head: Row[Any], cache: GraphCache | None) -> None:
+    def __init__(self, ctx: Context, conn: Connection, head: Row[Any] | Record, cache: GraphCache | None) -> None:
         self.ctx = ctx
         self.conn = conn
         self.head = head
@@ -167,7 +168,7 @@ class Tx:
         self._cache = cache
         self._loaded = cache.get(head.id, head.revision) if cache is not None else None
         # What find() read: each milestone's row (its lease columns too) and its deps.
-        self.rows: dict[int, Row[Any]] = {}
+        self.rows: dict[int, Record] = {}
         self._deps: dict[int, list[Milestone]] = {}
 
     @property
@@ -231,7 +232,7 @@ class Tx:
         if self._loaded is not None:
             m = self._loaded.graph.get(name)
             return self._loaded.pks[name], m
-        found = list(self.conn.execute(rows.ONE_MILESTONE, {"item": self.id, "name": name}))
+        found = rows.ONE_MILESTONE.rows(self.conn, item=self.id, name=name)
         if not found:
             known = self.conn.execute(
                 select(MILESTONES.c.name).where(MILESTONES.c.item_id == self.id).order_by(MILESTONES.c.seq).limit(8)
@@ -244,9 +245,9 @@ class Tx:
     def find_pk(self, pk: int, name: str) -> Milestone:
         if self._loaded is not None:
             return self._loaded.graph.get(name)
-        return self._keep(list(self.conn.execute(rows.MILESTONE_BY_PK, {"pk": pk})))[1]
+        return self._keep(rows.MILESTONE_BY_PK.rows(self.conn, pk=pk))[1]
 
-    def _keep(self, found: list[Row[Any]]) -> tuple[int, Milestone]:
+    def _keep(self, found: list[Record]) -> tuple[int, Milestone]:
         m, deps = rows.with_deps(found)
         pk = int(found[0].id)
         self._deps[pk] = deps
@@ -269,7 +270,7 @@ class Tx:
         for c in changes:
             name = c.after.name
             key = self._loaded.pks[name] if self._loaded is not None and name in self._loaded.pks else pk
-            self.conn.execute(rows.SAVE_STATE, {"pk": key, "now": now, **rows.milestone_state(c.after)})
+            rows.SAVE_STATE.run(self.conn, pk=key, now=now, **rows.milestone_state(c.after))
             if not applied and self._loaded is not None:
                 self._loaded.graph.put(c.after)
             self.emit(c.action, c.after.name, c.before.status.value, c.after.status.value, c.reason)
@@ -284,14 +285,13 @@ class Tx:
             return
         new = self.next_revision
         now = utcnow()
-        res = self.conn.execute(rows.BUMP_REVISION, {"item": self.id, "old": self.revision, "new": new, "now": now})
-        if res.rowcount != 1:
+        if rows.BUMP_REVISION.run(self.conn, item=self.id, old=self.revision, new=new, now=now) != 1:
             raise LostRace
         if not self.events:
             self.revision = new
             return
-        self.conn.execute(
-            rows.ADD_EVENTS,
+        rows.ADD_EVENTS.run_many(
+            self.conn,
             [
                 {
                     "item_id": self.id,
@@ -346,10 +346,10 @@ def write(
     for _ in range(MAX_CAS_RETRIES):
         try:
             with ctx.store.write() as conn:
-                head = conn.execute(rows.LOCK_ITEM, {"item": item_id}).first()
-                if head is None:
+                found = rows.LOCK_ITEM.rows(conn, item=item_id)
+                if not found:
                     raise NotFoundError(f"no work item {item_id}; see `milepost item list`", item=item_id)
-                tx = Tx(ctx, conn, head, cache)
+                tx = Tx(ctx, conn, found[0], cache)
                 if check_owner:
                     tx.check_owner()
                 tx.check_revision(expect_revision)

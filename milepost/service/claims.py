@@ -395,7 +395,7 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
         if taken.rowcount != 1:
             return None
         attempt = (conn.execute(rows.LAST_ATTEMPT, {"pk": pk}).scalar() or 0) + 1
-        m = rows.with_deps(list(conn.execute(rows.MILESTONE_BY_PK, {"pk": pk})))[0]
+        m = rows.with_deps(rows.MILESTONE_BY_PK.rows(conn, pk=pk))[0]
     crash_point("reclaim")
     info = info or {}
     log = Path(info["log"]) if info.get("log") else log_path(ctx, item, name, attempt)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from milepost.flows.server import server_start, server_stop
+from tests.conftest import CLI
 
 # All Prefect tests share one server: keep them on one xdist worker.
 pytestmark = pytest.mark.xdist_group("prefect")
@@ -92,3 +93,17 @@ def write_plan(ws: Path, text: str) -> Path:
     p = ws / "plan.yaml"
     p.write_text(text)
     return p
+
+
+# Drives run Prefect: here every CLI call is the real entry point in its own
+# process (as users and CI run it), not the in-process runner of the other tests.
+@pytest.fixture
+def cli(workspace: Path) -> CLI:
+    c = CLI(workspace)
+    c("init", check=True)
+    return c
+
+
+@pytest.fixture
+def bare_cli(workspace: Path) -> CLI:
+    return CLI(workspace)
