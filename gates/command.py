@@ -22,12 +22,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from milepost.gates._crash import crash_point
+from milepost.gates.outcome import CommandResult, GateResult, Outcome
 from milepost.gates.supervisor import ExitStatus, LaunchError, read_proc, supervisor
 from milepost.graph.models import GateCommand
 
@@ -49,42 +47,6 @@ TAIL_BYTES = 4096
 KILL_GRACE_SECONDS = 2.0
 # How often a waiting gate looks at its stop event.
 STOP_POLL_SECONDS = 0.2
-
-
-class Outcome(StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    INTERRUPTED = "interrupted"
-
-
-class CommandResult(BaseModel):
-    name: str
-    run: str
-    outcome: Outcome
-    exit_code: int | None = None
-    duration: float = 0.0
-    reason: str
-    tail: str = ""
-
-
-class GateResult(BaseModel):
-    """One gate attempt: every command's result, and the verdict."""
-
-    outcome: Outcome
-    reason: str
-    exit_code: int | None = None
-    duration: float = 0.0
-    tail: str = ""
-    log_path: str | None = None
-    host: str | None = None  # the machine that ran it (its log is there)
-    started_at: datetime
-    finished_at: datetime
-    commands: list[CommandResult] = Field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return self.outcome is Outcome.PASSED
 
 
 def read_tail(path: Path, start: int = 0, end: int | None = None, limit: int = TAIL_BYTES) -> str:

@@ -1,54 +1,53 @@
 """milepost: a workflow DAG orchestrator for durable work items.
 
-The public surface is ``__all__``. The domain (``milepost.graph``) and the
-errors import eagerly and cheaply; the store and the service load on first
-use, and Prefect only when a flow runs, so ``import milepost`` stays fast.
+The public surface is ``__all__``. Every name loads on first use (the
+domain and the errors, the store and the service; Prefect only when a flow
+runs), so ``import milepost`` costs nothing and the CLI decides what it builds.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from milepost.errors import (
-    BlockedError,
-    BudgetSpentError,
-    ConcurrentUpdateError,
-    CycleError,
-    DatabaseUnreachableError,
-    DuplicateNameError,
-    EnvironmentProblem,
-    FrozenPlanError,
-    InputError,
-    InvalidNameError,
-    InvalidValueError,
-    MilepostError,
-    NotFoundError,
-    NotOwnerError,
-    PlanError,
-    PlanFileError,
-    SelfDependencyError,
-    SettingsError,
-    StaleRevisionError,
-    StoreDamagedError,
-    StoreNotFoundError,
-    TransitionError,
-    UnknownDependencyError,
-)
-from milepost.graph import (
-    Action,
-    GateCommand,
-    ItemState,
-    Milestone,
-    MilestoneStatus,
-    Plan,
-    PlanStatus,
-    Readiness,
-    WorkGraph,
-    WorkItem,
-)
-
 if TYPE_CHECKING:
+    from milepost.errors import (
+        BlockedError,
+        BudgetSpentError,
+        ConcurrentUpdateError,
+        CycleError,
+        DatabaseUnreachableError,
+        DuplicateNameError,
+        EnvironmentProblem,
+        FrozenPlanError,
+        InputError,
+        InvalidNameError,
+        InvalidValueError,
+        MilepostError,
+        NotFoundError,
+        NotOwnerError,
+        PlanError,
+        PlanFileError,
+        SelfDependencyError,
+        SettingsError,
+        StaleRevisionError,
+        StoreDamagedError,
+        StoreNotFoundError,
+        TransitionError,
+        UnknownDependencyError,
+    )
     from milepost.gates.command import GateResult, run_gate
+    from milepost.graph import (
+        Action,
+        GateCommand,
+        ItemState,
+        Milestone,
+        MilestoneStatus,
+        Plan,
+        PlanStatus,
+        Readiness,
+        WorkGraph,
+        WorkItem,
+    )
     from milepost.planfile import load_plan, parse_plan
     from milepost.results import ActionResult, DoneResult, GateRun, NextResult
     from milepost.service import Service
@@ -104,6 +103,39 @@ __all__ = [
 ]
 
 _LAZY = {
+    "BlockedError": "milepost.errors",
+    "BudgetSpentError": "milepost.errors",
+    "ConcurrentUpdateError": "milepost.errors",
+    "CycleError": "milepost.errors",
+    "DatabaseUnreachableError": "milepost.errors",
+    "DuplicateNameError": "milepost.errors",
+    "EnvironmentProblem": "milepost.errors",
+    "FrozenPlanError": "milepost.errors",
+    "InputError": "milepost.errors",
+    "InvalidNameError": "milepost.errors",
+    "InvalidValueError": "milepost.errors",
+    "MilepostError": "milepost.errors",
+    "NotFoundError": "milepost.errors",
+    "NotOwnerError": "milepost.errors",
+    "PlanError": "milepost.errors",
+    "PlanFileError": "milepost.errors",
+    "SelfDependencyError": "milepost.errors",
+    "SettingsError": "milepost.errors",
+    "StaleRevisionError": "milepost.errors",
+    "StoreDamagedError": "milepost.errors",
+    "StoreNotFoundError": "milepost.errors",
+    "TransitionError": "milepost.errors",
+    "UnknownDependencyError": "milepost.errors",
+    "Action": "milepost.graph",
+    "GateCommand": "milepost.graph",
+    "ItemState": "milepost.graph",
+    "Milestone": "milepost.graph",
+    "MilestoneStatus": "milepost.graph",
+    "Plan": "milepost.graph",
+    "PlanStatus": "milepost.graph",
+    "Readiness": "milepost.graph",
+    "WorkGraph": "milepost.graph",
+    "WorkItem": "milepost.graph",
     "Service": "milepost.service",
     "Store": "milepost.store",
     "ActionResult": "milepost.results",

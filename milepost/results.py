@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from milepost.gates.command import GateResult
+from milepost.gates.outcome import GateResult
 from milepost.graph.models import Milestone, WorkItem
 from milepost.graph.status import (
     Action,

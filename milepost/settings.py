@@ -5,15 +5,21 @@ machine) opens the store the user named.
 
 Command-line flags (``--db``, ``--agent``, ``--debug``) win over the
 environment; the environment wins over the defaults here.
+
+The object is a plain pydantic model filled from the environment by
+:meth:`Settings.from_env` (names matched case-insensitively, as
+pydantic-settings does): importing pydantic-settings cost every command about
+40 ms, more than the rest of milepost's own start-up.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Mapping
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from milepost.errors import SettingsError
 
@@ -24,10 +30,10 @@ ENV_PREFIX = "MILEPOST_"
 MAX_LEASE_TTL = 7 * 24 * 3600.0
 
 
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """Every setting of milepost (environment variable ``MILEPOST_<NAME>``)."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     db: str | None = Field(
         default=None,
@@ -54,12 +60,21 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, v: str | None) -> str | None:
         return v if v is None or v.strip() else None
 
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings ``MILEPOST_<NAME>`` variables give (any letter case)."""
+        env = os.environ if environ is None else environ
+        found = {k.upper(): v for k, v in env.items() if k.upper().startswith(ENV_PREFIX)}
+        return cls.model_validate(
+            {name: found[ENV_PREFIX + name.upper()] for name in cls.model_fields if ENV_PREFIX + name.upper() in found}
+        )
+
 
 def load_settings() -> Settings:
     """The settings from the environment; a bad value is an environment error
     (exit 3) naming the variable, what was found and what is accepted."""
     try:
-        return Settings()
+        return Settings.from_env()
     except ValidationError as e:
         err = e.errors()[0]
         name = ENV_PREFIX + str(err["loc"][0]).upper() if err.get("loc") else ENV_PREFIX + "*"

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from milepost.gates.command import GateResult
+from milepost.gates.outcome import GateResult
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import (
     GateCommand,
@@ -33,7 +33,6 @@ from milepost.graph.models import (
     WorkRef,
     check_name,
 )
-from milepost.graph.plan import Plan
 from milepost.graph.status import Action, PlanStatus
 from milepost.results import (
     ActionResult,
@@ -45,15 +44,33 @@ from milepost.results import (
     MilestoneView,
     NextResult,
 )
-from milepost.service import claims, items, milestones, waits
+from milepost.service import items, milestones, waits
 from milepost.service._tx import Context, GraphCache
-from milepost.service.claims import interrupted_result
-from milepost.service.drive import DriveSession
 from milepost.settings import load_settings
 from milepost.store import Store
 from milepost.workspace import resolve_workspace
 
+if TYPE_CHECKING:
+    from milepost.graph.plan import Plan
+    from milepost.service.claims import interrupted_result
+    from milepost.service.drive import DriveSession
+
 __all__ = ["DEFAULT_AGENT", "DriveSession", "Service", "interrupted_result"]
+
+
+def __getattr__(name: str) -> Any:
+    # The gate path (claims, the drive session) loads when a command runs a
+    # gate or a drive: `next`, `list` and the other state commands never do.
+    if name == "interrupted_result":
+        from milepost.service.claims import interrupted_result
+
+        return interrupted_result
+    if name == "DriveSession":
+        from milepost.service.drive import DriveSession
+
+        return DriveSession
+    raise AttributeError(f"module 'milepost.service' has no attribute {name!r}")
+
 
 DEFAULT_AGENT = "default"
 
@@ -236,6 +253,8 @@ class Service:
 
     def done(self, name: str, *, verdict: str | None = None, item: int | None = None,
              expect_revision: int | None = None) -> DoneResult:  # fmt: skip
+        from milepost.service import claims
+
         return claims.done(self.ctx, name, verdict=verdict, item=item, expect_revision=expect_revision)
 
     # -- reading ----------------------------------------------------------------------
@@ -259,21 +278,33 @@ class Service:
 
     def drive_session(self, item: int, owner: str) -> DriveSession:
         """What a drive loop of ``item`` keeps while it runs (see :class:`DriveSession`)."""
+        from milepost.service.drive import DriveSession
+
         return DriveSession(self.ctx, item, owner)
 
     def log_path(self, item_id: int, name: str, attempt: int) -> Path:
+        from milepost.service import claims
+
         return claims.log_path(self.ctx, item_id, name, attempt)
 
     def gate_env(self, claim: Claim) -> dict[str, str]:
+        from milepost.service import claims
+
         return claims.gate_env(self.ctx, claim)
 
     def record(self, claim: Claim, result: GateResult, *, verdict: str | None = None,
                release: bool = False) -> DoneResult:  # fmt: skip
         """Store a gate run and apply its outcome (see :func:`milepost.service.claims.record`)."""
+        from milepost.service import claims
+
         return claims.record(self.ctx, claim, result, verdict=verdict, release=release)
 
     def record_fix(self, claim: Claim, result: GateResult) -> None:
+        from milepost.service import claims
+
         claims.record_fix(self.ctx, claim, result)
 
     def reclaim_expired(self, item: int, owner: str) -> list[DoneResult]:
+        from milepost.service import claims
+
         return claims.reclaim_expired(self.ctx, item, owner)

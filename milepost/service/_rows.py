@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, func, insert, select, update
 
 from milepost._schema import DEPS, EVENTS, FOCUS, ITEMS, MILESTONES, REFS, RUNS
-from milepost.gates.command import GateResult
+from milepost.gates.outcome import GateResult
 from milepost.graph.models import Milestone, WorkItem
 from milepost.results import GateRun
 from milepost.service._prepared import Prepared

@@ -10,7 +10,7 @@ every done milestone built on it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, select
 
@@ -20,13 +20,15 @@ from milepost.graph import steps
 from milepost.graph.dag import WorkGraph, check_removable, display_status
 from milepost.graph.item import check_structure_editable
 from milepost.graph.models import GateCommand, ItemDefaults, Milestone, WorkItem, check_text
-from milepost.graph.plan import Plan, plan_from_item
 from milepost.graph.status import Action, MilestoneStatus
 from milepost.results import ActionResult, GateRun, MilestoneView, NextResult
 from milepost.service._rows import DEPS, EVENTS, MILESTONES, RUNS
 from milepost.service._rows import gate_run as gate_run_of
 from milepost.service._tx import Context, ItemEvent, Tx, write
-from milepost.service.items import create_item, head, insert_milestones, read, resolve
+from milepost.service.items import create_item, graph_of, head, insert_milestones, read, resolve
+
+if TYPE_CHECKING:
+    from milepost.graph.plan import Plan
 
 __all__ = [
     "act",
@@ -218,6 +220,8 @@ def apply_plan(ctx: Context, plan: Plan) -> WorkItem:
 
 
 def export_plan(ctx: Context, item: int | None = None) -> dict[str, Any]:
+    from milepost.graph.plan import plan_from_item
+
     return plan_from_item(read(ctx, resolve(ctx, item))[0])
 
 
@@ -246,7 +250,8 @@ def plan_order(ctx: Context, item: int | None = None, until: str | None = None) 
 
 def next_milestone(ctx: Context, item: int | None = None) -> NextResult:
     item_id = resolve(ctx, item)
-    _, g = read(ctx, item_id)
+    with ctx.store.read() as conn:  # the graph only: no work item, no readiness
+        g = graph_of(conn, head(conn, item_id), ctx.cache).graph
     pick = g.pick()
     return NextResult(item=item_id, milestone=pick.milestone, reason=pick.reason, ready=[m.name for m in g.ready()])
 
