@@ -19,6 +19,7 @@ from prefect.artifacts import (
 
 from milepost.flows.events import DriveSummary, NullReporter
 from milepost.graph.dag import WorkGraph
+from milepost.graph.status import MilestoneStatus
 from milepost.picture import svg_data_uri, to_svg
 from milepost.results import Claim, DoneResult
 
@@ -59,7 +60,7 @@ class ArtifactReporter(NullReporter):
             update_progress_artifact(self.progress_id, progress=100.0 * len(self.finished) / self.total)
 
     def publish(self, summary: DriveSummary, graph: WorkGraph) -> None:
-        done = sum(1 for m in summary.milestones if m.status == "done")
+        done = sum(1 for m in summary.milestones if m.status is MilestoneStatus.DONE)
         if self.progress_id is not None:
             update_progress_artifact(self.progress_id, progress=100.0 * done / self.total)
         verdict = "all done" if summary.ok else "not all done"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from milepost.gates.supervisor import host_identity
 from milepost.graph.models import GateCommand
 from milepost.results import Claim
 
-__all__ = ["GateSpec", "driver_identity", "gate_task", "run_gate_spec"]
+__all__ = ["GateSpec", "TaskKind", "driver_identity", "gate_task", "run_gate_spec"]
 
 # Gate output forwarded to the Prefect task-run log (the UI); the whole output
 # stays in the log file.
@@ -32,11 +33,18 @@ MAX_LOG_LINES = 2000
 STOP_POLL_SECONDS = 0.2
 
 
+class TaskKind(StrEnum):
+    """What a task of the drive runs: a milestone's gate, or the fix hook after a failed attempt."""
+
+    GATE = "gate"
+    FIX = "fix"
+
+
 class GateSpec(BaseModel):
     """Everything one gate (or fix) task needs; pickled to Dask workers."""
 
     claim: Claim
-    kind: str = "gate"  # or "fix"
+    kind: TaskKind = TaskKind.GATE
     commands: list[GateCommand]
     cwd: str
     env: dict[str, str]
@@ -147,7 +155,7 @@ def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:
         return Completed(message=what)
     if result.outcome is Outcome.INTERRUPTED:
         return Cancelled(name="Interrupted", message=what)
-    if spec.kind != "gate":
+    if spec.kind is not TaskKind.GATE:
         return Failed(name="Fix failed", message=what)
     last = m.attempts + 1 >= m.max_attempts
     return Failed(name="Stuck" if last else "Needs fix", message=what + ("; retry budget spent" if last else ""))

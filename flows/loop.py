@@ -22,7 +22,7 @@ from prefect.futures import PrefectFuture
 
 from milepost.errors import StaleRevisionError
 from milepost.flows.events import DriveSummary, Reporter
-from milepost.flows.gate_task import GateSpec, driver_identity, gate_task
+from milepost.flows.gate_task import GateSpec, TaskKind, driver_identity, gate_task
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome
 from milepost.graph.models import GateCommand
@@ -36,7 +36,7 @@ __all__ = ["DriveContext", "Loop"]
 @dataclass
 class _Running:
     key: str
-    kind: str  # "gate" or "fix"
+    kind: TaskKind
     claim: Claim
     spec: GateSpec
     future: PrefectFuture[Any]
@@ -89,7 +89,7 @@ class Loop:
 
     # -- submitting --------------------------------------------------------
 
-    def _submit(self, kind: str, claim: Claim, commands: list[GateCommand], log_path: str, timeout: float | None,
+    def _submit(self, kind: TaskKind, claim: Claim, commands: list[GateCommand], log_path: str, timeout: float | None,
                 extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
         name = claim.milestone.name
         key = f"{name}#{claim.attempt}:{kind}"
@@ -107,12 +107,12 @@ class Loop:
         # A fix follows a failed attempt: waiting on that failed future would
         # leave it NotReady forever, so it waits on nothing (it is submitted
         # only after the attempt finished anyway).
-        deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind == "gate" else []
-        run_name = name if kind == "gate" else f"fix {name}"
-        tags = [f"milepost-item:{self.item}", f"attempt:{claim.attempt}", f"milepost-{kind}"]
-        configured = gate_task.with_options(name=kind, task_run_name=run_name, tags=tags)
+        deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind is TaskKind.GATE else []
+        run_name = name if kind is TaskKind.GATE else f"fix {name}"
+        tags = [f"milepost-item:{self.item}", f"attempt:{claim.attempt}", f"milepost-{kind.value}"]
+        configured = gate_task.with_options(name=kind.value, task_run_name=run_name, tags=tags)
         future: PrefectFuture[Any] = configured.submit(spec, wait_for=deps)  # type: ignore[call-overload]
-        if kind == "gate":
+        if kind is TaskKind.GATE:
             self.by_name[name] = future
             self.session.leases.add(claim)
         self.running[key] = _Running(key, kind, claim, spec, future)
@@ -126,7 +126,7 @@ class Loop:
         return done
 
     def _fill(self) -> None:
-        while len([r for r in self.running.values() if r.kind == "gate"]) < self.ctx.max_parallel:
+        while len([r for r in self.running.values() if r.kind is TaskKind.GATE]) < self.ctx.max_parallel:
             claim = self.session.claim_next(self.ctx.expect_revision)
             self.ctx.expect_revision = None
             if claim is None:
@@ -136,7 +136,7 @@ class Loop:
             self.reporter.gate_started(claim)
             try:
                 # A milestone without a gate is done when reached, but still a node of the run's graph.
-                self._submit("gate", claim, m.gate, claim.log_path, m.timeout)
+                self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout)
             except BaseException as e:
                 # Never leave a claimed milestone behind a lease nobody renews.
                 why = f"could not submit its gate: {type(e).__name__}: {e}"
@@ -151,7 +151,7 @@ class Loop:
 
     def _finish(self, r: _Running) -> None:
         result = read_result(r.spec)
-        if r.kind == "fix":
+        if r.kind is TaskKind.FIX:
             self.session.record_fix(r.claim, result)
             self.reporter.fix_finished(r.claim, result)
             self._release_hold(r.claim.milestone.name)
@@ -171,7 +171,7 @@ class Loop:
             self.session.hold(m.name)
             log_path = claim.log_path.removesuffix(".log") + ".fix.log"
             fix = [GateCommand(name="fix", run=m.fix)]
-            self._submit("fix", claim, fix, log_path, m.timeout, {"MILEPOST_FAILURE_LOG": claim.log_path})
+            self._submit(TaskKind.FIX, claim, fix, log_path, m.timeout, {"MILEPOST_FAILURE_LOG": claim.log_path})
         elif m.retry_at is not None:
             self._hold_until(m.name, m.retry_at)
 
@@ -254,7 +254,7 @@ class Loop:
                 continue
             pending.pop(key, None)
         for r in self.running.values():
-            if r.kind != "gate":
+            if r.kind is not TaskKind.GATE:
                 continue
             result = read_result(r.spec) if r.key not in pending else None
             if result is None or result.outcome is not Outcome.INTERRUPTED:

@@ -42,6 +42,7 @@ from prefect.states import Cancelled, Completed, Failed, Running
 
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone
+from milepost.graph.status import DisplayStatus
 
 __all__ = ["STATES", "create_nodes", "node_state", "plan_node"]
 
@@ -64,12 +65,12 @@ def node_state(g: WorkGraph, m: Milestone) -> tuple[str, str, str]:
     """(state type, state name, message) of a milestone's plan node."""
     view = display_status(g, m)
     kind, name = STATES.get(view, ("cancelled", view.replace("_", " ").capitalize()))
-    if view == "done":
+    if view is DisplayStatus.DONE:
         message = f"done before this drive (attempt {m.attempts} of {m.max_attempts})" if m.gate else "done (no gate)"
-    elif view == "blocked":
+    elif view is DisplayStatus.BLOCKED:
         waiting = ", ".join(f"{d.name} ({display_status(g, d)})" for d in g.undone_deps(m.name))
         message = f"waiting on {waiting}" if waiting else "blocked"
-    elif view == "stuck":
+    elif view is DisplayStatus.STUCK:
         message = f"stuck: {m.reason or 'retry budget spent'} (reset with --reason)"
     else:
         message = m.reason or view.replace("_", " ")

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from milepost.errors import InputError, InvalidValueError, MilepostError
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone, TodoItem, WorkItem
-from milepost.graph.status import Action, PlanStatus
+from milepost.graph.status import Action, MilestoneStatus, PlanStatus
 from milepost.service import Service
 
 __all__ = [
@@ -404,10 +404,10 @@ def prime(svc: Service, item: int | None = None) -> str:
             lines.append(f"  - {m.name}{acc}{gate}")
         if len(ready) > 5:
             lines.append(f"  ... and {len(ready) - 5} more")
-    busy = [m.name for m in g if m.status.value == "in_progress" and not m.awaiting_review]
+    busy = [m.name for m in g if m.status is MilestoneStatus.IN_PROGRESS and not m.awaiting_review]
     if busy:
         lines.append("in progress: " + ", ".join(busy[:10]))
-    for m in [m for m in g if m.status.value == "needs_fix" and not m.is_stuck][:5]:
+    for m in [m for m in g if m.status is MilestoneStatus.NEEDS_FIX and not m.is_stuck][:5]:
         lines.append(f"needs_fix: {m.name} ({m.attempts}/{m.max_attempts} tries): {m.reason or ''}".rstrip(": "))
     stuck = [m for m in g if m.is_stuck]
     for m in stuck[:5]:

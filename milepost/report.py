@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from milepost.flows.events import DriveSummary
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.render import to_mermaid
+from milepost.graph.status import DisplayStatus
 from milepost.service import Service
 
 __all__ = ["junit_xml", "step_summary"]
@@ -46,9 +47,9 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
         for key, value in (("status", ms.view), ("attempts", f"{ms.attempts}/{ms.max_attempts}"), ("id", ms.id)):
             ET.SubElement(props, "property", name=str(key), value=str(value))
         view = display_status(g, m)
-        if view == "done":
+        if view is DisplayStatus.DONE:
             pass
-        elif view in ("stuck", "needs_fix"):
+        elif view in (DisplayStatus.STUCK, DisplayStatus.NEEDS_FIX):
             failures += 1
             reason = ms.last_reason or m.reason or view
             failure = ET.SubElement(case, "failure", message=_xml_text(f"{view}: {reason}"), type=view)
@@ -85,8 +86,8 @@ def _last_tail(svc: Service, item: int, name: str) -> str:
     return "\n".join([head, *lines])
 
 
-def _held_by(g: WorkGraph, name: str, view: str) -> str:
-    if view == "blocked":
+def _held_by(g: WorkGraph, name: str, view: DisplayStatus) -> str:
+    if view is DisplayStatus.BLOCKED:
         waiting = ", ".join(f"{d.name} ({display_status(g, d)})" for d in g.undone_deps(name))
         return f"blocked by {waiting}" if waiting else "blocked"
     return {

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from milepost.graph.status import MilestoneStatus
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -55,7 +57,7 @@ def show_done(con: Console, r: DoneResult) -> None:
             f" attempt {run.attempt}); {where}"
         )
         return
-    if m.status.value == "stuck":
+    if m.status is MilestoneStatus.STUCK:
         con.print(
             f"{m.name}: {styled('stuck')} — gate failed: {esc(run.reason)} (attempt {m.attempts} of"
             f" {m.max_attempts}, budget spent); reset with `milepost reset {m.name} --reason TEXT`; {where}"

@@ -33,7 +33,7 @@ from milepost.graph.models import (
     WorkRef,
     check_name,
 )
-from milepost.graph.status import Action, PlanStatus
+from milepost.graph.status import Action, PlanStatus, ReadinessState
 from milepost.results import (
     ActionResult,
     Claim,
@@ -168,7 +168,7 @@ class Service:
     def drivable_items(self) -> list[int]:
         """What a scheduler tick drives: open items with a ready milestone,
         every agent's current item first, then the queued ones, oldest first."""
-        ready = [i for i in self.list_items("open") if i.readiness_state == "milestone_ready"]
+        ready = [i for i in self.list_items("open") if i.readiness_state is ReadinessState.MILESTONE_READY]
         current = set(self.current_items())
         return [i.id for i in sorted(ready, key=lambda i: (i.id not in current, i.id))]
 
