@@ -6,7 +6,8 @@ its own module as functions of a :class:`~milepost.service._tx.Context`:
 |---|---|
 | ``_tx`` | the write path: item lock, revision compare-and-swap, typed events, the graph cache |
 | ``_rows`` | the tables, row <-> model mapping, the hot paths' prebuilt statements |
-| ``items`` | work items: create, read, list, focus, update, complete, cancel; refs; plan.md |
+| ``items`` | work items: create, read, list, focus, update, complete, cancel |
+| ``evidence`` | an item's plan.md artifact and its work refs |
 | ``waits`` | waits, wake-ups, the scheduler's clock |
 | ``milestones`` | add/remove, user actions, review verdicts; next, graph, views, runs, plans |
 | ``claims`` | leases, the gate-with-lease path of ``done`` and the drive, recording, reclaiming |
@@ -44,7 +45,7 @@ from milepost.results import (
     MilestoneView,
     NextResult,
 )
-from milepost.service import items, milestones, waits
+from milepost.service import evidence, items, milestones, waits
 from milepost.service._tx import Context, GraphCache
 from milepost.settings import load_settings
 from milepost.store import Store
@@ -192,19 +193,19 @@ class Service:
 
     def add_ref(self, kind: str, ref: str, reason: str = "", *, item: int | None = None,
                 expect_revision: int | None = None) -> WorkRef:  # fmt: skip
-        return items.add_ref(self.ctx, kind, ref, reason, item=item, expect_revision=expect_revision)
+        return evidence.add_ref(self.ctx, kind, ref, reason, item=item, expect_revision=expect_revision)
 
     def refs(self, item: int | None = None) -> list[WorkRef]:
-        return items.refs(self.ctx, item)
+        return evidence.refs(self.ctx, item)
 
     def events(self, item: int | None = None) -> list[dict[str, Any]]:
         return items.events(self.ctx, item)
 
     def plan_path(self, item_id: int) -> Path:
-        return items.plan_path(self.ctx, item_id)
+        return evidence.plan_path(self.ctx, item_id)
 
     def plan_artifact(self, item_id: int, preview_bytes: int = 1024) -> PlanArtifact:
-        return items.plan_artifact(self.ctx, item_id, preview_bytes)
+        return evidence.plan_artifact(self.ctx, item_id, preview_bytes)
 
     # -- waits ----------------------------------------------------------------------
 

@@ -4,9 +4,7 @@ evidence (work refs) and their plan.md artifact. Functions of a
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select, update
@@ -19,10 +17,8 @@ from milepost.graph.models import (
     MAX_ID,
     ItemDefaults,
     Milestone,
-    PlanArtifact,
     TodoItem,
     WorkItem,
-    WorkRef,
     check_command,
     check_delay,
     check_retries,
@@ -30,7 +26,6 @@ from milepost.graph.models import (
     check_timeout,
 )
 from milepost.graph.status import (
-    ArtifactStatus,
     ItemFilter,
     ItemState,
     MilestoneStatus,
@@ -40,12 +35,12 @@ from milepost.graph.status import (
 )
 from milepost.results import CompletionResult, ItemSummary
 from milepost.service import _rows as rows
-from milepost.service._rows import EVENTS, FOCUS, ITEMS, MILESTONES, REFS
+from milepost.service._rows import EVENTS, FOCUS, ITEMS, MILESTONES
 from milepost.service._tx import Context, GraphCache, ItemEvent, Loaded, Tx, check_revision, load_graph, write
+from milepost.service.evidence import write_plan_md
 
 __all__ = [
     "LIST_FILTERS",
-    "add_ref",
     "cancel",
     "check_can_drive",
     "complete",
@@ -55,10 +50,7 @@ __all__ = [
     "get_item",
     "list_items",
     "pick",
-    "plan_artifact",
-    "plan_path",
     "read",
-    "refs",
     "resolve",
     "update_item",
 ]
@@ -296,81 +288,6 @@ def set_focus(conn: Connection, agent: str, item_id: int | None) -> None:
         conn.execute(insert(FOCUS).values(agent=agent, item_id=item_id))
     else:
         conn.execute(update(FOCUS).where(FOCUS.c.agent == agent).values(item_id=item_id))
-
-
-# -- the plan artifact -----------------------------------------------------------
-
-
-def plan_path(ctx: Context, item_id: int) -> Path:
-    store = ctx.store
-    path = store.evidence_dir("work-items") / str(item_id) / "plan.md"
-    if store.legacy_layout and not path.exists():
-        # Stores made before schema 0004 kept plan.md outside a store-id folder.
-        old = store.home / "work-items" / str(item_id) / "plan.md"
-        if old.exists():
-            return old
-    return path
-
-
-def write_plan_md(ctx: Context, item_id: int, objective: str, milestones: list[Milestone]) -> None:
-    lines = [f"# {objective}", "", "## Milestones", ""]
-    for m in milestones:
-        deps = f" (after {', '.join(m.deps)})" if m.deps else ""
-        lines.append(f"- **{m.name}**{deps}: {m.acceptance or 'no acceptance text yet'}")
-    if not milestones:
-        lines.append("- none yet")
-    lines += ["", "## Approach", "", "(edit this file: it is the durable plan of the work item)", ""]
-    path = plan_path(ctx, item_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():  # never overwrite what someone wrote
-        path.write_text("\n".join(lines))
-
-
-def plan_artifact(ctx: Context, item_id: int, preview_bytes: int = 1024) -> PlanArtifact:
-    """The plan.md as found: available (hash, size, preview), missing or unreadable."""
-    path = plan_path(ctx, item_id)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return PlanArtifact(path=str(path), status=ArtifactStatus.MISSING)
-    except OSError:
-        return PlanArtifact(path=str(path), status=ArtifactStatus.UNREADABLE)
-    return PlanArtifact(
-        path=str(path),
-        status=ArtifactStatus.AVAILABLE,
-        sha256=hashlib.sha256(data).hexdigest(),
-        size=len(data),
-        preview=data[:preview_bytes].decode("utf-8", errors="replace"),
-        preview_complete=len(data) <= preview_bytes,
-    )
-
-
-# -- evidence ------------------------------------------------------------------
-
-
-def add_ref(ctx: Context, kind: str, ref: str, reason: str = "", *, item: int | None = None,
-            expect_revision: int | None = None) -> WorkRef:  # fmt: skip
-    for value, what in ((kind, "the ref's kind"), (ref, "the ref"), (reason, "the ref's reason")):
-        check_text(value, what)
-    if not kind.strip() or not ref.strip():
-        raise InvalidValueError("a work ref needs a kind and a ref, e.g. `milepost ref add pr https://... --reason`")
-    now = utcnow()
-
-    def fn(tx: Tx) -> WorkRef:
-        tx.check_open()
-        tx.conn.execute(insert(REFS).values(item_id=tx.id, kind=kind.strip(), ref=ref.strip(), reason=reason, at=now))
-        tx.emit(ItemEvent.REF, reason=f"{kind}: {ref}")
-        return WorkRef(kind=kind.strip(), ref=ref.strip(), reason=reason, at=now)
-
-    return write(ctx, resolve(ctx, item), fn, expect_revision)
-
-
-def refs(ctx: Context, item: int | None = None) -> list[WorkRef]:
-    item_id = resolve(ctx, item)
-    with ctx.store.read() as conn:
-        head(conn, item_id)
-        found = conn.execute(select(REFS).where(REFS.c.item_id == item_id).order_by(REFS.c.id)).all()
-    return [WorkRef.model_validate(r._mapping) for r in found]
 
 
 # -- changing ----------------------------------------------------------------
