@@ -14,13 +14,12 @@ value reads and writes exactly as through ``Connection.execute``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.selectable import Select
@@ -69,13 +68,15 @@ class _Compiled:
         return self.results
 
     def args(self, params: Mapping[str, Any]) -> Any:
-        values = {}
-        for name, proc in self.binds.items():
-            v = params[name]
-            values[name] = proc(v) if proc is not None and v is not None else v
+        binds = self.binds
         if self.order is not None:
-            return tuple(values[n] for n in self.order)
-        return values
+            out = []
+            for n in self.order:
+                v = params[n]
+                p = binds[n]
+                out.append(p(v) if p is not None and v is not None else v)
+            return out
+        return {n: (p(params[n]) if p is not None and params[n] is not None else params[n]) for n, p in binds.items()}
 
     def records(self, description: Sequence[Sequence[Any]], found: Sequence[Sequence[Any]]) -> list[Record]:
         procs = self.processors(description)
@@ -104,41 +105,51 @@ class Prepared:
 
     def rows(self, conn: Connection, **params: Any) -> list[Record]:
         c = self._compiled(conn)
-        with _cursor(conn, c.sql) as cur:
+        cur = _cursor(conn)
+        try:
             cur.execute(c.sql, c.args(params))
             return c.records(cur.description, cur.fetchall())
+        except conn.dialect.loaded_dbapi.Error as e:
+            raise _wrapped(conn, cur, c.sql, e) from e
+        finally:
+            cur.close()
 
     def run(self, conn: Connection, **params: Any) -> int:
         """Run a statement that returns no rows; its row count."""
         c = self._compiled(conn)
-        with _cursor(conn, c.sql) as cur:
+        cur = _cursor(conn)
+        try:
             cur.execute(c.sql, c.args(params))
             return int(cur.rowcount)
+        except conn.dialect.loaded_dbapi.Error as e:
+            raise _wrapped(conn, cur, c.sql, e) from e
+        finally:
+            cur.close()
 
     def run_many(self, conn: Connection, params: Sequence[Mapping[str, Any]]) -> None:
         c = self._compiled(conn)
-        with _cursor(conn, c.sql) as cur:
+        cur = _cursor(conn)
+        try:
             cur.executemany(c.sql, [c.args(p) for p in params])
+        except conn.dialect.loaded_dbapi.Error as e:
+            raise _wrapped(conn, cur, c.sql, e) from e
+        finally:
+            cur.close()
 
 
-@contextmanager
-def _cursor(conn: Connection, sql: str) -> Iterator[Any]:
-    """A cursor of the connection's driver connection. Driver errors come out
-    as SQLAlchemy's ``DBAPIError`` (as from ``Connection.execute``), so the
-    store turns them into environment errors the same way; a lost
-    connection is invalidated."""
+def _cursor(conn: Connection) -> Any:
     dbapi_conn = conn.connection.dbapi_connection
     assert dbapi_conn is not None
-    cur = dbapi_conn.cursor()
-    try:
-        yield cur
-    except conn.dialect.loaded_dbapi.Error as e:
-        lost = conn.dialect.is_disconnect(e, dbapi_conn, cur)
-        if lost:
-            conn.invalidate(e)
-        raise DBAPIError.instance(
-            sql, None, e, conn.dialect.loaded_dbapi.Error, connection_invalidated=lost, dialect=conn.dialect
-        ) from e
-    finally:
-        with suppress(Exception):
-            cur.close()
+    return dbapi_conn.cursor()
+
+
+def _wrapped(conn: Connection, cur: Any, sql: str, e: Any) -> StatementError:
+    """A driver error as SQLAlchemy's ``DBAPIError`` (as ``Connection.execute``
+    raises it), so the store turns it into an environment error the same way;
+    a lost connection is invalidated."""
+    lost = conn.dialect.is_disconnect(e, conn.connection.dbapi_connection, cur)
+    if lost:
+        conn.invalidate(e)
+    return DBAPIError.instance(
+        sql, None, e, conn.dialect.loaded_dbapi.Error, connection_invalidated=lost, dialect=conn.dialect
+    )

@@ -47,12 +47,21 @@ DEFINITION_FIELDS = frozenset(
 
 # -- the hot paths' statements, built once ------------------------------------------
 
-LOCK_ITEM = Prepared(select(ITEMS).where(ITEMS.c.id == bindparam("item")).with_for_update())
+# A write locks the item and reads what every write checks; the rest of the
+# row (waits, todos, defaults) is read only by the writes that use it.
+HEAD_COLUMNS = (ITEMS.c.id, ITEMS.c.agent, ITEMS.c.state, ITEMS.c.plan_status, ITEMS.c.revision)
+LOCK_ITEM = Prepared(select(*HEAD_COLUMNS).where(ITEMS.c.id == bindparam("item")).with_for_update())
+ITEM_ROW = Prepared(select(ITEMS).where(ITEMS.c.id == bindparam("item")))
 # One milestone with its deps' names and statuses, in one round trip (a
 # milestone without deps comes back as one row with NULL dep columns).
 _DEP = MILESTONES.alias("dep")
 _ONE = (
-    select(MILESTONES, _DEP.c.seq.label("dep_seq"), _DEP.c.name.label("dep_name"), _DEP.c.status.label("dep_status"))
+    select(
+        *(c for c in MILESTONES.c if c.name not in ("item_id", "lease_info", "created_at")),
+        _DEP.c.seq.label("dep_seq"),
+        _DEP.c.name.label("dep_name"),
+        _DEP.c.status.label("dep_status"),
+    )
     .select_from(
         MILESTONES.outerjoin(DEPS, DEPS.c.milestone_id == MILESTONES.c.id).outerjoin(_DEP, _DEP.c.id == DEPS.c.dep_id)
     )

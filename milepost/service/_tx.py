@@ -162,6 +162,8 @@ class Tx:
         self.ctx = ctx
         self.conn = conn
         self.head = head
+        self._id = int(head.id)
+        self._row: Any = None
         self.revision: int = head.revision
         self.events: list[Event] = []
         self.dirty = False
@@ -173,7 +175,14 @@ class Tx:
 
     @property
     def id(self) -> int:
-        return int(self.head.id)
+        return self._id
+
+    @property
+    def row(self) -> Any:
+        """The item's whole row (waits, todos, defaults, blocker), read on first use."""
+        if self._row is None:
+            self._row = rows.ITEM_ROW.rows(self.conn, item=self._id)[0]
+        return self._row
 
     @property
     def state(self) -> ItemState:

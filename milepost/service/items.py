@@ -309,7 +309,7 @@ def pick(ctx: Context, item: int, *, clear_blocker: bool = False, reason: str | 
             tx.conn.execute(
                 update(ITEMS).where(ITEMS.c.id == tx.id).values(blocked_by=None, blocked_by_wait=False, wait=None)
             )
-            tx.emit(ItemEvent.CLEAR_BLOCKER, before=tx.head.blocked_by, reason=reason)
+            tx.emit(ItemEvent.CLEAR_BLOCKER, before=tx.row.blocked_by, reason=reason)
         set_focus(tx.conn, ctx.agent, tx.id)
 
     write(ctx, resolve(ctx, item), fn, expect_revision)
@@ -377,7 +377,7 @@ def update_item(
             tx.emit(ItemEvent.BLOCKED_BY, reason=blocked_by.strip())
         elif clear_blocked_by:
             values.update(blocked_by=None, blocked_by_wait=False)
-            tx.emit(ItemEvent.BLOCKED_BY, before=tx.head.blocked_by, reason="cleared")
+            tx.emit(ItemEvent.BLOCKED_BY, before=tx.row.blocked_by, reason="cleared")
         if recheck_at is not None:
             values.update(recheck_at=recheck_at, recheck_consumed_at=None)
             tx.emit(ItemEvent.RECHECK_AT, reason=recheck_at.isoformat())
@@ -424,7 +424,7 @@ def complete(ctx: Context, report: str, *, item: int | None = None,
         )
         tx.conn.execute(update(FOCUS).where(FOCUS.c.item_id == tx.id).values(item_id=None))
         tx.emit(ItemEvent.COMPLETE, before=ItemState.OPEN.value, after=ItemState.COMPLETED.value)
-        todos = [TodoItem.model_validate(t) for t in tx.head.todo_list or []]
+        todos = [TodoItem.model_validate(t) for t in tx.row.todo_list or []]
         warnings = [f"unfinished todo: {t.text}" for t in todos if t.state is not TodoState.COMPLETED]
         return False, f"completed work item {tx.id}", warnings
 

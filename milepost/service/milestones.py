@@ -71,7 +71,7 @@ def add_milestone(
 
     def fn(tx: Tx) -> ActionResult:
         check_structure_editable(tx.id, tx.state, tx.plan_status, f"add milestone {name!r}")
-        d = ItemDefaults.model_validate(tx.head.defaults or {})
+        d = ItemDefaults.model_validate(tx.row.defaults or {})
         wanted = {name, *(deps or [])}
         found = {
             r.name: (r.id, r.seq)

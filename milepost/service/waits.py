@@ -39,7 +39,7 @@ def wait_item(
         tx.check_open()
         values: dict[str, Any] = {"wait": wait.model_dump(mode="json")}
         # A wait sets the blocker unless an independent one is recorded already.
-        if not tx.head.blocked_by or tx.head.blocked_by_wait:
+        if not tx.row.blocked_by or tx.row.blocked_by_wait:
             values.update(blocked_by=f"{wait.kind.value}: {wait.reason}", blocked_by_wait=True)
         tx.conn.execute(update(ITEMS).where(ITEMS.c.id == tx.id).values(**values))
         tx.emit(ItemEvent.WAIT, after=wait.kind.value, reason=f"{wait.resource or ''} {wait.reason}".strip())
@@ -52,13 +52,13 @@ def _settle(ctx: Context, item_id: int, why: str) -> None:
     """Clear an item's wait, and the blocker that wait established."""
 
     def fn(tx: Tx) -> None:
-        if tx.head.wait is None:
+        if tx.row.wait is None:
             return
         values: dict[str, Any] = {"wait": None}
-        if tx.head.blocked_by_wait:
+        if tx.row.blocked_by_wait:
             values.update(blocked_by=None, blocked_by_wait=False)
         tx.conn.execute(update(ITEMS).where(ITEMS.c.id == tx.id).values(**values))
-        tx.emit(ItemEvent.WAKE, before=Wait.model_validate(tx.head.wait).kind.value, reason=why)
+        tx.emit(ItemEvent.WAKE, before=Wait.model_validate(tx.row.wait).kind.value, reason=why)
 
     write(ctx, item_id, fn, check_owner=False)
 
@@ -112,7 +112,7 @@ def expire(ctx: Context, now: datetime | None = None) -> list[str]:
             .where(ITEMS.c.id == tx.id)
             .values(blocked_by=None, blocked_by_wait=False, recheck_consumed_at=now)
         )
-        tx.emit(ItemEvent.RECHECK, before=tx.head.blocked_by, reason="recheck_at is due")
+        tx.emit(ItemEvent.RECHECK, before=tx.row.blocked_by, reason="recheck_at is due")
 
     for item_id in due:
         write(ctx, item_id, recheck, check_owner=False)
