@@ -150,6 +150,5 @@ def _wrapped(conn: Connection, cur: Any, sql: str, e: Any) -> StatementError:
     lost = conn.dialect.is_disconnect(e, conn.connection.dbapi_connection, cur)
     if lost:
         conn.invalidate(e)
-    return DBAPIError.instance(
-        sql, None, e, conn.dialect.loaded_dbapi.Error, connection_invalidated=lost, dialect=conn.dialect
-    )
+    base: type[Exception] = conn.dialect.loaded_dbapi.Error
+    return DBAPIError.instance(sql, None, e, base, connection_invalidated=lost, dialect=conn.dialect)
