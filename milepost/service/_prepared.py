@@ -151,4 +151,5 @@ def _wrapped(conn: Connection, cur: Any, sql: str, e: Any) -> StatementError:
     if lost:
         conn.invalidate(e)
     base: type[Exception] = conn.dialect.loaded_dbapi.Error
-    return DBAPIError.instance(sql, None, e, base, connection_invalidated=lost, dialect=conn.dialect)
+    orig: Exception = e
+    return DBAPIError.instance(sql, None, orig, base, connection_invalidated=lost, dialect=conn.dialect)
