@@ -26,37 +26,18 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-import click
+from milepost._startup import quiet_imports
 
+with quiet_imports():  # most of what a state command costs is starting: see milepost._startup
+    import click
 
-def _build_models() -> None:
-    """Import milepost's models with pydantic's plugin discovery off.
+    import milepost.graph.models
+    import milepost.results
+    import milepost.settings  # noqa: F401  (its model is built here, with the others)
+    from milepost.cli import items, milestones, plans, runtime  # noqa: F401  (they register their commands)
+    from milepost.cli._base import cli
+    from milepost.errors import MilepostError
 
-    When pydantic builds its first model it looks for plugins among the entry
-    points of every installed distribution: about 25 ms on each command in an
-    environment that holds Prefect, more than any milepost module costs. The
-    CLI's own models need no plugin, so the documented switch
-    ``PYDANTIC_DISABLE_PLUGINS`` is set while they are built and then put back:
-    gates, Prefect and everything built later see the environment as the user
-    gave it (and their plugins, if any)."""
-    prior = os.environ.get("PYDANTIC_DISABLE_PLUGINS")
-    os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
-    try:
-        import milepost.graph.models
-        import milepost.results
-        import milepost.settings  # noqa: F401
-    finally:
-        if prior is None:
-            del os.environ["PYDANTIC_DISABLE_PLUGINS"]
-        else:
-            os.environ["PYDANTIC_DISABLE_PLUGINS"] = prior
-
-
-_build_models()
-
-from milepost.cli import items, milestones, plans, runtime  # noqa: E402, F401  (they register their commands)
-from milepost.cli._base import cli  # noqa: E402
-from milepost.errors import MilepostError  # noqa: E402
 
 __all__ = ["cli", "main"]
 

@@ -39,7 +39,10 @@ class Ctx:
     @property
     def service(self) -> Service:
         if self._service is None:
-            from milepost.service import Service
+            from milepost._startup import quiet_imports
+
+            with quiet_imports():
+                from milepost.service import Service
 
             self._service = Service.open(self.db, self.agent, operator=self.operator)
         return self._service
