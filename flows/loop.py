@@ -79,8 +79,7 @@ class Loop:
         self.by_name: dict[str, PrefectFuture[Any] | State[Any]] = {}
         self.done_q: queue.Queue[str] = queue.Queue()
         self.timers: list[tuple[float, str]] = []
-        root = ctx.service.store
-        run_dir = root.home / "run"
+        run_dir = ctx.service.store.home / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
         self.stop_file: Path = run_dir / f"{self.owner.replace(':', '-')}.stop"
         self.stop_file.unlink(missing_ok=True)

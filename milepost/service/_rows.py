@@ -113,7 +113,7 @@ def milestone_state(m: Milestone) -> dict[str, Any]:
 def milestone_row(m: Milestone, item_id: int, now: datetime) -> dict[str, Any]:
     """A new milestone's row."""
     return {
-        **plain(m.model_dump(include=set(DEFINITION_FIELDS), mode="json")),
+        **m.model_dump(include=set(DEFINITION_FIELDS), mode="json"),
         "item_id": item_id,
         "seq": m.id,
         "created_at": now,

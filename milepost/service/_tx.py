@@ -200,6 +200,15 @@ class Tx:
     def check_open(self) -> None:
         check_open(self.id, self.state)
 
+    def in_progress(self, *, in_review: bool = True) -> list[str]:
+        """Names of the item's in-progress milestones, by id (without those
+        waiting for review unless ``in_review``)."""
+        where = [MILESTONES.c.item_id == self.id, MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value]
+        if not in_review:
+            where.append(MILESTONES.c.awaiting_review.is_(False))
+        query = select(MILESTONES.c.name).where(*where).order_by(MILESTONES.c.seq)
+        return list(self.conn.execute(query).scalars())
+
     def check_owner(self) -> None:
         """An agent changes only its own items; an operator may change any."""
         owner = self.head.agent
@@ -243,12 +252,7 @@ class Tx:
             return self._loaded.pks[name], m
         found = rows.ONE_MILESTONE.rows(self.conn, item=self.id, name=name)
         if not found:
-            known = self.conn.execute(
-                select(MILESTONES.c.name).where(MILESTONES.c.item_id == self.id).order_by(MILESTONES.c.seq).limit(8)
-            ).scalars()
-            raise NotFoundError(
-                f"no milestone {name!r} in this work item; known: {', '.join(known) or 'none yet'}", milestone=name
-            )
+            raise unknown_milestone(self.conn, self.id, name)
         return self._keep(found)
 
     def find_pk(self, pk: int, name: str) -> Milestone:
@@ -296,26 +300,24 @@ class Tx:
         now = utcnow()
         if rows.BUMP_REVISION.run(self.conn, item=self.id, old=self.revision, new=new, now=now) != 1:
             raise LostRace
-        if not self.events:
-            self.revision = new
-            return
-        rows.ADD_EVENTS.run_many(
-            self.conn,
-            [
-                {
-                    "item_id": self.id,
-                    "milestone": e.milestone,
-                    "action": e.kind.value,
-                    "from_status": e.before,
-                    "to_status": e.after,
-                    "reason": e.reason,
-                    "agent": self.ctx.agent,
-                    "revision": new,
-                    "at": now,
-                }
-                for e in self.events
-            ],
-        )
+        if self.events:
+            rows.ADD_EVENTS.run_many(
+                self.conn,
+                [
+                    {
+                        "item_id": self.id,
+                        "milestone": e.milestone,
+                        "action": e.kind.value,
+                        "from_status": e.before,
+                        "to_status": e.after,
+                        "reason": e.reason,
+                        "agent": self.ctx.agent,
+                        "revision": new,
+                        "at": now,
+                    }
+                    for e in self.events
+                ],
+            )
         self.revision = new
 
     def keep(self) -> None:
@@ -323,6 +325,16 @@ class Tx:
         if self._cache is not None and self._loaded is not None:
             self._loaded.revision = self.revision
             self._cache.graphs[self.id] = self._loaded
+
+
+def unknown_milestone(conn: Connection, item_id: int, name: str) -> NotFoundError:
+    """The refusal for a milestone the item does not have, naming the first ones it has."""
+    known = conn.execute(
+        select(MILESTONES.c.name).where(MILESTONES.c.item_id == item_id).order_by(MILESTONES.c.seq).limit(8)
+    ).scalars()
+    return NotFoundError(
+        f"no milestone {name!r} in this work item; known: {', '.join(known) or 'none yet'}", milestone=name
+    )
 
 
 class LostRace(Exception):

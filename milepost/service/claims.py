@@ -18,10 +18,9 @@ from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
-from sqlalchemy.exc import DBAPIError
 
 from milepost._schema import utcnow
-from milepost.errors import ConcurrentUpdateError, TransitionError
+from milepost.errors import ConcurrentUpdateError, EnvironmentProblem, TransitionError
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, attempt_files, recover_result, run_gate
 from milepost.gates.supervisor import host_identity, stop_attempt
@@ -82,14 +81,22 @@ class ExpiredLease(Exception):
     """A claim found another owner's expired lease: reclaim it first."""
 
 
+def held_elsewhere(lease: Any, owner: str) -> bool:
+    return bool(lease.lease_owner) and lease.lease_owner != owner
+
+
+def expired(lease: Any, now: datetime) -> bool:
+    return lease.lease_expires is None or lease.lease_expires <= now
+
+
 def take_lease(tx: Tx, pk: int, m: Milestone, owner: str) -> Claim:
     """Lease an in-progress milestone's gate to ``owner`` and number its
     attempt; the lease records where the attempt runs (host, boot, pid, log),
     so a driver that reclaims it on the same machine can fence it."""
     now = utcnow()
     lease = tx.conn.execute(rows.LEASE, {"pk": pk}).one()
-    if lease.lease_owner and lease.lease_owner != owner:
-        if lease.lease_expires is None or lease.lease_expires <= now:
+    if held_elsewhere(lease, owner):
+        if expired(lease, now):
             raise ExpiredLease  # its attempt must be fenced and recorded first
         raise TransitionError(
             f"cannot run the gate of {m.name!r}: it is already running ({lease.lease_owner},"
@@ -140,10 +147,8 @@ class LeaseKeeper:
         while not self._stop.wait(self.ctx.lease_ttl.total_seconds() / 4):
             try:
                 self.renew()
-            except DBAPIError:
-                continue  # a missed renewal is retried; the lease has slack for three
-            except Exception:
-                continue  # the store's own errors (unreachable for a moment): same
+            except EnvironmentProblem:
+                continue  # database unreachable or locked for a moment: retried, the lease has slack for three
 
     def __enter__(self) -> LeaseKeeper:
         self._thread.start()
@@ -188,8 +193,7 @@ def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | Non
         if m.status is not MilestoneStatus.IN_PROGRESS:
             transition(name, m.status, Action.DONE)  # raises with the allowed actions
         lease = tx.rows[pk] if pk in tx.rows else tx.conn.execute(rows.LEASE, {"pk": pk}).one()
-        expired = lease.lease_expires is None or lease.lease_expires <= utcnow()
-        if lease.lease_owner and lease.lease_owner != owner and expired:
+        if held_elsewhere(lease, owner) and expired(lease, utcnow()):
             raise ExpiredLease
         if not m.has_gate or m.awaiting_review:
             change = steps.act(m, Action.DONE, reason=verdict)

@@ -351,15 +351,7 @@ def update_item(
             tx.emit(ItemEvent.OBJECTIVE, reason=values["objective"])
         if plan_status is not None and plan_status is not tx.plan_status:
             if plan_status is PlanStatus.DRAFT:
-                busy = (
-                    tx.conn.execute(
-                        select(MILESTONES.c.name)
-                        .where(MILESTONES.c.item_id == tx.id, MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value)
-                        .order_by(MILESTONES.c.seq)
-                    )
-                    .scalars()
-                    .all()
-                )
+                busy = tx.in_progress()
                 if busy:
                     raise TransitionError(
                         f"cannot set work item {tx.id} back to draft: {', '.join(busy)} in progress; finish them first",
@@ -441,19 +433,7 @@ def cancel(ctx: Context, reason: str, *, item: int | None = None, expect_revisio
 
     def fn(tx: Tx) -> None:
         tx.check_open()
-        busy = (
-            tx.conn.execute(
-                select(MILESTONES.c.name)
-                .where(
-                    MILESTONES.c.item_id == tx.id,
-                    MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
-                    MILESTONES.c.awaiting_review.is_(False),
-                )
-                .order_by(MILESTONES.c.seq)
-            )
-            .scalars()
-            .all()
-        )
+        busy = tx.in_progress(in_review=False)
         if busy:
             raise TransitionError(
                 f"cannot cancel work item {tx.id}: {', '.join(busy)} in progress; finish or fix them first"

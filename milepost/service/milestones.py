@@ -24,7 +24,7 @@ from milepost.graph.status import Action, MilestoneStatus
 from milepost.results import ActionResult, GateRun, MilestoneView, NextResult
 from milepost.service._rows import DEPS, EVENTS, MILESTONES, RUNS
 from milepost.service._rows import gate_run as gate_run_of
-from milepost.service._tx import Context, ItemEvent, Tx, write
+from milepost.service._tx import Context, ItemEvent, Tx, unknown_milestone, write
 from milepost.service.items import create_item, graph_of, head, insert_milestones, read, resolve
 
 if TYPE_CHECKING:
@@ -289,12 +289,7 @@ def runs(ctx: Context, name: str, item: int | None = None) -> list[GateRun]:
             select(MILESTONES.c.id).where(MILESTONES.c.item_id == item_id, MILESTONES.c.name == name)
         ).scalar()
         if pk is None:
-            known = conn.execute(
-                select(MILESTONES.c.name).where(MILESTONES.c.item_id == item_id).order_by(MILESTONES.c.seq).limit(8)
-            ).scalars()
-            raise NotFoundError(
-                f"no milestone {name!r} in this work item; known: {', '.join(known) or 'none yet'}", milestone=name
-            )
+            raise unknown_milestone(conn, item_id, name)
         found = conn.execute(select(RUNS).where(RUNS.c.milestone_id == pk).order_by(RUNS.c.attempt)).all()
     store = ctx.store
     return [gate_run_of(r, item_id, name, str(store.resolve(r.log_path)) if r.log_path else None) for r in found]

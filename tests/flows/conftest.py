@@ -98,12 +98,10 @@ def write_plan(ws: Path, text: str) -> Path:
 # Drives run Prefect: here every CLI call is the real entry point in its own
 # process (as users and CI run it), not the in-process runner of the other tests.
 @pytest.fixture
-def cli(workspace: Path) -> CLI:
-    c = CLI(workspace)
-    c("init", check=True)
-    return c
+def cli(real_cli: CLI) -> CLI:
+    return real_cli
 
 
 @pytest.fixture
-def bare_cli(workspace: Path) -> CLI:
-    return CLI(workspace)
+def bare_cli(real_bare_cli: CLI) -> CLI:
+    return real_bare_cli
