@@ -44,6 +44,7 @@ from milepost.flows.loop import DriveContext, Loop
 from milepost.flows.plan_nodes import create_nodes
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import WorkItem
+from milepost.graph.status import DisplayStatus
 from milepost.service import Service
 
 __all__ = ["GateSpec", "drive_workgraph", "gate_task", "run_drive", "run_gate_spec"]
@@ -51,39 +52,39 @@ __all__ = ["GateSpec", "drive_workgraph", "gate_task", "run_drive", "run_gate_sp
 _CONTEXT: DriveContext | None = None
 
 
-def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = False) -> DriveSummary:
+def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = False,
+             loop: Loop | None = None) -> DriveSummary:  # fmt: skip
+    """The drive's verdict: ok when every milestone of its scope (all, or
+    ``--until``'s target and its deps) is done and none is stale; else one
+    message naming, by view, what is not done and why."""
+    check = ctx.service.check_proofs(it.id, g)  # marks the stale ones
+    held = dict(loop.session.waiting) if loop is not None else {}
+    held.update(check.waiting)
+    scope = ctx.scope if ctx.scope is not None else {m.name for m in g}
     ms = []
     for m in g:
-        view = display_status(g, m)
         ms.append(
             MilestoneSummary(
                 id=m.id,
                 name=m.name,
                 status=m.status,
-                view=view,
+                view=display_status(g, m),
                 attempts=m.attempts,
                 max_attempts=m.max_attempts,
                 duration=ctx.durations.get(m.name, 0.0),
                 last_reason=m.reason,
+                stale=check.stale.get(m.name),
+                waiting_for_change=held.get(m.name),
             )
         )
-    ok = g.all_done()
+    left = [s for s in ms if s.name in scope and s.view is not DisplayStatus.DONE]
+    ok = not left
     if ok:
-        message = f"all {len(g)} milestones are done"
+        message = f"all {len(scope)} milestones are done"
+        if ctx.until is not None:
+            message = f"{ctx.until} and the {len(scope) - 1} milestones it depends on are done"
     else:
-        parts = []
-        stuck = [m for m in g if m.is_stuck]
-        for m in stuck:
-            below = g.descendants(m.name)
-            blocks = f" (blocks {', '.join(below)})" if below else ""
-            parts.append(f"stuck: {m.name}{blocks}")
-        review = [m.name for m in g if m.awaiting_review]
-        if review:
-            parts.append("waiting for review: " + ", ".join(review))
-        left = [m.name for m in g if not m.status.is_done and m not in stuck and not m.awaiting_review]
-        if left:
-            parts.append("not done: " + ", ".join(left))
-        message = "; ".join(parts) or g.why_nothing_ready()
+        message = _not_done(g, left)
     if interrupted:
         message = "interrupted; " + message
     return DriveSummary(
@@ -94,7 +95,29 @@ def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = 
         flow_run_id=ctx.flow_run_id,
         interrupted=interrupted,
         milestones=ms,
+        until=ctx.until,
+        scope=sorted(ctx.scope, key=lambda n: g.get(n).id) if ctx.scope is not None else None,
     )
+
+
+def _not_done(g: WorkGraph, left: list[MilestoneSummary]) -> str:
+    """What keeps a drive from ok, grouped by view, each name once:
+    ``stuck: merge (blocks test, commit); stale: lint (changed since proven: a.py); blocked: test, commit``."""
+    by: dict[DisplayStatus, list[str]] = {}
+    for s in left:
+        if s.view is DisplayStatus.STUCK:
+            below = g.descendants(s.name)
+            text = f"{s.name} (blocks {', '.join(below)})" if below else s.name
+        elif s.view is DisplayStatus.STALE and s.stale is not None:
+            text = f"{s.name} ({s.stale.reason})"
+        elif s.waiting_for_change:
+            text = f"{s.name} ({s.waiting_for_change})"
+        else:
+            text = s.name
+        by.setdefault(s.view, []).append(text)
+    order = [DisplayStatus.STUCK, DisplayStatus.NEEDS_FIX, DisplayStatus.STALE, DisplayStatus.IN_REVIEW]
+    views = order + [v for v in by if v not in order]
+    return "; ".join(f"{v.value.replace('_', ' ')}: {', '.join(by[v])}" for v in views if v in by)
 
 
 def _flow_run_name() -> str:
@@ -119,19 +142,22 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
         ctx = DriveContext(service=Service.open(), reporter=NullReporter(), max_parallel=max_parallel, until=until)
     ctx.flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     svc = ctx.service
-    it, g = svc.graph(item_id)
+    it, g = svc.graph(item_id, proofs=False)
     from milepost.flows.artifacts import ArtifactReporter
 
     artifacts = ArtifactReporter(item_id, len(g))
     reporter: Reporter = MultiReporter(ctx.reporter, artifacts)
     ctx.reporter.drive_started(it.id, it.objective, len(g), ctx.flow_run_id)
-    loop = Loop(ctx, item_id, reporter)
     if until is not None:
-        keep = {until, *g.ancestors(until)}
-        loop.session.set_holds({m.name for m in g if m.name not in keep})
+        ctx.scope = {until, *g.ancestors(until)}
+    loop = Loop(ctx, item_id, reporter)
+    if ctx.scope is not None:
+        loop.session.set_holds({m.name for m in g if m.name not in ctx.scope})
+    loop.prepare()  # reclaims what dead drivers left, finds the stale milestones
     # The whole plan in the flow-run graph: what was done before, now (its
-    # gates wait on these), and the rest when the drive ends (below).
-    earlier = create_nodes(g, ctx.flow_run_id, item_id, {}, only_done=True)
+    # gates wait on these), and the rest when the drive ends (below). A stale
+    # milestone is not "done earlier": its re-proof is its node.
+    earlier = create_nodes(g, ctx.flow_run_id, item_id, {}, only_done=True, skip=loop.session.to_reprove)
     loop.by_name.update(earlier)
     ctx.submitted += len(earlier)
     interrupted = False
@@ -147,12 +173,13 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
             ctx.error = e
         raise
     finally:
-        it, g = svc.graph(item_id)
-        summary = _summary(ctx, it, g, interrupted)
+        it, g = svc.graph(item_id, proofs=False)
+        summary = _summary(ctx, it, g, interrupted, loop)
         if crash:
             summary.ok = False
             summary.message = f"{crash}; {summary.message}"
         summary.gate_runs = loop.gate_runs
+        summary.cached = loop.cached
         ctx.summary = summary
         if not interrupted:
             _finish_plan_nodes(ctx, g, loop, item_id)
@@ -225,6 +252,7 @@ def run_drive(
     reporter: Reporter | None = None,
     wait_timeout: float = 120.0,
     expect_revision: int | None = None,
+    use_cache: bool = True,
 ) -> DriveSummary:
     """Run ``drive_workgraph`` for one item and return its summary. Waits until
     the Prefect server has recorded every task run of the flow run before
@@ -240,6 +268,7 @@ def run_drive(
         max_parallel=max_parallel,
         until=until,
         expect_revision=expect_revision,
+        use_cache=use_cache,
     )
     _CONTEXT = ctx
     t0 = time.monotonic()
@@ -256,7 +285,7 @@ def run_drive(
         _CONTEXT = None
     if ctx.error is not None:
         raise ctx.error
-    summary = ctx.summary or _summary(ctx, *service.graph(item_id))
+    summary = ctx.summary or _summary(ctx, *service.graph(item_id, proofs=False))
     summary.duration = time.monotonic() - t0
     summary.flow_run_url = flow_run_url(ctx.flow_run_id)
     return summary

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from milepost._text import printable
 from milepost.gates.command import GateResult
 from milepost.graph.status import DisplayStatus, MilestoneStatus
-from milepost.results import Claim, DoneResult
+from milepost.results import Claim, DoneResult, StaleInfo
 
 __all__ = [
     "DriveEvent",
@@ -40,6 +40,8 @@ class DriveEvent(StrEnum):
 
     DRIVE_STARTED = "drive_started"
     LEASE_RECLAIMED = "lease_reclaimed"
+    STALE_FOUND = "stale_found"
+    WAITING_FOR_CHANGE = "waiting_for_change"
     GATE_STARTED = "gate_started"
     GATE_FINISHED = "gate_finished"
     FIX_FINISHED = "fix_finished"
@@ -57,10 +59,13 @@ class MilestoneSummary(BaseModel):
     max_attempts: int
     duration: float = 0.0
     last_reason: str | None = None
+    stale: StaleInfo | None = None
+    waiting_for_change: str | None = None
 
 
 class DriveSummary(BaseModel):
-    """The verdict of one drive: ``ok`` only when every milestone is done."""
+    """The verdict of one drive: ``ok`` only when every milestone (of
+    ``--until``'s scope) is done and none is stale."""
 
     item: int
     objective: str
@@ -68,7 +73,10 @@ class DriveSummary(BaseModel):
     message: str
     flow_run_id: str | None = None
     flow_run_url: str | None = None
-    gate_runs: int = 0
+    gate_runs: int = 0  # gates executed
+    cached: int = 0  # attempts a passed run on the same gate and inputs stood in for
+    until: str | None = None  # --until: the drive judged only this milestone and its deps
+    scope: list[str] | None = None
     interrupted: bool = False
     milestones: list[MilestoneSummary] = Field(default_factory=list)
     duration: float = 0.0
@@ -79,6 +87,12 @@ class Reporter(Protocol):
 
     def lease_reclaimed(self, done: DoneResult) -> None:
         """A dead driver's attempt was fenced and recorded (``done.gate_run`` says how it ended)."""
+
+    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+        """A done milestone's inputs changed since its proof: the drive re-proves it."""
+
+    def waiting_for_change(self, milestone: str, reason: str) -> None:
+        """A failed milestone's inputs did not change since it failed: the drive does not retry it."""
 
     def gate_started(self, claim: Claim) -> None: ...
 
@@ -103,6 +117,12 @@ class NullReporter:
         pass
 
     def lease_reclaimed(self, done: DoneResult) -> None:
+        pass
+
+    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+        pass
+
+    def waiting_for_change(self, milestone: str, reason: str) -> None:
         pass
 
     def gate_started(self, claim: Claim) -> None:
@@ -135,6 +155,14 @@ class MultiReporter(NullReporter):
     def lease_reclaimed(self, done: DoneResult) -> None:
         for r in self.reporters:
             r.lease_reclaimed(done)
+
+    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+        for r in self.reporters:
+            r.stale_found(milestone, info)
+
+    def waiting_for_change(self, milestone: str, reason: str) -> None:
+        for r in self.reporters:
+            r.waiting_for_change(milestone, reason)
 
     def gate_started(self, claim: Claim) -> None:
         for r in self.reporters:
@@ -173,8 +201,14 @@ class RecordingReporter(NullReporter):
     def lease_reclaimed(self, done: DoneResult) -> None:
         self.events.append((DriveEvent.LEASE_RECLAIMED, (done.milestone.name, done.gate_run)))
 
+    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+        self.events.append((DriveEvent.STALE_FOUND, (milestone, info.changed)))
+
+    def waiting_for_change(self, milestone: str, reason: str) -> None:
+        self.events.append((DriveEvent.WAITING_FOR_CHANGE, (milestone, reason)))
+
     def gate_started(self, claim: Claim) -> None:
-        self.events.append((DriveEvent.GATE_STARTED, (claim.milestone.name, claim.attempt)))
+        self.events.append((DriveEvent.GATE_STARTED, (claim.milestone.name, claim.attempt, claim.reproof)))
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         self.events.append((DriveEvent.GATE_FINISHED, (claim.milestone.name, claim.attempt, done.milestone.status)))
@@ -220,9 +254,19 @@ class JsonLinesReporter(NullReporter):
             status=done.milestone.status.value,
         )
 
+    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+        self._emit(DriveEvent.STALE_FOUND, milestone=milestone, **info.model_dump())
+
+    def waiting_for_change(self, milestone: str, reason: str) -> None:
+        self._emit(DriveEvent.WAITING_FOR_CHANGE, milestone=milestone, reason=reason)
+
     def gate_started(self, claim: Claim) -> None:
         self._emit(
-            DriveEvent.GATE_STARTED, milestone=claim.milestone.name, attempt=claim.attempt, log_path=claim.log_path
+            DriveEvent.GATE_STARTED,
+            milestone=claim.milestone.name,
+            attempt=claim.attempt,
+            reproof=claim.reproof,
+            log_path=claim.log_path,
         )
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
@@ -276,8 +320,15 @@ class LineReporter(NullReporter):
         why = done.gate_run.reason if done.gate_run else "its driver stopped"
         self._line(f"reclaimed {done.milestone.name}: {why}")
 
+    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+        self._line(f"stale  {milestone}: {info.reason}")
+
+    def waiting_for_change(self, milestone: str, reason: str) -> None:
+        self._line(f"held   {milestone}: {reason}")
+
     def gate_started(self, claim: Claim) -> None:
-        self._line(f"start  {claim.milestone.name} (attempt {claim.attempt})")
+        what = "re-prove" if claim.reproof else "start "
+        self._line(f"{what} {claim.milestone.name} (attempt {claim.attempt})")
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         m, run = done.milestone, done.gate_run

@@ -54,6 +54,11 @@ class GateSpec(BaseModel):
     # The driver process (host, boot, pid, start): a gate task in another
     # process (a Dask worker) stops its gate when that process is gone.
     driver: dict[str, Any] = Field(default_factory=dict)
+    # Input patterns (relative to ``cwd``, the workspace root): the attempt's fingerprint.
+    inputs: list[str] = Field(default_factory=list)
+    # A passed run with the same fingerprint stands in: the driver wrote the
+    # result file already, the task runs nothing (it is the run's node in the UI).
+    cached: bool = False
 
     @property
     def result_file(self) -> Path:
@@ -110,6 +115,8 @@ def run_gate_spec(spec: GateSpec) -> State[Any]:
     in a state that says how it went (see :func:`_task_state`). (A plain
     module-level function, so Dask can pickle the task by reference.)"""
     log_path = Path(spec.log_path)
+    if spec.cached:
+        return _task_state(spec, GateResult.model_validate_json(spec.result_file.read_text()))
     finished = threading.Event()
     stopped = threading.Event()
 
@@ -133,6 +140,8 @@ def run_gate_spec(spec: GateSpec) -> State[Any]:
             env=spec.env,
             default_timeout=spec.timeout,
             stop=stopped,
+            inputs=spec.inputs,
+            root=Path(spec.cwd),
         )
     finally:
         finished.set()
@@ -150,7 +159,10 @@ def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:
     budget reads ``Stuck``, an earlier one ``Needs fix``; an interrupted
     attempt is ``Interrupted`` (cancelled), not a failure of the work."""
     m = spec.claim.milestone
-    what = f"{spec.kind} of {m.name!r} (attempt {spec.claim.attempt}): {result.reason}"
+    kind = "re-proof" if spec.claim.reproof and spec.kind is TaskKind.GATE else spec.kind.value
+    what = f"{kind} of {m.name!r} (attempt {spec.claim.attempt}): {result.reason}"
+    if result.outcome is Outcome.CACHED:
+        return Completed(name="Cached", message=what)
     if result.passed:
         return Completed(message=what)
     if result.outcome is Outcome.INTERRUPTED:
@@ -158,7 +170,8 @@ def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:
     if spec.kind is not TaskKind.GATE:
         return Failed(name="Fix failed", message=what)
     last = m.attempts + 1 >= m.max_attempts
-    return Failed(name="Stuck" if last else "Needs fix", message=what + ("; retry budget spent" if last else ""))
+    name = "Stuck" if last else ("Re-proof failed" if spec.claim.reproof else "Needs fix")
+    return Failed(name=name, message=what + ("; retry budget spent" if last else ""))
 
 
 gate_task = task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_prints=False)(run_gate_spec)

@@ -24,7 +24,8 @@ from milepost.errors import StaleRevisionError
 from milepost.flows.events import DriveSummary, Reporter
 from milepost.flows.gate_task import GateSpec, TaskKind, driver_identity, gate_task
 from milepost.gates._crash import crash_point
-from milepost.gates.command import GateResult, Outcome
+from milepost.gates.command import GateResult, Outcome, write_result
+from milepost.gates.inputs import describe_changes
 from milepost.graph.models import GateCommand
 from milepost.graph.status import MilestoneStatus
 from milepost.results import Claim, DoneResult
@@ -52,6 +53,8 @@ class DriveContext:
     max_parallel: int = 1
     until: str | None = None
     expect_revision: int | None = None  # guards the first claim only
+    use_cache: bool = True  # a passed run with the same fingerprint may stand in (--no-cache: never)
+    scope: set[str] | None = None  # --until: the milestones this drive may run (None: all)
     summary: DriveSummary | None = None
     error: StaleRevisionError | None = None  # a refusal run_drive re-raises (the flow run only records it)
     submitted: int = 0
@@ -73,7 +76,7 @@ class Loop:
         self.reporter = reporter
         self.item = item_id
         self.owner = f"drive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.session = ctx.service.drive_session(item_id, self.owner)
+        self.session = ctx.service.drive_session(item_id, self.owner, use_cache=ctx.use_cache, scope=ctx.scope)
         self.running: dict[str, _Running] = {}
         # Per milestone, what its dependents wait on: its latest gate task, or its plan node.
         self.by_name: dict[str, PrefectFuture[Any] | State[Any]] = {}
@@ -83,14 +86,19 @@ class Loop:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.stop_file: Path = run_dir / f"{self.owner.replace(':', '-')}.stop"
         self.stop_file.unlink(missing_ok=True)
-        self.gate_runs = 0
+        self.gate_runs = 0  # gates executed (a cached attempt is not)
+        self.cached = 0
+        self.claimed = 0
+        self._claimed_at_check = -1
+        self._prepared = False
         self.driver = driver_identity()
 
     # -- submitting --------------------------------------------------------
 
     def _submit(self, kind: TaskKind, claim: Claim, commands: list[GateCommand], log_path: str, timeout: float | None,
-                extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
+                extra_env: dict[str, str] | None = None, *, cached: bool = False) -> None:  # fmt: skip
         name = claim.milestone.name
+        m = claim.milestone
         key = f"{name}#{claim.attempt}:{kind}"
         spec = GateSpec(
             claim=claim,
@@ -102,6 +110,8 @@ class Loop:
             log_path=log_path,
             stop_file=str(self.stop_file),
             driver=self.driver,
+            inputs=m.inputs if kind is TaskKind.GATE and m.has_inputs else [],
+            cached=cached,
         )
         # A fix follows a failed attempt: waiting on that failed future would
         # leave it NotReady forever, so it waits on nothing (it is submitted
@@ -131,11 +141,18 @@ class Loop:
             if claim is None:
                 return
             crash_point("claimed")
+            self.claimed += 1
             m = claim.milestone
             self.reporter.gate_started(claim)
             try:
+                hit = self.session.cached_result(claim)
+                if hit is not None:
+                    # A passed run on the same gate and inputs stands in: its result is
+                    # written here; the task only stands for it in the flow run's graph.
+                    Path(claim.log_path).parent.mkdir(parents=True, exist_ok=True)
+                    write_result(Path(claim.log_path), hit[0])
                 # A milestone without a gate is done when reached, but still a node of the run's graph.
-                self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout)
+                self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, cached=hit is not None)
             except BaseException as e:
                 # Never leave a claimed milestone behind a lease nobody renews.
                 why = f"could not submit its gate: {type(e).__name__}: {e}"
@@ -155,16 +172,29 @@ class Loop:
             self.reporter.fix_finished(r.claim, result)
             self._release_hold(r.claim.milestone.name)
             return
-        self.gate_runs += 1
+        if result.outcome is Outcome.CACHED:
+            self.cached += 1
+        else:
+            self.gate_runs += 1
         name = r.claim.milestone.name
         self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration
         done = self._record(r.claim, result)
         self.reporter.gate_finished(r.claim, done)
-        self._after_failure(r.claim, done)
+        if result.rewrote:
+            self.reporter.warning(
+                f"{name}: its gate changed its own inputs ({describe_changes(result.rewrote)}): it stays stale"
+            )
+        self._after_failure(r.claim, done, result)
 
-    def _after_failure(self, claim: Claim, done: DoneResult) -> None:
+    def _after_failure(self, claim: Claim, done: DoneResult, result: GateResult) -> None:
         m = done.milestone
         if done.passed or m.status is not MilestoneStatus.NEEDS_FIX:
+            return
+        if not m.fix and not m.flaky and self.session.unchanged_since(m, result):
+            # The same inputs would fail the same way: wait for a change (a later drive).
+            why = f"failed at attempt {claim.attempt}; inputs unchanged since: waiting for a change"
+            self.session.wait_for_change(m.name, why)
+            self.reporter.waiting_for_change(m.name, why)
             return
         if m.fix:
             self.session.hold(m.name)
@@ -203,8 +233,26 @@ class Loop:
             self.reporter.lease_reclaimed(done)
         return len(reclaimed)
 
-    def run(self) -> None:
+    def _check_proofs(self) -> None:
+        """Stale milestones join the re-proof queue; failed ones on unchanged inputs are held."""
+        known = dict(self.session.waiting)
+        self.session.check_proofs()
+        g = self.session.graph
+        for name in sorted(self.session.to_reprove, key=lambda n: g.get(n).id):
+            self.reporter.stale_found(name, self.session.stale[name])
+        for name, why in self.session.waiting.items():
+            if name not in known:
+                self.reporter.waiting_for_change(name, why)
+
+    def prepare(self) -> None:
+        """Before the first claim: reclaim what dead drivers left, and look at the inputs."""
         self._reclaim()
+        self._check_proofs()
+        self._prepared = True
+
+    def run(self) -> None:
+        if not self._prepared:
+            self.prepare()
         now = datetime.now(UTC)
         for m in self.session.graph:
             if m.retry_at is not None and m.retry_at > now and m.status is MilestoneStatus.NEEDS_FIX:
@@ -221,9 +269,14 @@ class Loop:
                 self._due_timers()
                 self._fill()
                 if not self.running:
-                    # Before giving up: a driver that died meanwhile may have left work behind.
+                    # Before giving up: a driver that died meanwhile may have left work
+                    # behind, and the gates that ran may have changed other milestones' inputs.
                     if not self.timers and not self._reclaim():
-                        return
+                        claimed = self.claimed
+                        self._check_proofs()
+                        if not self.session.to_reprove or claimed == self._claimed_at_check:
+                            return  # nothing new to re-prove (or nothing of it can run now)
+                        self._claimed_at_check = claimed
                     time.sleep(max(0.05, min(t for t, _ in self.timers) - time.monotonic()))
                     continue
                 timeout = 0.5 if self.timers else 5.0

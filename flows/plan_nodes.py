@@ -17,7 +17,8 @@ locked              CANCELLED   Locked
 hypothesis          CANCELLED   Hypothesis
 in review           CANCELLED   Awaiting review
 in progress         CANCELLED   Running elsewhere (another driver has it)
-ready, needs_fix    CANCELLED   Not run (outside ``--until``)
+ready, needs_fix    CANCELLED   Not run (outside ``--until``, or waiting for a change)
+stale               CANCELLED   Stale (inputs changed; not re-proven in this drive)
 ==================  ==========  =========================================
 
 Every node is created running and then set to its final state, so it has a
@@ -57,6 +58,7 @@ STATES: dict[str, tuple[str, str]] = {
     "in_progress": ("cancelled", "Running elsewhere"),
     "ready": ("cancelled", "Not run"),
     "needs_fix": ("cancelled", "Not run"),
+    "stale": ("cancelled", "Stale"),
 }
 DONE_EARLIER = "Done earlier"
 
@@ -88,10 +90,11 @@ _FINAL = {"completed": Completed, "failed": Failed, "cancelled": Cancelled}
 
 
 def create_nodes(
-    g: WorkGraph, flow_run_id: str, item: int, known: dict[str, UUID], *, only_done: bool
-) -> dict[str, State[Any]]:
+    g: WorkGraph, flow_run_id: str, item: int, known: dict[str, UUID], *, only_done: bool,
+    skip: set[str] | None = None,
+) -> dict[str, State[Any]]:  # fmt: skip
     """Create a plan node for every milestone not in ``known`` (name -> task
-    run id of what ran), deps first; with ``only_done`` just the done ones.
+    run id of what ran) nor in ``skip``, deps first; with ``only_done`` just the done ones.
     Returns, per node, a completed-looking local state that a gate task can
     ``wait_for`` (it carries the node's task run id, so the edge is drawn)."""
     out: dict[str, State[Any]] = {}
@@ -99,7 +102,7 @@ def create_nodes(
     with get_client(sync_client=True) as client:
         for layer in g.layers():
             for m in layer:
-                if m.name in ids:
+                if m.name in ids or (skip and m.name in skip):
                     continue
                 kind, name, message = node_state(g, m)
                 if only_done and name != DONE_EARLIER:

@@ -25,6 +25,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from milepost.gates._crash import crash_point
+from milepost.gates.inputs import (
+    Fingerprint,
+    Snapshot,
+    changed_paths,
+    describe_changes,
+    manifest_path,
+    spec_digest,
+    write_manifest,
+)
 from milepost.gates.outcome import CommandResult, GateResult, Outcome
 from milepost.gates.supervisor import ExitStatus, LaunchError, read_proc, supervisor
 from milepost.graph.models import GateCommand
@@ -178,10 +187,17 @@ def run_gate(
     env: Mapping[str, str] | None = None,
     default_timeout: float | None = None,
     stop: threading.Event | None = None,
+    inputs: Sequence[str] = (),
+    root: Path | None = None,
 ) -> GateResult:
     """Run the commands of one gate attempt in order; all must pass. After a
     failure the rest are reported as skipped. Output goes to ``log_path``;
     the verdict is also written beside it (``attempt-N.result.json``).
+
+    With ``inputs`` (patterns relative to ``root``, default ``default_cwd``)
+    the attempt's fingerprint is taken before the first command starts (what
+    is proven) and its file list written beside the log; after a pass it is
+    taken again, and inputs the gate changed itself are named in ``rewrote``.
 
     The commands run under this process's gate supervisor, so they die with
     this process. Setting ``stop`` (or Ctrl-C) stops the running command's
@@ -198,7 +214,13 @@ def run_gate(
         )
     results: list[CommandResult] = []
     base_env = {**os.environ, **(env or {})}
+    proven: Fingerprint | None = None
+    where = root or default_cwd
     try:
+        if inputs:
+            proven = _fingerprint(where, inputs, commands, default_timeout, fd)
+            if proven is not None:
+                write_manifest(log_path, proven)
         for i, cmd in enumerate(commands):
             if results and results[-1].outcome is not Outcome.PASSED:
                 why = "skipped: an earlier command failed"
@@ -211,11 +233,50 @@ def run_gate(
                 cwd = default_cwd / cwd
             timeout = cmd.timeout if cmd.timeout is not None else default_timeout
             results.append(_run_one(i, cmd, fd, log_path, cwd, {**base_env, **cmd.env}, timeout, stop))
+        rewrote: list[str] = []
+        if proven is not None and results and all(r.outcome is Outcome.PASSED for r in results):
+            after = _fingerprint(where, inputs, commands, default_timeout, None)
+            if after is not None and (after.files != proven.files or after.unreadable != proven.unreadable):
+                rewrote = changed_paths(proven.files, after.files) or sorted(after.unreadable)
+                _note(fd, f"the gate changed its own inputs: {describe_changes(rewrote)} (its milestone stays stale)")
     finally:
         os.close(fd)
     result = verdict(results, started, datetime.now(UTC), time.monotonic() - t0, str(log_path))
+    if proven is not None:
+        result = result.model_copy(
+            update={
+                "fingerprint": proven.digest,
+                "inputs_digest": proven.inputs_digest,
+                "inputs_files": len(proven.files),
+                "rewrote": rewrote[:20],
+            }
+        )
     write_result(log_path, result)
     return result
+
+
+def _note(fd: int | None, text: str) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(fd, f"milepost: {text}\n".encode(errors="replace"))
+
+
+def _fingerprint(root: Path, inputs: Sequence[str], commands: Sequence[GateCommand], default_timeout: float | None,
+                 fd: int | None) -> Fingerprint | None:  # fmt: skip
+    """The inputs' fingerprint now, noted in the log; None (and the reason
+    in the log) when it cannot be taken: then nothing is proven."""
+    try:
+        snap = Snapshot(root)
+        fp = snap.fingerprint(inputs, spec_digest(commands, default_timeout))
+        snap.save()
+    except Exception as e:  # the proof is lost, the attempt is not: it still runs and is recorded
+        _note(fd, f"could not fingerprint the inputs: {type(e).__name__}: {e}")
+        return None
+    if fp.unreadable:
+        _note(fd, f"inputs: {len(fp.files)} files; unreadable: {fp.problems()} (nothing is proven on them)")
+    else:
+        _note(fd, f"inputs: {len(fp.files)} files, fingerprint {fp.digest and fp.digest[:12]}")
+    return fp
 
 
 def verdict(
@@ -253,11 +314,14 @@ def write_result(log_path: Path, result: GateResult) -> None:
         pass  # the verdict still reaches the store; only a later recovery would miss it
 
 
-def recover_result(commands: Sequence[GateCommand], log_path: Path, started: datetime) -> GateResult:
+def recover_result(
+    commands: Sequence[GateCommand], log_path: Path, started: datetime, *, default_timeout: float | None = None
+) -> GateResult:
     """How an attempt whose driver died ended, from the files beside its log
     (on the machine that ran it): its verdict if its driver wrote one, else
     what its supervisor recorded of each command; a command that did not end
-    on its own makes the attempt ``interrupted``."""
+    on its own makes the attempt ``interrupted``. The fingerprint comes from
+    the file list written beside the log before the first command started."""
     proc_path, result_path = attempt_files(log_path)
     with contextlib.suppress(OSError, ValueError):
         return GateResult.model_validate_json(result_path.read_text())
@@ -285,4 +349,23 @@ def recover_result(commands: Sequence[GateCommand], log_path: Path, started: dat
             break
     duration = sum(r.duration for r in results)
     out = verdict(results, started, datetime.now(UTC), duration, str(log_path))
+    fp = recorded_fingerprint(log_path, commands, default_timeout)
+    if fp is not None:
+        out = out.model_copy(
+            update={"fingerprint": fp.digest, "inputs_digest": fp.inputs_digest, "inputs_files": len(fp.files)}
+        )
     return out.model_copy(update={"host": None})
+
+
+def recorded_fingerprint(
+    log_path: Path, commands: Sequence[GateCommand], default_timeout: float | None
+) -> Fingerprint | None:
+    """The fingerprint an attempt took as it started, from the file list beside its log."""
+    import json
+
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        data = json.loads(manifest_path(log_path).read_text())
+        fp = Fingerprint(spec=spec_digest(commands, default_timeout), files=dict(data["files"]))
+        if fp.inputs_digest == data["inputs_digest"]:
+            return fp
+    return None

@@ -9,7 +9,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-__all__ = ["CommandResult", "GateResult", "Outcome"]
+__all__ = ["CachedFrom", "CommandResult", "GateResult", "Outcome"]
 
 
 class Outcome(StrEnum):
@@ -17,6 +17,13 @@ class Outcome(StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
+    # Not run: a passed run with the same gate spec and inputs fingerprint stands in for it.
+    CACHED = "cached"
+
+    @property
+    def proves(self) -> bool:
+        """Whether the attempt proves its milestone (it passed, or a passed run stands in)."""
+        return self in (Outcome.PASSED, Outcome.CACHED)
 
 
 class CommandResult(BaseModel):
@@ -29,8 +36,19 @@ class CommandResult(BaseModel):
     tail: str = ""
 
 
+class CachedFrom(BaseModel):
+    """The passed run a ``cached`` attempt reuses."""
+
+    item: int
+    milestone: str
+    attempt: int
+
+
 class GateResult(BaseModel):
-    """One gate attempt: every command's result, and the verdict."""
+    """One gate attempt: every command's result, and the verdict. With
+    inputs, ``fingerprint`` is what the attempt ran on (taken as the gate
+    started; None when a file could not be read), ``inputs_digest`` keys
+    its file list, and ``rewrote`` names inputs the gate itself changed."""
 
     outcome: Outcome
     reason: str
@@ -42,7 +60,12 @@ class GateResult(BaseModel):
     started_at: datetime
     finished_at: datetime
     commands: list[CommandResult] = Field(default_factory=list)
+    fingerprint: str | None = None
+    inputs_digest: str | None = None
+    inputs_files: int | None = None
+    rewrote: list[str] = Field(default_factory=list)
+    cached_from: CachedFrom | None = None
 
     @property
     def passed(self) -> bool:
-        return self.outcome is Outcome.PASSED
+        return self.outcome.proves

@@ -63,6 +63,9 @@ class WorkGraph:
         self._queued: set[str] = set()
         # Milestones a driver keeps out of the schedule for now (a retry delay).
         self._held: set[str] = set()
+        # Done milestones whose inputs changed since their proof (found by the
+        # service, which reads the files: this module does no I/O).
+        self._stale: set[str] = set()
         items = sorted(milestones, key=lambda m: m.id)
         self._max_id = items[-1].id if items else 0
         if validate:
@@ -149,10 +152,24 @@ class WorkGraph:
     def is_ready(self, name: str) -> bool:
         return self._ready(self.get(name))
 
+    def mark_stale(self, names: Iterable[str]) -> None:
+        """Say which done milestones are stale (their inputs changed since
+        they were proven); the view shows them so. Replaces earlier marks."""
+        self._stale = {n for n in names if n in self._ms}
+
+    def stale(self) -> list[str]:
+        """The done milestones marked stale, by id."""
+        return self._by_id(n for n in self._stale if self._ms[n].status is S.DONE)
+
+    def is_stale(self, name: str) -> bool:
+        return name in self._stale and self.get(name).status is S.DONE
+
     def view(self, name: str) -> DisplayStatus:
         """What a person sees for ``name`` (see :func:`display_status`)."""
         m = self.get(name)
-        return steps.display_status(m, deps_done=self._undone[name] == 0, held=name in self._held)
+        return steps.display_status(
+            m, deps_done=self._undone[name] == 0, held=name in self._held, stale=name in self._stale
+        )
 
     def next_ready(self) -> Milestone | None:
         """The lowest-id ready milestone, or None. Amortised O(log n):
@@ -332,16 +349,22 @@ class WorkGraph:
         change = steps.act(m, action, undone_deps=self.undone_deps(name), reason=reason)
         reopened: list[Change] = []
         if action is Action.NEEDS_FIX and m.status is S.DONE:
-            reopened = self._reopen_dependents(name, reason or "")
+            reopened = self.reopen_dependents(name, reason or "", strict=True)
         self.put(change.after)
+        if action is Action.REPROVE:
+            self._stale.discard(name)
         return [change, *reopened]
 
-    def _reopen_dependents(self, name: str, reason: str) -> list[Change]:
-        """A done milestone found faulty reopens everything done that was built
-        on it: otherwise a done milestone would stand on an undone dep."""
+    def reopen_dependents(self, name: str, reason: str, *, strict: bool = False) -> list[Change]:
+        """A done milestone found faulty (``needs-fix`` by hand, or a failed
+        re-proof) reopens everything done that was built on it, directly or
+        not: they become pending behind it (blocked, with a fresh budget),
+        since a done milestone must not stand on an undone dep. ``strict``
+        (an operator's action) refuses while one of them is in progress; a
+        failed gate is a fact, so there those are left to finish."""
         below = self.descendants(name)
         busy = [n for n in below if self._ms[n].status is S.IN_PROGRESS]
-        if busy:
+        if busy and strict:
             raise TransitionError(
                 f"cannot reopen {name!r}: dependents in progress: {', '.join(busy)}; finish or fix them first",
                 milestone=name,
@@ -351,17 +374,24 @@ class WorkGraph:
         for n in below:
             old = self._ms[n]
             if old.status is S.DONE:
-                # The failure is not theirs: a fresh budget for the rebuild.
-                new = old.model_copy(update={"status": S.NEEDS_FIX, "reason": why, "attempts": 0})
-                self.put(new)
-                changes.append(Change(old, new, Action.NEEDS_FIX, why))
+                change = steps.act(old, Action.REOPEN, reason=why)
+                self.put(change.after)
+                self._stale.discard(n)
+                changes.append(change)
         return changes
 
     def record_attempt(
-        self, name: str, passed: bool, reason: str | None = None, *, at: datetime | None = None
+        self,
+        name: str,
+        passed: bool,
+        reason: str | None = None,
+        *,
+        at: datetime | None = None,
+        reproof: bool = False,
+        fingerprint: str | None = None,
     ) -> Change:
         """Record one finished gate attempt (see :func:`~milepost.graph.steps.record_attempt`)."""
-        change = steps.record_attempt(self.get(name), passed, reason, at=at)
+        change = steps.record_attempt(self.get(name), passed, reason, at=at, reproof=reproof, fingerprint=fingerprint)
         self.put(change.after)
         return change
 

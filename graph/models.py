@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated
 
@@ -37,6 +37,7 @@ __all__ = [
     "Delay",
     "EnvMap",
     "GateCommand",
+    "InputPattern",
     "ItemDefaults",
     "Milestone",
     "PlanArtifact",
@@ -50,6 +51,8 @@ __all__ = [
     "check_command",
     "check_delay",
     "check_env",
+    "check_input_pattern",
+    "check_inputs",
     "check_name",
     "check_retries",
     "check_text",
@@ -65,6 +68,8 @@ MAX_RETRIES = 100
 MAX_SECONDS = 7 * 24 * 3600.0  # timeouts and retry delays: a week
 MAX_ID = 2**31 - 1  # ids, attempts, revisions
 MAX_TEXT = 1_000_000  # characters of an objective, acceptance text, reason or report
+MAX_INPUTS = 1_000  # input patterns of one milestone
+MAX_PATTERN = 1_000  # characters of one input pattern
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9._-]{0,63}")
 NAME_RULE = "1-64 characters: lowercase letters, digits, '-', '_' or '.', starting with a letter"
@@ -142,6 +147,74 @@ def check_env(env: Mapping[str, str], what: str) -> Mapping[str, str]:
     return env
 
 
+INPUTS_RULE = "gitignore-style patterns relative to the workspace root, e.g. 'src/pkg/**' or '!**/*.md'"
+
+
+def _pattern_problem(pattern: str) -> str | None:
+    """What is wrong with an input pattern, or None. Pure checks of the
+    gitignore syntax (the matching itself is :mod:`milepost.gates.inputs`)."""
+    if not isinstance(pattern, str):
+        return f"is a {type(pattern).__name__}, not text"
+    if not pattern.strip():
+        return "is empty"
+    if len(pattern) > MAX_PATTERN:
+        return f"is {len(pattern)} characters long (at most {MAX_PATTERN})"
+    if "\x00" in pattern or "\n" in pattern or "\r" in pattern:
+        return "contains a NUL or line-break character"
+    if pattern.startswith("#"):
+        return "starts with '#', which makes it a comment in gitignore syntax (write '\\#' for a literal '#')"
+    body = pattern[1:] if pattern.startswith("!") else pattern
+    if not body.strip():
+        return "negates nothing ('!' needs a pattern after it)"
+    if body.startswith("/") or body.startswith("~"):
+        return "is absolute: patterns are relative to the workspace root (drop the leading '/' or '~')"
+    if ".." in body.split("/"):
+        return "escapes the workspace ('..'): inputs are files inside it"
+    if (len(body) - len(body.rstrip("\\"))) % 2 == 1:
+        return "ends with an unescaped backslash"
+    return None
+
+
+def _normal_pattern(pattern: str) -> str:
+    """``./src/**`` and ``src/**`` mean the same: keep the second spelling."""
+    neg = pattern.startswith("!")
+    body = pattern[1:] if neg else pattern
+    while body.startswith("./"):
+        body = body[2:]
+    return ("!" if neg else "") + body
+
+
+def check_input_pattern(pattern: str, owner: str) -> str:
+    """One input pattern, normalised, or :class:`InvalidValueError` naming ``owner`` and the pattern."""
+    problem = _pattern_problem(pattern)
+    if problem is not None:
+        raise InvalidValueError(
+            f"invalid input pattern {pattern!r} of {owner}: it {problem}; inputs are {INPUTS_RULE}",
+            field="inputs",
+            value=repr(pattern),
+        )
+    return _normal_pattern(pattern)
+
+
+def check_inputs(patterns: Sequence[str], owner: str) -> list[str]:
+    """A milestone's input patterns, checked and normalised (duplicates dropped, order kept)."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if len(patterns) > MAX_INPUTS:
+        raise InvalidValueError(
+            f"{owner} has {len(patterns)} input patterns: at most {MAX_INPUTS} (use '**' to cover folders)",
+            field="inputs",
+        )
+    return list(dict.fromkeys(check_input_pattern(p, owner) for p in patterns))
+
+
+def _input_pattern(v: str) -> str:
+    problem = _pattern_problem(v)
+    if problem is not None:
+        raise ValueError(f"{problem}; inputs are {INPUTS_RULE}")
+    return _normal_pattern(v)
+
+
 def _no_nul(v: str) -> str:
     if "\x00" in v:
         raise ValueError("contains a NUL character (\\x00)")
@@ -170,6 +243,7 @@ EnvMap = Annotated[dict[str, str], AfterValidator(_env)]
 Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Delay = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Retries = Annotated[StrictInt, Field(ge=0, le=MAX_RETRIES)]
+InputPattern = Annotated[str, AfterValidator(_input_pattern)]
 
 
 class _Read(BaseModel):
@@ -202,6 +276,14 @@ class Milestone(_Read):
     retry_delay: Annotated[float, Field(ge=0)] | None = None
     retry_at: datetime | None = None
     reason: str | None = None
+    # Proof bound to inputs (see milepost.gates.inputs): the patterns, whether a
+    # passed run with the same fingerprint may stand in for a run, whether a
+    # failure on unchanged inputs may be retried, and the fingerprint of the
+    # attempt that set the current status (done: what was proven).
+    inputs: list[str] = Field(default_factory=list)
+    cache: bool = True
+    flaky: bool = False
+    fingerprint: str | None = None
     updated_at: datetime | None = None
 
     @property
@@ -217,6 +299,11 @@ class Milestone(_Read):
         return bool(self.gate)
 
     @property
+    def has_inputs(self) -> bool:
+        """Whether its proof is bound to files (only a gated milestone's is)."""
+        return bool(self.inputs) and bool(self.gate)
+
+    @property
     def is_stuck(self) -> bool:
         """Stuck, or sent back for a fix with no budget left: only an
         operator's reset moves it again."""
@@ -230,6 +317,7 @@ class ItemDefaults(_Read):
     timeout: Annotated[float, Field(gt=0)] | None = None
     fix: str | None = None
     retry_delay: Annotated[float, Field(ge=0)] | None = None
+    inputs: list[str] = Field(default_factory=list)
 
 
 class TodoItem(_Read):

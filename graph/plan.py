@@ -12,13 +12,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag
 
 from milepost.graph.dag import validate_milestones
-from milepost.graph.errors import DuplicateNameError
+from milepost.graph.errors import DuplicateNameError, InvalidValueError
 from milepost.graph.models import (
     DEFAULT_RETRIES,
     CommandText,
     Delay,
     EnvMap,
     GateCommand,
+    InputPattern,
     Milestone,
     Retries,
     Seconds,
@@ -75,6 +76,17 @@ class PlanMilestone(_Strict):
     fix: CommandText | None = Field(None, description="command run after a failed attempt, before the retry")
     retry_delay: Delay | None = Field(None, description="the drive waits d, 2d, 4d ... seconds before each retry")
     hypothesis: StrictBool = Field(False, description="proposed, not yet confirmed: not scheduled until confirmed")
+    inputs: list[InputPattern] | None = Field(
+        None,
+        description="files the gate proves (gitignore-style patterns relative to the workspace root); a done"
+        " milestone whose inputs changed is stale and re-proven (replaces defaults.inputs)",
+    )
+    cache: StrictBool = Field(
+        True, description="a passed run with the same gate and inputs anywhere in the store may stand in for a run"
+    )
+    flaky: StrictBool = Field(
+        False, description="retry a failure even when its inputs did not change (else it waits for a change)"
+    )
 
 
 class PlanDefaults(_Strict):
@@ -84,6 +96,9 @@ class PlanDefaults(_Strict):
     timeout: Seconds | None = Field(None, description="seconds before a gate command is killed")
     fix: CommandText | None = Field(None, description="command run after a failed attempt, before the retry")
     retry_delay: Delay | None = Field(None, description="the drive waits d, 2d, 4d ... seconds before each retry")
+    inputs: list[InputPattern] = Field(
+        default_factory=list, description="input patterns of every milestone with a gate that names none"
+    )
 
 
 class Plan(_Strict):
@@ -103,19 +118,30 @@ class Plan(_Strict):
         names, duplicates, self-deps, unknown deps, cycles."""
         out = []
         for i, pm in enumerate(self.milestones, start=1):
+            gate = _gate_commands(pm)
+            if pm.inputs and not gate:
+                raise InvalidValueError(
+                    f"milestone {pm.name!r} has inputs but no gate: inputs bind a gate's proof to files;"
+                    " add a gate or drop the inputs",
+                    milestone=pm.name,
+                )
+            inputs = pm.inputs if pm.inputs is not None else (self.defaults.inputs if gate else [])
             out.append(
                 Milestone(
                     id=i,
                     name=pm.name,
                     deps=list(dict.fromkeys(pm.deps)),
                     acceptance=pm.acceptance,
-                    gate=_gate_commands(pm),
+                    gate=gate,
                     retries=self.defaults.retries if pm.retries is None else pm.retries,
                     timeout=self.defaults.timeout if pm.timeout is None else pm.timeout,
                     review=pm.review,
                     fix=pm.fix if pm.fix is not None else self.defaults.fix,
                     retry_delay=pm.retry_delay if pm.retry_delay is not None else self.defaults.retry_delay,
                     status=MilestoneStatus.HYPOTHESIS if pm.hypothesis else MilestoneStatus.PENDING,
+                    inputs=list(dict.fromkeys(inputs)),
+                    cache=pm.cache,
+                    flaky=pm.flaky,
                 )
             )
         validate_milestones(out)
@@ -165,6 +191,12 @@ def plan_from_item(item: WorkItem) -> dict[str, Any]:
             entry["retry_delay"] = m.retry_delay
         if m.status is MilestoneStatus.HYPOTHESIS:
             entry["hypothesis"] = True
+        if m.gate and m.inputs != d.inputs:
+            entry["inputs"] = list(m.inputs)
+        if not m.cache:
+            entry["cache"] = False
+        if m.flaky:
+            entry["flaky"] = True
         milestones.append(entry)
     out: dict[str, Any] = {"objective": item.objective, "plan_status": item.plan_status.value}
     defaults = d.model_dump(exclude_defaults=True)

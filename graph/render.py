@@ -26,6 +26,7 @@ GREY = Colour("#9e9e9e", "dim")
 # outcomes (by their values) and the picture's "running".
 PALETTE: dict[str, Colour] = {
     D.DONE: Colour("#2e7d32", "green"),
+    D.STALE: Colour("#9e9d24", "bold dark_khaki"),
     D.READY: Colour("#1565c0", "bold cyan"),
     D.IN_PROGRESS: Colour("#f9a825", "yellow"),
     D.IN_REVIEW: Colour("#00838f", "bold yellow"),
@@ -42,6 +43,7 @@ PALETTE: dict[str, Colour] = {
     Readiness.COMPLETED: Colour("#2e7d32", "green"),
     Readiness.CANCELLED: GREY,
     "passed": Colour("#2e7d32", "green"),
+    "cached": Colour("#558b2f", "green"),
     "failed": Colour("#c62828", "red"),
     "interrupted": Colour("#f9a825", "yellow"),
     "skipped": GREY,

@@ -55,9 +55,11 @@ class MilestoneStatus(StrEnum):
 class DisplayStatus(StrEnum):
     """What a person sees for a milestone: the stored status with the derived
     views folded in (``ready``, ``blocked``, ``in_review``; ``stuck`` also
-    for needs_fix with no budget left). See :func:`milepost.graph.dag.display_status`."""
+    for needs_fix with no budget left; ``stale`` for a done milestone whose
+    inputs changed since its gate passed). See :func:`milepost.graph.dag.display_status`."""
 
     DONE = "done"
+    STALE = "stale"
     READY = "ready"
     IN_PROGRESS = "in_progress"
     IN_REVIEW = "in_review"
@@ -73,7 +75,11 @@ class Action(StrEnum):
     """Milestone actions. ``fail`` and ``exhaust`` are the two outcomes of a
     failed gate under ``done`` (``reject`` too has both), ``await_review`` the
     outcome of a passing gate that needs an operator's verdict, and
-    ``release`` hands an interrupted claim back; users never name those four."""
+    ``release`` hands an interrupted claim back. ``reprove`` claims a done
+    milestone to run its gate again (``verify``, or a drive re-proving a
+    stale one), ``restore`` hands an interrupted re-proof back (done, still
+    stale), and ``reopen`` moves a done milestone back to pending behind a
+    dep that was reopened. Users never name those seven."""
 
     CONFIRM = "confirm"
     START = "start"
@@ -88,6 +94,9 @@ class Action(StrEnum):
     AWAIT_REVIEW = "await_review"
     APPROVE = "approve"
     REJECT = "reject"
+    REPROVE = "reprove"
+    RESTORE = "restore"
+    REOPEN = "reopen"
 
     @property
     def command(self) -> str:
@@ -117,6 +126,12 @@ TRANSITIONS: dict[tuple[MilestoneStatus, Action], MilestoneStatus] = {
     (S.IN_PROGRESS, A.AWAIT_REVIEW): S.IN_PROGRESS,
     (S.IN_PROGRESS, A.APPROVE): S.DONE,
     (S.IN_PROGRESS, A.REJECT): S.NEEDS_FIX,
+    # Proof bound to inputs: a done milestone's gate runs again (its budget
+    # is not spent by a pass); an interrupted re-proof leaves it done (and
+    # still stale); a failed one reopens what was built on it, as pending.
+    (S.DONE, A.REPROVE): S.IN_PROGRESS,
+    (S.IN_PROGRESS, A.RESTORE): S.DONE,
+    (S.DONE, A.REOPEN): S.PENDING,
 }
 
 # Actions an operator must justify; the reason is kept in the event log.

@@ -32,6 +32,7 @@ from milepost.graph.models import (
     check_command,
     check_delay,
     check_env,
+    check_inputs,
     check_name,
     check_retries,
     check_text,
@@ -59,9 +60,12 @@ def is_ready_status(m: Milestone) -> bool:
     return m.status is S.PENDING or (m.status is S.NEEDS_FIX and m.budget_left)
 
 
-def display_status(m: Milestone, *, deps_done: bool, held: bool = False) -> DisplayStatus:
+def display_status(m: Milestone, *, deps_done: bool, held: bool = False, stale: bool = False) -> DisplayStatus:
     """The stored status with the derived views folded in: a ready milestone
-    shows ``ready``, a pending one waiting on deps ``blocked``."""
+    shows ``ready``, a pending one waiting on deps ``blocked``, a done one
+    whose inputs changed since its proof ``stale``."""
+    if stale and m.status is S.DONE:
+        return DisplayStatus.STALE
     if m.awaiting_review:
         return DisplayStatus.IN_REVIEW
     if is_ready_status(m) and deps_done and not held:
@@ -75,9 +79,10 @@ def display_status(m: Milestone, *, deps_done: bool, held: bool = False) -> Disp
 
 def act(m: Milestone, action: Action, *, undone_deps: Sequence[Milestone] = (), reason: str | None = None) -> Change:
     """A user action (start, done without a gate, needs_fix, reset, lock,
-    unlock, confirm, release) on one milestone. ``undone_deps``: its deps that
-    are not done (``start`` refuses while there are any). ``needs_fix`` of a
-    done milestone also reopens its done dependents: the graph does that part."""
+    unlock, confirm, release, and the re-proof's reprove, restore and
+    reopen) on one milestone. ``undone_deps``: its deps that are not done
+    (``start`` and ``reprove`` refuse while there are any). ``needs_fix`` of
+    a done milestone also reopens its done dependents: the graph does that part."""
     name = m.name
     if action in (Action.FAIL, Action.EXHAUST, Action.AWAIT_REVIEW):
         raise InvalidValueError(f"{action.value} is the outcome of a gate run; use record_attempt()")
@@ -89,7 +94,18 @@ def act(m: Milestone, action: Action, *, undone_deps: Sequence[Milestone] = (), 
         )
     target = transition(name, m.status, action)
     update: dict[str, Any] = {"status": target, "reason": reason}
-    if action is Action.START:
+    if action is Action.REPROVE:
+        if not m.has_gate:
+            raise TransitionError(f"cannot re-prove {name!r}: it has no gate to run", milestone=name)
+        if undone_deps:
+            listed = ", ".join(f"{d.name} ({d.status.value})" for d in undone_deps)
+            raise BlockedError(
+                f"cannot re-prove {name!r}: its deps are not done: {listed}",
+                milestone=name,
+                waiting_on=[d.name for d in undone_deps],
+            )
+        update["reason"] = reason or "re-proof"
+    elif action is Action.START:
         if undone_deps:
             listed = ", ".join(f"{d.name} ({d.status.value})" for d in undone_deps)
             raise BlockedError(
@@ -120,20 +136,36 @@ def act(m: Milestone, action: Action, *, undone_deps: Sequence[Milestone] = (), 
         update["reason"] = reason or "released"
     elif action is Action.RESET:
         update["attempts"] = 0
-    if action in (Action.NEEDS_FIX, Action.RELEASE, Action.RESET):
+    elif action is Action.REOPEN:
+        # Not its failure: a fresh budget for the rebuild behind its dep.
+        update["attempts"] = 0
+    if action in (Action.NEEDS_FIX, Action.RELEASE, Action.RESET, Action.REOPEN):
         update["awaiting_review"] = False
+    if action in (Action.NEEDS_FIX, Action.RESET, Action.REOPEN):
+        # The proof (or the failure) it stood on no longer describes it.
+        update["fingerprint"] = None
     return Change(m, m.model_copy(update=update), action, reason)
 
 
-def record_attempt(m: Milestone, passed: bool, reason: str | None = None, *, at: datetime | None = None) -> Change:
+def record_attempt(
+    m: Milestone,
+    passed: bool,
+    reason: str | None = None,
+    *,
+    at: datetime | None = None,
+    reproof: bool = False,
+    fingerprint: str | None = None,
+) -> Change:
     """One finished gate attempt of an in-progress milestone: pass -> done
     (or waiting for review when it has a review gate); fail -> needs_fix
     while budget is left (ready again at the backoff's :func:`retry_at`
-    when the attempt finished ``at``), else stuck."""
+    when the attempt finished ``at``), else stuck. A passing ``reproof``
+    spends no budget (a failing one does: the seed's second verification).
+    ``fingerprint``: of the inputs the attempt ran on."""
     name = m.name
     if m.awaiting_review:
         raise TransitionError(f"{name!r} waits for review; its gate already passed", milestone=name)
-    attempts = m.attempts + 1
+    attempts = m.attempts if (passed and reproof) else m.attempts + 1
     review_ = False
     when = None
     if passed:
@@ -145,7 +177,14 @@ def record_attempt(m: Milestone, passed: bool, reason: str | None = None, *, at:
             when = retry_at(at, m.retry_delay, m.attempts)
     target = transition(name, m.status, action)
     new = m.model_copy(
-        update={"status": target, "attempts": attempts, "reason": reason, "awaiting_review": review_, "retry_at": when}
+        update={
+            "status": target,
+            "attempts": attempts,
+            "reason": reason,
+            "awaiting_review": review_,
+            "retry_at": when,
+            "fingerprint": fingerprint,
+        }
     )
     return Change(m, new, action, reason)
 
@@ -184,6 +223,9 @@ def new_milestone(
     fix: str | None = None,
     retry_delay: float | None = None,
     hypothesis: bool = False,
+    inputs: Sequence[str] = (),
+    cache: bool = True,
+    flaky: bool = False,
 ) -> Milestone:
     """A milestone to add as ``new_id``: validated, and its deps must exist
     already (so no cycle can form). ``lookup(name)``: the id of an existing
@@ -196,6 +238,12 @@ def new_milestone(
     check_text(acceptance, f"the acceptance text of {owner}")
     if fix is not None:
         check_command(fix, f"the fix command of {owner}")
+    inputs = check_inputs(inputs, owner)
+    if inputs and not gate:
+        raise InvalidValueError(
+            f"{owner} has inputs but no gate: inputs bind a gate's proof to files; add a gate or drop the inputs",
+            milestone=name,
+        )
     for g in gate:
         if isinstance(g, GateCommand):
             check_command(g.run, f"the gate of {owner}")
@@ -228,5 +276,8 @@ def new_milestone(
             "fix": fix,
             "retry_delay": retry_delay,
             "status": S.HYPOTHESIS if hypothesis else S.PENDING,
+            "inputs": inputs,
+            "cache": cache,
+            "flaky": flaky,
         }
     )

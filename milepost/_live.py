@@ -17,7 +17,7 @@ from milepost._text import printable
 from milepost.flows.events import DriveSummary
 from milepost.gates.command import GateResult
 from milepost.graph.render import PALETTE
-from milepost.results import Claim, DoneResult, MilestoneView
+from milepost.results import Claim, DoneResult, MilestoneView, StaleInfo
 
 
 class LiveReporter:
@@ -52,6 +52,8 @@ class LiveReporter:
     def gate_started(self, claim: Claim) -> None:
         self.running[claim.milestone.name] = time.monotonic()
         self.rows[claim.milestone.name][1] = "running"
+        if claim.reproof:
+            self.rows[claim.milestone.name][4] = "re-proof"
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         m = done.milestone
@@ -59,7 +61,20 @@ class LiveReporter:
         row = self.rows[m.name]
         row[1] = "in_review" if m.awaiting_review else m.status.value
         row[2] = m.attempts
-        row[4] = done.gate_run.reason if done.gate_run and not done.passed else ""
+        row[4] = done.gate_run.reason if done.gate_run and (not done.passed or done.gate_run.cached_from) else ""
+        for ch in done.changes[1:]:  # reopened behind it
+            if ch.milestone in self.rows:
+                self.rows[ch.milestone][1] = "blocked" if ch.to_status == "pending" else ch.to_status.value
+                self.rows[ch.milestone][4] = ch.reason or ""
+
+    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+        if milestone in self.rows:
+            self.rows[milestone][1] = "stale"
+            self.rows[milestone][4] = info.reason
+
+    def waiting_for_change(self, milestone: str, reason: str) -> None:
+        if milestone in self.rows:
+            self.rows[milestone][4] = reason
 
     def lease_reclaimed(self, done: DoneResult) -> None:
         why = done.gate_run.reason if done.gate_run else "its driver stopped"

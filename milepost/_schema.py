@@ -22,6 +22,8 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     false,
+    text,
+    true,
 )
 from sqlalchemy.engine import Dialect
 
@@ -119,6 +121,12 @@ MILESTONES = Table(
     Column("lease_expires", UTCDateTime),
     # Where the leased attempt runs: host, boot id, driver pid, log path (see service.claims).
     Column("lease_info", JSON),
+    # Proof bound to inputs (gates/inputs.py): patterns, cache and flaky flags,
+    # and the fingerprint of the attempt that set the current status.
+    Column("inputs", JSON, nullable=False, default=list, server_default=text("'[]'")),
+    Column("cache", Boolean, nullable=False, default=True, server_default=true()),
+    Column("flaky", Boolean, nullable=False, default=False, server_default=false()),
+    Column("fingerprint", String(64)),
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
     UniqueConstraint("item_id", "seq", name="uq_milestones_item_seq"),
@@ -152,7 +160,26 @@ RUNS = Table(
     Column("verdict", Text),
     Column("started_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=False),
+    # What the attempt ran on (gates/inputs.py): its fingerprint (indexed: the
+    # gate cache looks passed runs up by it), the key of its file list in
+    # input_manifests, how many files, inputs its own gate changed, and for a
+    # ``cached`` attempt the passed run that stands in for it.
+    Column("fingerprint", String(64), index=True),
+    Column("inputs_digest", String(64)),
+    Column("inputs_files", Integer),
+    Column("rewrote", JSON),
+    Column("source_run_id", Integer),
     UniqueConstraint("milestone_id", "attempt", name="uq_gate_runs_milestone_attempt"),
+)
+
+# The file lists of proofs, by the digest of the list (shared by every run
+# proven on the same files): what a stale milestone's changed paths are read from.
+MANIFESTS = Table(
+    "input_manifests",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("files", JSON, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
 # Append-only log of every transition, for audit and ``history``.

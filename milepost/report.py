@@ -3,10 +3,12 @@ milestone) and a markdown summary for ``GITHUB_STEP_SUMMARY``.
 
 JUnit, as CI systems read it: a milestone that is done passed; a stuck (or
 needs_fix) one failed, its failure carrying the last reason and the tail of
-its last log; a milestone that could not run (blocked, locked, hypothesis,
-waiting for review, outside ``--until``, held by another driver) is skipped
-with what holds it. Attempts, status and host are properties; the time is the
-gate time spent in this drive."""
+its last log; a stale one (done, but its inputs changed and its re-proof did
+not happen) failed with the changed paths; a milestone that could not run
+(blocked — also behind a reopened dep —, locked, hypothesis, waiting for
+review, outside ``--until``, held by another driver) is skipped with what
+holds it. Attempts, status and host are properties; the time is the gate
+time spent in this drive."""
 
 from __future__ import annotations
 
@@ -32,7 +34,9 @@ def _xml_text(text: str) -> str:
 
 
 def junit_xml(svc: Service, summary: DriveSummary) -> str:
-    _, g = svc.graph(summary.item)
+    _, g = svc.graph(summary.item, proofs=False)
+    views = {m.name: m for m in summary.milestones}
+    scope = set(summary.scope) if summary.scope is not None else None
     suite_name = _xml_text(f"work item {summary.item}: {summary.objective}")
     failures = skipped = 0
     total_time = 0.0
@@ -46,12 +50,20 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
         props = ET.SubElement(case, "properties")
         for key, value in (("status", ms.view), ("attempts", f"{ms.attempts}/{ms.max_attempts}"), ("id", ms.id)):
             ET.SubElement(props, "property", name=str(key), value=str(value))
-        view = display_status(g, m)
-        if view is DisplayStatus.DONE:
+        view = views[ms.name].view if ms.name in views else display_status(g, m)
+        if scope is not None and ms.name not in scope and view is not DisplayStatus.DONE:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=_xml_text(f"outside --until {summary.until}"))
+        elif view is DisplayStatus.DONE:
             pass
+        elif view is DisplayStatus.STALE:
+            failures += 1
+            why = ms.stale.reason if ms.stale is not None else "inputs changed since proven"
+            failure = ET.SubElement(case, "failure", message=_xml_text(f"stale: {why}"), type=view)
+            failure.text = _xml_text(_last_tail(svc, summary.item, ms.name))
         elif view in (DisplayStatus.STUCK, DisplayStatus.NEEDS_FIX):
             failures += 1
-            reason = ms.last_reason or m.reason or view
+            reason = ms.waiting_for_change or ms.last_reason or m.reason or view
             failure = ET.SubElement(case, "failure", message=_xml_text(f"{view}: {reason}"), type=view)
             failure.text = _xml_text(_last_tail(svc, summary.item, ms.name))
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from milepost.gates.outcome import GateResult
+from milepost.gates.outcome import GateResult, Outcome
 from milepost.graph.models import Milestone, WorkItem
 from milepost.graph.status import (
     Action,
@@ -22,11 +22,15 @@ __all__ = [
     "Claim",
     "CompletionResult",
     "DoneResult",
+    "DryRun",
     "GateRun",
     "ItemSummary",
     "MilestoneChange",
     "MilestoneView",
     "NextResult",
+    "StaleInfo",
+    "Verified",
+    "VerifyResult",
 ]
 
 
@@ -41,6 +45,18 @@ class Claim(BaseModel):
     attempt: int
     owner: str
     log_path: str
+    # A re-proof of a done milestone (verify, or a drive re-proving a stale one):
+    # a pass spends no budget, an interruption leaves it done.
+    reproof: bool = False
+
+
+class StaleInfo(BaseModel):
+    """Why a done milestone is stale: the paths changed since its proof
+    (the first few; ``changed_count`` says how many in all)."""
+
+    changed: list[str] = Field(default_factory=list)
+    changed_count: int = 0
+    reason: str = ""
 
 
 class MilestoneChange(BaseModel):
@@ -95,6 +111,9 @@ class MilestoneView(Milestone):
     view: DisplayStatus
     waiting_on: list[str] = Field(default_factory=list)
     last_run: str | None = None
+    stale: StaleInfo | None = None
+    # A failed milestone the drive will not retry until its inputs change.
+    waiting_for_change: str | None = None
 
 
 class ItemSummary(BaseModel):
@@ -111,6 +130,40 @@ class ItemSummary(BaseModel):
     readiness_reason: str = ""
     current: bool = False
     counts: dict[DisplayStatus, int] = Field(default_factory=dict)
+
+
+class DryRun(BaseModel):
+    """``drive --dry-run``: the order a drive would take if every gate passed
+    (``stale`` ones are re-proofs), and the failed milestones it would not
+    retry because their inputs did not change."""
+
+    item: int
+    order: list[str]
+    stale: dict[str, StaleInfo] = Field(default_factory=dict)
+    waiting: dict[str, str] = Field(default_factory=dict)
+
+
+class Verified(BaseModel):
+    """One milestone of ``verify``: how its re-proof went."""
+
+    milestone: str
+    outcome: Outcome | None = None  # None: not run (skipped)
+    status: MilestoneStatus
+    attempt: int | None = None
+    duration: float = 0.0
+    reason: str
+    stale: StaleInfo | None = None
+    reopened: list[str] = Field(default_factory=list)
+
+
+class VerifyResult(BaseModel):
+    """``verify``: ok when every re-proof passed (and when there was nothing to re-prove)."""
+
+    item: int
+    ok: bool
+    verified: list[Verified] = Field(default_factory=list)
+    unchecked: list[str] = Field(default_factory=list)  # done milestones without inputs (only --all re-runs them)
+    message: str
 
 
 class CompletionResult(BaseModel):

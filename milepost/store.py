@@ -34,10 +34,20 @@ from milepost.errors import (
 __all__ = ["SCHEMA_HEAD", "Store", "mask_url"]
 
 # The newest migration; opening a store whose schema is older upgrades it.
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 # The tables a sound store has (alembic_version aside).
 TABLES = frozenset(
-    {"work_items", "milestones", "milestone_deps", "gate_runs", "events", "focus", "work_refs", "store_meta"}
+    {
+        "work_items",
+        "milestones",
+        "milestone_deps",
+        "gate_runs",
+        "events",
+        "focus",
+        "work_refs",
+        "store_meta",
+        "input_manifests",
+    }
 )
 BUSY_TIMEOUT_MS = 30_000
 

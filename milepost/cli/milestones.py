@@ -34,6 +34,7 @@ from milepost.cli.render import (
     milestone_table,
     show_changes,
     show_done,
+    show_verify,
     styled,
 )
 
@@ -51,13 +52,25 @@ from milepost.cli.render import (
     "--retry-delay", type=DELAY, default=None, metavar="S", help="Drive waits S, 2S, 4S ... seconds before each retry."
 )
 @click.option("--hypothesis", is_flag=True, help="Add as a hypothesis (confirm it later).")
+@click.option(
+    "--inputs",
+    "inputs",
+    multiple=True,
+    metavar="PATTERN",
+    help="Files the gate proves: gitignore-style patterns relative to the workspace root (repeat, or"
+    " comma-separated); when they change, the done milestone is stale. Default: the item's default inputs.",
+)
+@click.option("--no-cache", is_flag=True, help="Never let a passed run on the same gate and inputs stand in.")
+@click.option("--flaky", is_flag=True, help="Retry a failure even when its inputs did not change.")
 @item_option
 @revision_option
 @pass_ctx
 def add(c: Ctx, name: str, deps: str | None, acceptance: str, gate: str | None, retries: int | None,
         timeout: float | None, review: bool, fix: str | None, retry_delay: float | None, hypothesis: bool,
-        item: int | None, expect_revision: int | None) -> None:  # fmt: skip
+        inputs: tuple[str, ...], no_cache: bool, flaky: bool, item: int | None,
+        expect_revision: int | None) -> None:  # fmt: skip
     """Add a milestone to the current work item (its plan must be a draft)."""
+    patterns = [p.strip() for value in inputs for p in value.split(",") if p.strip()] if inputs else None
     r = c.service.add_milestone(
         name,
         split_deps(deps),
@@ -69,6 +82,9 @@ def add(c: Ctx, name: str, deps: str | None, acceptance: str, gate: str | None, 
         fix=fix,
         retry_delay=retry_delay,
         hypothesis=hypothesis,
+        inputs=patterns,
+        cache=not no_cache,
+        flaky=flaky,
         item=item,
         expect_revision=expect_revision,
     )
@@ -143,18 +159,42 @@ def reject(c: Ctx, name: str, reason: str, item: int | None, expect_revision: in
 @cli.command()
 @click.argument("name")
 @click.option("--verdict", default=None, help="A note on the result, kept with the gate run.")
+@click.option("--no-cache", is_flag=True, help="Run the gate even when a passed run on the same inputs exists.")
 @item_option
 @revision_option
 @pass_ctx
-def done(c: Ctx, name: str, verdict: str | None, item: int | None, expect_revision: int | None) -> None:
+def done(c: Ctx, name: str, verdict: str | None, no_cache: bool, item: int | None,
+         expect_revision: int | None) -> None:  # fmt: skip
     """Finish an in-progress milestone: runs its gate here, no Prefect.
 
     Pass -> done. Fail -> needs_fix (exit 1), or stuck when its retry budget
-    is spent. Prints the reason and where the gate's log is.
+    is spent. Prints the reason and where the gate's log is. A milestone with
+    inputs whose gate and inputs equal a passed run anywhere in the store is
+    done without running (outcome cached) unless --no-cache.
     """
-    r = c.service.done(name, verdict=verdict, item=item, expect_revision=expect_revision)
+    r = c.service.done(name, verdict=verdict, item=item, expect_revision=expect_revision, use_cache=not no_cache)
     c.emit(r.model_dump(mode="json"), lambda con: show_done(con, r))
     if not r.passed:
+        raise SystemExit(1)
+
+
+@cli.command()
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option("--all", "all_", is_flag=True, help="Re-run every done milestone's gate, stale or not.")
+@item_option
+@pass_ctx
+def verify(c: Ctx, names: tuple[str, ...], all_: bool, item: int | None) -> None:
+    """Re-prove done milestones: re-run the gates of the stale ones (their
+    inputs changed since they were proven), here, no Prefect, lowest id first.
+
+    Never takes a result from the cache: the gates run. A failing re-proof
+    sends its milestone to needs_fix (the done milestones built on it wait
+    behind it). Exit 0 when every re-proof passed or nothing is stale, 1 when
+    one failed. This is the command a CI step runs on a reused store.
+    """
+    r = c.service.verify(list(names), all_=all_, item=item)
+    c.emit(r.model_dump(mode="json"), lambda con: show_verify(con, r))
+    if not r.ok:
         raise SystemExit(1)
 
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from milepost.graph.dag import WorkGraph
-    from milepost.results import DoneResult, MilestoneView
+    from milepost.results import DoneResult, DryRun, MilestoneView, VerifyResult
 
 
 def styled(status: str) -> str:
@@ -51,6 +51,9 @@ def show_done(con: Console, r: DoneResult) -> None:
     where = f"log: {run.log_path}"
     if r.note:
         con.print(f"[yellow]{esc(r.note)}[/]")
+    if run.cached_from is not None:
+        con.print(f"{m.name}: {styled('done')} — {esc(run.reason)} (attempt {run.attempt}, no budget spent)")
+        return
     if r.passed:
         con.print(
             f"{m.name}: {styled('done')} — gate passed ({run.reason}, {run.duration:.2f} s,"
@@ -80,7 +83,7 @@ def milestone_table(con: Console, views: list[MilestoneView]) -> None:
         con.print("no milestones yet: `milepost add NAME --gate CMD`")
         return
     t = Table(box=None, header_style="bold")
-    for col in ("id", "name", "status", "tries", "deps", "gate", "note"):
+    for col in ("id", "name", "status", "tries", "deps", "gate", "inputs", "note"):
         t.add_column(col, overflow="fold")
     for v in views:
         gate = v.gate[0].run if len(v.gate) == 1 else (f"{len(v.gate)} commands" if v.gate else "-")
@@ -89,6 +92,10 @@ def milestone_table(con: Console, views: list[MilestoneView]) -> None:
         note = v.reason or v.last_run or ""
         if v.waiting_on:
             note = "waiting on " + ", ".join(v.waiting_on)
+        if v.stale is not None:
+            note = v.stale.reason
+        elif v.waiting_for_change:
+            note = v.waiting_for_change
         t.add_row(
             str(v.id),
             v.name,
@@ -96,9 +103,40 @@ def milestone_table(con: Console, views: list[MilestoneView]) -> None:
             f"{v.attempts}/{v.max_attempts}",
             ", ".join(v.deps) or "-",
             esc(gate),
+            esc(_inputs(v.inputs)),
             esc(note),
         )
     con.print(t)
+
+
+def _inputs(patterns: list[str]) -> str:
+    if not patterns:
+        return "-"
+    first = patterns[0] if len(patterns[0]) <= 30 else patterns[0][:29] + "…"
+    return first + (f" +{len(patterns) - 1}" if len(patterns) > 1 else "")
+
+
+def show_verify(con: Console, r: VerifyResult) -> None:
+    for v in r.verified:
+        changed = f" ({esc(v.stale.reason)})" if v.stale is not None and v.stale.reason else ""
+        if v.outcome is None:
+            con.print(f"{v.milestone}: {styled('skipped')} — {esc(v.reason)}")
+        elif v.outcome.proves:
+            con.print(
+                f"{v.milestone}: {styled('done')} — proven again{changed}: {esc(v.reason)}"
+                f" (attempt {v.attempt}, {v.duration:.2f} s)"
+            )
+        else:
+            also = f"; waiting behind it: {', '.join(v.reopened)}" if v.reopened else ""
+            con.print(
+                f"{v.milestone}: {styled(v.status.value)} — re-proof failed{changed}: {esc(v.reason)}"
+                f" (attempt {v.attempt}){also}"
+            )
+    if r.unchecked:
+        shown = ", ".join(r.unchecked[:5]) + (f" and {len(r.unchecked) - 5} more" if len(r.unchecked) > 5 else "")
+        con.print(f"[dim]not checked (no inputs): {shown}; `verify --all` re-runs their gates too[/]")
+    verdict = "[green]verified[/]" if r.ok else "[red]not verified[/]"
+    con.print(f"{verdict}: {esc(r.message)}")
 
 
 # -- plan files --------------------------------------------------------------
@@ -133,10 +171,23 @@ def show_summary(con: Console, summary: Any) -> None:
     for col in ("id", "milestone", "status", "tries", "time", "last reason"):
         t.add_column(col, overflow="fold")
     for m in summary.milestones:
+        reason = m.stale.reason if m.stale is not None else (m.waiting_for_change or m.last_reason or "")
         t.add_row(str(m.id), m.name, styled(m.view), f"{m.attempts}/{m.max_attempts}", f"{m.duration:.1f} s",
-                  esc(m.last_reason or ""))  # fmt: skip
+                  esc(reason))  # fmt: skip
     con.print(t)
-    verdict = "[green]all done[/]" if summary.ok else "[red]not done[/]"
-    con.print(f"{verdict}: {esc(summary.message)} ({summary.gate_runs} gate runs, {summary.duration:.1f} s)")
+    verdict = "[green]ok[/]" if summary.ok else "[red]not done[/]"
+    runs = f"{summary.gate_runs} gate run{'s' if summary.gate_runs != 1 else ''}"
+    cached = f", {summary.cached} cached" if summary.cached else ""
+    con.print(f"{verdict}: {esc(summary.message)} ({runs}{cached}, {summary.duration:.1f} s)")
     if summary.flow_run_url:
         con.print(f"flow run: {summary.flow_run_url}")
+
+
+def show_dry_run(con: Console, plan: DryRun) -> None:
+    for i, name in enumerate(plan.order, 1):
+        stale = plan.stale.get(name)
+        con.print(f"{i}. {name}" + (f" [dim](re-prove: {esc(stale.reason)})[/]" if stale is not None else ""))
+    if not plan.order:
+        con.print("nothing to run")
+    for name, why in plan.waiting.items():
+        con.print(f"[dim]not retried: {name}: {esc(why)}[/]")

@@ -31,6 +31,7 @@ from milepost.cli._base import (
 )
 from milepost.cli.render import (
     esc,
+    show_dry_run,
     show_summary,
 )
 
@@ -50,27 +51,29 @@ from milepost.cli.render import (
 @click.option("--dry-run", is_flag=True, help="Print the order a drive would take; run nothing.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Write a JUnit XML report: a test case per milestone (for CI).")  # fmt: skip
+@click.option("--no-cache", is_flag=True, help="Run every gate, even where a passed run on the same inputs exists.")
 @revision_option
 @pass_ctx
 def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask_address: str | None,
-          until: str | None, dry_run: bool, junit: Path | None, expect_revision: int | None) -> None:  # fmt: skip
+          until: str | None, dry_run: bool, junit: Path | None, no_cache: bool,
+          expect_revision: int | None) -> None:  # fmt: skip
     """Drive a work item through its DAG as a Prefect flow.
 
     Each gate runs as a Prefect task named after its milestone; failed gates
-    retry within their budget, other branches go on. Exits 0 when every
-    milestone is done, 1 otherwise, 130 when interrupted. Uses the workspace's
-    Prefect server when `milepost server start` runs, else Prefect's temporary
-    server (with its home in .milepost/prefect).
+    retry within their budget, other branches go on. Stale milestones (done,
+    but their inputs changed since) are re-proven first; a failure whose
+    inputs did not change is not retried blindly. Exits 0 when every
+    milestone (of --until's scope) is done and none is stale, 1 otherwise,
+    130 when interrupted. Uses the workspace's Prefect server when `milepost
+    server start` runs, else Prefect's temporary server (with its home in
+    .milepost/prefect).
     """
     svc = c.service
     item = svc.resolve_item(item_id)
     svc.check_can_drive(item, expect_revision)
     if dry_run:
-        order = svc.plan_order(item, until)
-        c.emit(
-            {"item": item, "order": order},
-            lambda con: con.print("\n".join(f"{i}. {n}" for i, n in enumerate(order, 1)) or "nothing to run"),
-        )
+        plan = svc.plan_order(item, until)
+        c.emit(plan.model_dump(mode="json"), lambda con: show_dry_run(con, plan))
         return
     api = prefect_env(svc.store.home, "the dask task runner (its workers)" if task_runner == "dask" else None)
     from milepost.flows.events import JsonLinesReporter, LineReporter, Reporter
@@ -92,14 +95,15 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     try:
         summary = run_drive(
             svc, item, max_parallel=max_parallel, until=until, task_runner=task_runner, dask_address=dask_address,
-            reporter=reporter, expect_revision=expect_revision,
+            reporter=reporter, expect_revision=expect_revision, use_cache=not no_cache,
         )  # fmt: skip
     finally:
         if live is not None:
             live.stop()
-    reporter.drive_finished(summary)
-    if not c.json:
-        show_summary(c.console(), summary)
+    if c.json:
+        reporter.drive_finished(summary)
+    else:
+        show_summary(c.console(), summary)  # the verdict, once
     _ci_reports(svc, summary, junit)
     raise SystemExit(0 if summary.ok else 1)
 

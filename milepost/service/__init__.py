@@ -40,10 +40,12 @@ from milepost.results import (
     Claim,
     CompletionResult,
     DoneResult,
+    DryRun,
     GateRun,
     ItemSummary,
     MilestoneView,
     NextResult,
+    VerifyResult,
 )
 from milepost.service import evidence, items, milestones, waits
 from milepost.service._tx import Context, GraphCache
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from milepost.graph.plan import Plan
     from milepost.service.claims import interrupted_result
     from milepost.service.drive import DriveSession
+    from milepost.service.proofs import Check
 
 __all__ = ["DEFAULT_AGENT", "DriveSession", "Service", "interrupted_result"]
 
@@ -227,7 +230,7 @@ class Service:
     def export_plan(self, item: int | None = None) -> dict[str, Any]:
         return milestones.export_plan(self.ctx, item)
 
-    def plan_order(self, item: int | None = None, until: str | None = None) -> list[str]:
+    def plan_order(self, item: int | None = None, until: str | None = None) -> DryRun:
         return milestones.plan_order(self.ctx, item, until)
 
     # -- milestones -----------------------------------------------------------------
@@ -253,18 +256,39 @@ class Service:
         return milestones.review(self.ctx, name, approve, reason=reason, item=item, expect_revision=expect_revision)
 
     def done(self, name: str, *, verdict: str | None = None, item: int | None = None,
-             expect_revision: int | None = None) -> DoneResult:  # fmt: skip
+             expect_revision: int | None = None, use_cache: bool = True) -> DoneResult:  # fmt: skip
         from milepost.service import claims
 
-        return claims.done(self.ctx, name, verdict=verdict, item=item, expect_revision=expect_revision)
+        return claims.done(
+            self.ctx, name, verdict=verdict, item=item, expect_revision=expect_revision, use_cache=use_cache
+        )
+
+    def verify(self, names: list[str] | None = None, *, all_: bool = False, item: int | None = None) -> VerifyResult:
+        """Re-run the gates of stale done milestones here (see :func:`milepost.service.claims.verify`)."""
+        from milepost.service import claims
+
+        return claims.verify(self.ctx, names or [], all_=all_, item=item)
+
+    def check_proofs(self, item: int, graph: WorkGraph) -> Check:
+        """Which done milestones are stale and which failed ones wait for a
+        change of their inputs (marks the graph's stale ones)."""
+        from milepost.service import proofs
+
+        return proofs.check(self.ctx, item, graph)
 
     # -- reading ----------------------------------------------------------------------
 
     def next(self, item: int | None = None) -> NextResult:
         return milestones.next_milestone(self.ctx, item)
 
-    def graph(self, item: int | None = None) -> tuple[WorkItem, WorkGraph]:
-        return items.read(self.ctx, items.resolve(self.ctx, item))
+    def graph(self, item: int | None = None, *, proofs: bool = True) -> tuple[WorkItem, WorkGraph]:
+        """The item and its whole graph; with ``proofs`` the stale milestones
+        are marked (their inputs are read: see :meth:`check_proofs`)."""
+        item_id = items.resolve(self.ctx, item)
+        it, g = items.read(self.ctx, item_id)
+        if proofs:
+            self.check_proofs(item_id, g)
+        return it, g
 
     def milestone_views(self, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:
         return milestones.milestone_views(self.ctx, item)
@@ -277,11 +301,12 @@ class Service:
 
     # -- gates, claims and drives -----------------------------------------------------
 
-    def drive_session(self, item: int, owner: str) -> DriveSession:
+    def drive_session(self, item: int, owner: str, *, use_cache: bool = True,
+                      scope: set[str] | None = None) -> DriveSession:  # fmt: skip
         """What a drive loop of ``item`` keeps while it runs (see :class:`DriveSession`)."""
         from milepost.service.drive import DriveSession
 
-        return DriveSession(self.ctx, item, owner)
+        return DriveSession(self.ctx, item, owner, use_cache=use_cache, scope=scope)
 
     def log_path(self, item_id: int, name: str, attempt: int) -> Path:
         from milepost.service import claims

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Row, bindparam, func, insert, select, update
 
-from milepost._schema import DEPS, EVENTS, FOCUS, ITEMS, MILESTONES, REFS, RUNS
+from milepost._schema import DEPS, EVENTS, FOCUS, ITEMS, MANIFESTS, MILESTONES, REFS, RUNS
 from milepost.gates.outcome import GateResult
 from milepost.graph.models import Milestone, WorkItem
 from milepost.results import GateRun
@@ -26,6 +26,7 @@ __all__ = [
     "EVENTS",
     "FOCUS",
     "ITEMS",
+    "MANIFESTS",
     "MILESTONES",
     "REFS",
     "RUNS",
@@ -39,10 +40,24 @@ __all__ = [
 ]
 
 # What a transition changes in a milestone's row.
-STATE_FIELDS = frozenset({"status", "attempts", "reason", "awaiting_review", "retry_at"})
+STATE_FIELDS = frozenset({"status", "attempts", "reason", "awaiting_review", "retry_at", "fingerprint"})
 # What is fixed when a milestone is created (with its state).
 DEFINITION_FIELDS = frozenset(
-    {"name", "acceptance", "gate", "retries", "timeout", "review", "fix", "retry_delay", "status", "attempts"}
+    {
+        "name",
+        "acceptance",
+        "gate",
+        "retries",
+        "timeout",
+        "review",
+        "fix",
+        "retry_delay",
+        "status",
+        "attempts",
+        "inputs",
+        "cache",
+        "flaky",
+    }
 )
 
 # -- the hot paths' statements, built once ------------------------------------------
@@ -136,14 +151,17 @@ def item(row: Row[Any], milestones: list[Milestone], *, revision: int, current: 
     return WorkItem.model_validate(data)
 
 
-def gate_run(row: Row[Any], item_id: int, name: str, log_path: str | None) -> GateRun:
-    return GateRun.model_validate({**row._mapping, "item": item_id, "milestone": name, "log_path": log_path})
+def gate_run(row: Row[Any], item_id: int, name: str, log_path: str | None,
+             cached_from: dict[str, Any] | None = None) -> GateRun:  # fmt: skip
+    data = {**row._mapping, "item": item_id, "milestone": name, "log_path": log_path, "cached_from": cached_from}
+    data["rewrote"] = data.get("rewrote") or []
+    return GateRun.model_validate(data)
 
 
 def run_row(item_id: int, pk: int, attempt: int, result: GateResult, log_path: str | None,
-            verdict: str | None) -> dict[str, Any]:  # fmt: skip
+            verdict: str | None, source_run_id: int | None = None) -> dict[str, Any]:  # fmt: skip
     """A gate run's row: the result's fields, the log path relative to the workspace."""
-    data = result.model_dump(exclude={"log_path", "commands"})
+    data = result.model_dump(exclude={"log_path", "commands", "cached_from"})
     return {
         **plain(data),
         "commands": [c.model_dump(mode="json") for c in result.commands],
@@ -152,4 +170,5 @@ def run_row(item_id: int, pk: int, attempt: int, result: GateResult, log_path: s
         "attempt": attempt,
         "log_path": log_path,
         "verdict": verdict,
+        "source_run_id": source_run_id,
     }

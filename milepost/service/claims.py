@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -23,18 +23,22 @@ from milepost._schema import utcnow
 from milepost.errors import ConcurrentUpdateError, EnvironmentProblem, TransitionError
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, attempt_files, recover_result, run_gate
+from milepost.gates.inputs import Fingerprint, read_manifest
+from milepost.gates.outcome import CachedFrom
 from milepost.gates.supervisor import host_identity, stop_attempt
 from milepost.graph import steps
 from milepost.graph.models import Milestone
 from milepost.graph.status import Action, MilestoneStatus, transition
-from milepost.results import Claim, DoneResult, GateRun
+from milepost.results import Claim, DoneResult, GateRun, Verified, VerifyResult
 from milepost.service import _rows as rows
+from milepost.service import proofs
 from milepost.service._rows import MILESTONES, REFS, RUNS
 from milepost.service._tx import Context, GraphCache, ItemEvent, Tx, write
 from milepost.service.items import resolve
 
 __all__ = [
     "LeaseKeeper",
+    "cached_result",
     "done",
     "gate_env",
     "interrupted_result",
@@ -42,7 +46,9 @@ __all__ = [
     "reclaim_expired",
     "record",
     "record_fix",
+    "run_claimed",
     "take_lease",
+    "verify",
 ]
 
 # How long a reclaimer waits for a dead driver's gate processes to die after SIGKILL.
@@ -89,10 +95,11 @@ def expired(lease: Any, now: datetime) -> bool:
     return lease.lease_expires is None or lease.lease_expires <= now
 
 
-def take_lease(tx: Tx, pk: int, m: Milestone, owner: str) -> Claim:
+def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = False) -> Claim:
     """Lease an in-progress milestone's gate to ``owner`` and number its
-    attempt; the lease records where the attempt runs (host, boot, pid, log),
-    so a driver that reclaims it on the same machine can fence it."""
+    attempt; the lease records where the attempt runs (host, boot, pid, log)
+    and whether it re-proves a done milestone, so a driver that reclaims it
+    can fence it and hand it back the right way."""
     now = utcnow()
     lease = tx.conn.execute(rows.LEASE, {"pk": pk}).one()
     if held_elsewhere(lease, owner):
@@ -106,13 +113,15 @@ def take_lease(tx: Tx, pk: int, m: Milestone, owner: str) -> Claim:
         )
     attempt = (tx.conn.execute(rows.LAST_ATTEMPT, {"pk": pk}).scalar() or 0) + 1
     log = log_path(tx.ctx, tx.id, m.name, attempt)
-    info = {**host_identity(), "pid": os.getpid(), "log": str(log)}
+    info: dict[str, Any] = {**host_identity(), "pid": os.getpid(), "log": str(log)}
+    if reproof:
+        info["reproof"] = True
     tx.conn.execute(
         update(MILESTONES)
         .where(MILESTONES.c.id == pk)
         .values(lease_owner=owner, lease_expires=now + tx.ctx.lease_ttl, lease_info=info)
     )
-    return Claim(item=tx.id, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log))
+    return Claim(item=tx.id, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log), reproof=reproof)
 
 
 class LeaseKeeper:
@@ -179,11 +188,13 @@ def drop_lease(conn: Connection, c: Claim) -> None:
 
 
 def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | None = None,
-         expect_revision: int | None = None) -> DoneResult:  # fmt: skip
+         expect_revision: int | None = None, use_cache: bool = True) -> DoneResult:  # fmt: skip
     """Finish an in-progress milestone: without a gate it is done; with one,
     the gate runs here (no Prefect), and its outcome decides: pass -> done,
     fail -> needs_fix, or stuck when the retry budget is spent. A milestone
-    with a review gate waits for ``approve``/``reject`` after passing."""
+    with a review gate waits for ``approve``/``reject`` after passing. With
+    inputs (and its ``cache`` on, and ``use_cache``), a passed run anywhere
+    in the store with the same fingerprint stands in for running the gate."""
     owner = owner_here()
     item_id = resolve(ctx, item)
 
@@ -215,15 +226,29 @@ def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | Non
         raise ConcurrentUpdateError(f"the lease of {name!r} kept changing hands; try again", milestone=name)
     if isinstance(claimed, DoneResult):
         return claimed
+    if use_cache:
+        hit = cached_result(ctx, claimed)
+        if hit is not None:
+            return record(ctx, claimed, hit[0], verdict=verdict, manifest=hit[1].files)
+    return run_claimed(ctx, claimed, verdict=verdict)
+
+
+def run_claimed(ctx: Context, claimed: Claim, *, verdict: str | None = None) -> DoneResult:
+    """Run a leased gate here (no Prefect), renewing its lease, and record it.
+    Ctrl-C kills the gate's process group and records the attempt as
+    interrupted (no budget spent) before re-raising."""
     started = datetime.now(UTC)
+    m = claimed.milestone
     try:
         with LeaseKeeper(ctx, [claimed]):
             result = run_gate(
-                claimed.milestone.gate,
+                m.gate,
                 Path(claimed.log_path),
                 default_cwd=ctx.store.root,
                 env=gate_env(ctx, claimed),
-                default_timeout=claimed.milestone.timeout,
+                default_timeout=m.timeout,
+                inputs=m.inputs if m.has_inputs else (),
+                root=ctx.store.root,
             )
     except KeyboardInterrupt:
         # The gate's process group is already killed: keep the evidence,
@@ -233,17 +258,50 @@ def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | Non
     return record(ctx, claimed, result, verdict=verdict)
 
 
+def cached_result(ctx: Context, claim: Claim, fp: Fingerprint | None = None) -> tuple[GateResult, Fingerprint] | None:
+    """A ``cached`` attempt for ``claim`` when a passed run anywhere in the
+    store has the fingerprint its inputs have now; None when the milestone
+    has no inputs, its cache is off, or no such run exists."""
+    m = claim.milestone
+    if not (m.has_inputs and m.cache):
+        return None
+    if fp is None:
+        from milepost.gates.inputs import Snapshot
+
+        snap = Snapshot(ctx.store.root)
+        fp = proofs.fingerprint(snap, m)
+        snap.save()
+    if fp.digest is None:
+        return None
+    hit = proofs.cached_run(ctx, fp.digest)
+    if hit is None:
+        return None
+    now = datetime.now(UTC)
+    source = CachedFrom(item=hit.item, milestone=hit.milestone, attempt=hit.attempt)
+    reason = f"cached: passed as item {hit.item} {hit.milestone!r} attempt {hit.attempt} on the same gate and inputs"
+    result = GateResult(
+        outcome=Outcome.CACHED, reason=reason, tail=reason, started_at=now, finished_at=now, host=socket.gethostname(),
+        fingerprint=fp.digest, inputs_digest=fp.inputs_digest, inputs_files=len(fp.files), cached_from=source,
+    )  # fmt: skip
+    return result, fp
+
+
 # -- recording ------------------------------------------------------------------------
 
 
 def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False,
-           cache: GraphCache | None = None) -> DoneResult:  # fmt: skip
+           cache: GraphCache | None = None, manifest: dict[str, str] | None = None) -> DoneResult:  # fmt: skip
     """Store a gate run (always: evidence is never dropped), free the lease
     and apply the outcome while the milestone is still in progress: pass ->
     done (or in review), fail -> needs_fix (ready again after the retry
     delay) or stuck. An interrupted run spends no budget; with ``release``
     the milestone becomes ready again (the drive loop), without it stays
-    in progress (``done`` interrupted by hand).
+    in progress (``done`` interrupted by hand). A re-proof (``c.reproof``)
+    that passes spends no budget; one that fails reopens the done
+    milestones built on it (pending behind it); one interrupted leaves the
+    milestone done. A passing run's fingerprint becomes the milestone's
+    proof, and its file list (``manifest``, else the file beside its log)
+    is kept for the reasons of a later stale view.
 
     Only the lease's holder records: when another driver took the lease
     over (this one was frozen or cut off from the database long enough for
@@ -268,7 +326,14 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
             return _finish_without_gate(tx, c, m, result, verdict)
         stored = ctx.store.relative(Path(result.log_path)) if result.log_path else None
         run = GateRun(**result.model_dump(), item=tx.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict)
-        tx.conn.execute(insert(RUNS).values(**rows.run_row(tx.id, c.pk, c.attempt, result, stored, verdict)))
+        source = _source_run_id(tx, result)
+        tx.conn.execute(insert(RUNS).values(**rows.run_row(tx.id, c.pk, c.attempt, result, stored, verdict, source)))
+        if result.passed and result.inputs_digest:
+            files = manifest
+            if files is None and result.log_path:
+                files = read_manifest(Path(result.log_path), result.inputs_digest)
+            if files is not None:
+                proofs.store_manifest(tx.conn, result.inputs_digest, files)
         # Every gate run is evidence of the work item.
         tx.conn.execute(
             insert(REFS).values(
@@ -289,19 +354,49 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
                 note=f"{m.name!r} became {m.status.value} while its gate ran: the run is kept as evidence only",
             )
         if result.outcome is Outcome.INTERRUPTED:
-            if not release:
+            if c.reproof:
+                change = steps.act(m, Action.RESTORE, reason=f"re-proof interrupted: {result.reason}")
+            elif not release:
                 tx.emit(ItemEvent.INTERRUPTED, m.name, m.status.value, m.status.value, result.reason)
                 return DoneResult(**base, milestone=m, passed=False)
-            change = steps.act(m, Action.RELEASE, reason=f"interrupted: {result.reason}")
+            else:
+                change = steps.act(m, Action.RELEASE, reason=f"interrupted: {result.reason}")
+        elif c.reproof and not result.passed:
+            # The second verification failed: what was built on it waits behind it.
+            g = tx.graph().graph
+            change = g.record_attempt(
+                m.name, False, result.reason, at=result.finished_at, reproof=True, fingerprint=result.fingerprint
+            )
+            reopened = g.reopen_dependents(m.name, f"its re-proof failed: {result.reason}")
+            out = tx.save(c.pk, [change, *reopened], applied=True)
+            crash_point("record")
+            return DoneResult(**base, milestone=change.after, passed=False, changes=out)
         else:
             change = steps.record_attempt(
-                m, result.passed, None if result.passed else result.reason, at=result.finished_at
+                m,
+                result.passed,
+                None if result.passed else result.reason,
+                at=result.finished_at,
+                reproof=c.reproof,
+                fingerprint=result.fingerprint,
             )
         out = tx.save(c.pk, [change])
         crash_point("record")
         return DoneResult(**base, milestone=change.after, passed=result.passed, changes=out)
 
     return write(ctx, c.item, fn, cache=cache)
+
+
+def _source_run_id(tx: Tx, result: GateResult) -> int | None:
+    """The row of the passed run a ``cached`` attempt reuses."""
+    src = result.cached_from
+    if src is None:
+        return None
+    return tx.conn.execute(
+        select(RUNS.c.id)
+        .join(MILESTONES, MILESTONES.c.id == RUNS.c.milestone_id)
+        .where(RUNS.c.item_id == src.item, MILESTONES.c.name == src.milestone, RUNS.c.attempt == src.attempt)
+    ).scalar()
 
 
 def _finish_without_gate(tx: Tx, c: Claim, m: Milestone, result: GateResult, verdict: str | None) -> DoneResult:
@@ -403,7 +498,8 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
     crash_point("reclaim")
     info = info or {}
     log = Path(info["log"]) if info.get("log") else log_path(ctx, item, name, attempt)
-    claim = Claim(item=item, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log))
+    reproof = bool(info.get("reproof"))
+    claim = Claim(item=item, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log), reproof=reproof)
     me = host_identity()
     here = bool(info.get("boot")) and info.get("boot") == me["boot"] and info.get("host") == me["host"]
     result = interrupted_result(claim, now, reason=f"lease of {old_owner} expired: its driver stopped")
@@ -416,7 +512,7 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
                 claim, now, reason=f"lease of {old_owner} expired; killed its process group(s) {groups}"
             )
         else:
-            recovered = recover_result(claim.milestone.gate, log, now)
+            recovered = recover_result(claim.milestone.gate, log, now, default_timeout=claim.milestone.timeout)
             if recovered.outcome is not Outcome.INTERRUPTED:
                 why = f"{recovered.reason} (ended after its driver stopped; recovered from {log.name})"
                 result = recovered.model_copy(update={"reason": why})
@@ -426,3 +522,109 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
             claim, now, reason=f"lease of {old_owner} expired: its driver on {info['host']} stopped"
         ).model_copy(update={"host": info["host"]})
     return record(ctx, claim, result, release=release, cache=cache)
+
+
+# -- verify: re-prove done milestones here ------------------------------------------------
+
+
+def verify(ctx: Context, names: Sequence[str] = (), *, all_: bool = False, item: int | None = None) -> VerifyResult:
+    """Re-run the gates of the stale done milestones (every done one with a
+    gate when ``all_``; only ``names`` when given), here, without Prefect,
+    under leases like ``done``; lowest id first. Never from the cache: the
+    gates run. A failing re-proof sends its milestone to needs_fix (or
+    stuck) and the done milestones built on it wait behind it (pending);
+    they are skipped. Ok when every re-proof passed, or nothing was stale."""
+    from milepost.service import items
+
+    item_id = resolve(ctx, item)
+    _, g = items.read(ctx, item_id)
+    for name in names:
+        m = g.get(name)  # unknown names are refused here, before anything runs
+        if m.status is not MilestoneStatus.DONE:
+            raise TransitionError(
+                f"cannot verify {name!r}: status is {g.view(name)}; verify re-proves done milestones"
+                " (a pending or failed one is proven by `done` or `drive`)",
+                milestone=name,
+                status=m.status.value,
+            )
+    wanted = list(names) or None
+    check = proofs.check(ctx, item_id, g, wanted)
+    pool = [m for m in g if m.status is MilestoneStatus.DONE and (wanted is None or m.name in wanted)]
+    unchecked = [m.name for m in pool if not m.has_inputs and not all_]
+    if all_:
+        targets = [m for m in pool if m.has_gate]
+    else:
+        targets = [m for m in pool if m.name in check.stale]
+    owner = owner_here()
+    done_: list[Verified] = []
+    failed: set[str] = set()
+    for m in targets:
+        stale = check.stale.get(m.name)
+        behind = [a for a in g.ancestors(m.name) if a in failed]
+        if behind:
+            now = _current(ctx, item_id, m.name)
+            why = f"skipped: waits behind {', '.join(behind)} (its re-proof failed)"
+            done_.append(Verified(milestone=m.name, status=now.status, stale=stale, reason=why))
+            continue
+        claim = _claim_reproof(ctx, item_id, m.name, owner)
+        if isinstance(claim, Verified):
+            done_.append(claim.model_copy(update={"stale": stale}))
+            continue
+        r = run_claimed(ctx, claim)
+        run = r.gate_run
+        reopened = [c.milestone for c in r.changes[1:]]
+        if not r.passed:
+            failed.add(m.name)
+        done_.append(
+            Verified(
+                milestone=m.name,
+                outcome=run.outcome if run else None,
+                status=r.milestone.status,
+                attempt=claim.attempt,
+                duration=run.duration if run else 0.0,
+                reason=(run.reason if run else r.note or "") + (f"; {r.note}" if run and r.note else ""),
+                stale=stale,
+                reopened=reopened,
+            )
+        )
+    ok = not failed and all(v.outcome is None or v.outcome.proves for v in done_)
+    return VerifyResult(item=item_id, ok=ok, verified=done_, unchecked=unchecked, message=_verify_message(done_, ok))
+
+
+def _current(ctx: Context, item_id: int, name: str) -> Milestone:
+    with ctx.store.read() as conn:
+        found = rows.ONE_MILESTONE.rows(conn, item=item_id, name=name)
+    return rows.with_deps(found)[0]
+
+
+def _claim_reproof(ctx: Context, item_id: int, name: str, owner: str) -> Claim | Verified:
+    """Lease a done milestone's gate for its re-proof (done -> in_progress),
+    or say why it cannot be (it changed meanwhile, a dep is not done)."""
+
+    def fn(tx: Tx) -> Claim | Verified:
+        tx.check_open()
+        pk, m = tx.find(name)
+        if m.status is not MilestoneStatus.DONE:
+            return Verified(milestone=name, status=m.status, reason=f"skipped: it became {m.status.value} meanwhile")
+        change = steps.act(m, Action.REPROVE, undone_deps=tx.undone_deps(pk, m), reason="verify")
+        tx.save(pk, [change])
+        return take_lease(tx, pk, change.after, owner, reproof=True)
+
+    try:
+        return write(ctx, item_id, fn)
+    except TransitionError as e:
+        return Verified(milestone=name, status=MilestoneStatus.DONE, reason=f"skipped: {e.message}")
+
+
+def _verify_message(verified: list[Verified], ok: bool) -> str:
+    ran = [v for v in verified if v.outcome is not None]
+    if not verified:
+        return "nothing to re-prove: every done milestone with inputs is proven on the files as they are"
+    failed = [v.milestone for v in ran if not v.outcome or not v.outcome.proves]
+    skipped = [v.milestone for v in verified if v.outcome is None]
+    parts = [f"{len(ran) - len(failed)} of {len(verified)} re-proven"]
+    if failed:
+        parts.append("failed: " + ", ".join(failed))
+    if skipped:
+        parts.append("skipped: " + ", ".join(skipped))
+    return "; ".join(parts)

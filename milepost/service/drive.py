@@ -1,31 +1,50 @@
 """What a drive loop keeps while it runs: :class:`DriveSession` owns the
 item's whole graph (cached between its transactions and kept in step with
 its own writes, so a claim costs O(log n)), the milestones it holds out of
-the schedule (retry delays, ``--until``), and the lease keeper of its gates.
+the schedule (retry delays, ``--until``, failures waiting for a change of
+their inputs), the stale milestones it re-proves, and the lease keeper of
+its gates.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult
+from milepost.gates.inputs import Fingerprint, Snapshot
 from milepost.graph.dag import WorkGraph
-from milepost.graph.status import Action
-from milepost.results import Claim, DoneResult
-from milepost.service import claims, items
+from milepost.graph.models import Milestone
+from milepost.graph.status import Action, MilestoneStatus
+from milepost.results import Claim, DoneResult, StaleInfo
+from milepost.service import claims, items, proofs
 from milepost.service._tx import Context, GraphCache, Tx, write
 
 __all__ = ["DriveSession"]
 
+S = MilestoneStatus
+
 
 class DriveSession:
-    """One drive of one work item by one ``owner`` (a lease holder's name)."""
+    """One drive of one work item by one ``owner`` (a lease holder's name).
+    ``scope``: the milestones it may run (``--until``); None: all."""
 
-    def __init__(self, ctx: Context, item: int, owner: str) -> None:
+    def __init__(self, ctx: Context, item: int, owner: str, *, use_cache: bool = True,
+                 scope: Iterable[str] | None = None) -> None:  # fmt: skip
         self.ctx = ctx
         self.item = item
         self.owner = owner
+        self.use_cache = use_cache
+        self.scope = set(scope) if scope is not None else None
         self.cache = GraphCache()
         self.leases = claims.LeaseKeeper(ctx)
+        # Stale milestones waiting for their re-proof, those re-proven in this
+        # drive (each at most once: a gate that rewrites its own inputs would
+        # loop), and why a failed milestone is held until its inputs change.
+        self.to_reprove: set[str] = set()
+        self.reproven: set[str] = set()
+        self.stale: dict[str, StaleInfo] = {}
+        self.waiting: dict[str, str] = {}
 
     @property
     def graph(self) -> WorkGraph:
@@ -34,18 +53,95 @@ class DriveSession:
         with self.ctx.store.read() as conn:
             return items.graph_of(conn, items.head(conn, self.item), self.cache).graph
 
+    def _in_scope(self, name: str) -> bool:
+        return self.scope is None or name in self.scope
+
+    # -- proofs ----------------------------------------------------------------
+
+    def check_proofs(self) -> proofs.Check:
+        """Look at the inputs: stale milestones join the re-proof queue
+        (unless re-proven in this drive already), failed ones whose inputs did
+        not change since are held (unless flaky or with a fix hook)."""
+        g = self.graph
+        if not any(m.has_inputs for m in g):
+            return proofs.Check()
+        chk = proofs.check(self.ctx, self.item, g)
+        self.stale = {n: info for n, info in chk.stale.items() if self._in_scope(n)}
+        self.to_reprove = {n for n in self.stale if n not in self.reproven}
+        for name, why in chk.waiting.items():
+            self.wait_for_change(name, why)
+        return chk
+
+    def wait_for_change(self, name: str, why: str) -> None:
+        self.waiting[name] = why
+        self.hold(name)
+
+    def unchanged_since(self, m: Milestone, result: GateResult) -> bool:
+        """Whether ``m``'s inputs are still what its failed attempt ran on."""
+        if not m.has_inputs or result.fingerprint is None:
+            return False
+        snap = Snapshot(self.ctx.store.root)
+        try:
+            return proofs.fingerprint(snap, m).digest == result.fingerprint
+        finally:
+            snap.save()
+
+    def cached_result(self, claim: Claim) -> tuple[GateResult, Fingerprint] | None:
+        if not self.use_cache:
+            return None
+        return claims.cached_result(self.ctx, claim)
+
+    def _blocked_by_reproof(self, g: WorkGraph, name: str) -> bool:
+        """Whether a milestone must wait for a re-proof of something below it
+        (queued, or running in this drive): if that fails, it would be built
+        on a reopened milestone."""
+        if not self.to_reprove and not self.reproven:
+            return False
+        for a in g.ancestors(name):
+            if a in self.to_reprove or (a in self.reproven and g.get(a).status is S.IN_PROGRESS):
+                return True
+        return False
+
+    def _reproof_pick(self, g: WorkGraph) -> Milestone | None:
+        for name in sorted(self.to_reprove, key=lambda n: g.get(n).id if n in g else 0):
+            if name not in g or g.get(name).status is not S.DONE:
+                self.to_reprove.discard(name)  # it moved meanwhile (reopened behind a failed dep, reset...)
+                continue
+            if g.undone_deps(name) or self._blocked_by_reproof(g, name):
+                continue
+            return g.get(name)
+        return None
+
+    def _ready_pick(self, g: WorkGraph) -> Milestone | None:
+        if not self.to_reprove and not any(g.get(n).status is S.IN_PROGRESS for n in self.reproven if n in g):
+            return g.next_ready()
+        return next((m for m in g.ready() if not self._blocked_by_reproof(g, m.name)), None)
+
+    # -- claims -----------------------------------------------------------------
+
     def claim_next(self, expect_revision: int | None = None) -> Claim | None:
-        """The lowest-id ready milestone becomes in_progress with a lease for
-        this drive, in one transaction. ``expect_revision`` guards a drive's
-        first claim (``drive --expect-revision``)."""
+        """The next gate to run, leased to this drive in one transaction: the
+        lowest-id stale milestone that can be re-proven (done -> in_progress),
+        else the lowest-id ready milestone (-> in_progress).
+        ``expect_revision`` guards a drive's first claim (``drive --expect-revision``)."""
 
         def fn(tx: Tx) -> Claim | None:
             tx.check_open()
             loaded = tx.graph()
-            m = loaded.graph.next_ready()
+            g = loaded.graph
+            m = self._reproof_pick(g)
+            if m is not None:
+                changes = g.apply(m.name, Action.REPROVE, reason="stale: its inputs changed")
+                tx.save(loaded.pks[m.name], changes, applied=True)
+                self.to_reprove.discard(m.name)
+                self.reproven.add(m.name)
+                claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=True)
+                crash_point("claim")
+                return claim
+            m = self._ready_pick(g)
             if m is None:
                 return None
-            changes = loaded.graph.apply(m.name, Action.START)
+            changes = g.apply(m.name, Action.START)
             tx.save(loaded.pks[m.name], changes, applied=True)
             claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner)
             crash_point("claim")
@@ -53,8 +149,9 @@ class DriveSession:
 
         return write(self.ctx, self.item, fn, expect_revision, cache=self.cache)
 
-    def record(self, claim: Claim, result: GateResult, *, release: bool = False) -> DoneResult:
-        return claims.record(self.ctx, claim, result, release=release, cache=self.cache)
+    def record(self, claim: Claim, result: GateResult, *, release: bool = False,
+               manifest: dict[str, str] | None = None) -> DoneResult:  # fmt: skip
+        return claims.record(self.ctx, claim, result, release=release, cache=self.cache, manifest=manifest)
 
     def record_fix(self, claim: Claim, result: GateResult) -> None:
         claims.record_fix(self.ctx, claim, result)
@@ -73,10 +170,12 @@ class DriveSession:
         self.cache.hold(self.item, name)
 
     def unhold(self, name: str) -> None:
+        if name in self.waiting:
+            return  # only a change of its inputs (a later drive) lets it run again
         self.cache.unhold(self.item, name)
 
     def set_holds(self, names: set[str]) -> None:
         for name in list(self.cache.holds.get(self.item, set())):
-            self.unhold(name)
+            self.cache.unhold(self.item, name)
         for name in names:
             self.hold(name)

@@ -21,7 +21,7 @@ from milepost.graph.dag import WorkGraph, check_removable, display_status
 from milepost.graph.item import check_structure_editable
 from milepost.graph.models import GateCommand, ItemDefaults, Milestone, WorkItem, check_text
 from milepost.graph.status import Action, MilestoneStatus
-from milepost.results import ActionResult, GateRun, MilestoneView, NextResult
+from milepost.results import ActionResult, DryRun, GateRun, MilestoneView, NextResult
 from milepost.service._rows import DEPS, EVENTS, MILESTONES, RUNS
 from milepost.service._rows import gate_run as gate_run_of
 from milepost.service._tx import Context, ItemEvent, Tx, unknown_milestone, write
@@ -58,11 +58,15 @@ def add_milestone(
     fix: str | None = None,
     retry_delay: float | None = None,
     hypothesis: bool = False,
+    inputs: list[str] | None = None,
+    cache: bool = True,
+    flaky: bool = False,
     item: int | None = None,
     expect_revision: int | None = None,
 ) -> ActionResult:
     """Add a milestone to a draft plan. Reads only the rows it names (itself
-    and its deps) and the highest id, so adding one by one stays O(1) each."""
+    and its deps) and the highest id, so adding one by one stays O(1) each.
+    ``inputs`` None takes the item's default inputs (for a milestone with a gate)."""
     commands = [GateCommand(name="gate", run=gate)] if isinstance(gate, str) else list(gate or [])
     if isinstance(gate, str) and not gate.strip():
         raise InvalidValueError(f"empty gate for milestone {name!r}: give a shell command, or no --gate")
@@ -104,6 +108,9 @@ def add_milestone(
             fix=d.fix if fix is None else fix,
             retry_delay=d.retry_delay if retry_delay is None else retry_delay,
             hypothesis=hypothesis,
+            inputs=(d.inputs if commands else []) if inputs is None else inputs,
+            cache=cache,
+            flaky=flaky,
         )
         pks = insert_milestones(tx.conn, tx.id, [m], utcnow(), {n: pk for n, (pk, _) in found.items()})
         held = tx.at_hand()
@@ -225,24 +232,34 @@ def export_plan(ctx: Context, item: int | None = None) -> dict[str, Any]:
     return plan_from_item(read(ctx, resolve(ctx, item))[0])
 
 
-def plan_order(ctx: Context, item: int | None = None, until: str | None = None) -> list[str]:
+def plan_order(ctx: Context, item: int | None = None, until: str | None = None) -> DryRun:
     """``drive --dry-run``: the order a sequential drive would run the
-    milestones in if every gate passed. Nothing is written."""
-    _, g = read(ctx, resolve(ctx, item))
+    milestones in if every gate passed: the stale ones' re-proofs first
+    (lowest id), then the ready ones; failed ones waiting for a change of
+    their inputs are left out. Nothing is written."""
+    from milepost.service import proofs
+
+    item_id = resolve(ctx, item)
+    _, g = read(ctx, item_id)
+    check = proofs.check(ctx, item_id, g)
     sim = WorkGraph(list(g), validate=False)
-    if until is not None:
-        keep = {until, *sim.ancestors(until)}
-        for other in list(sim):
-            if other.name not in keep:
-                sim.hold(other.name)
-    order = []
+    keep = {until, *sim.ancestors(until)} if until is not None else {m.name for m in sim}
+    for other in list(sim):
+        if other.name not in keep or other.name in check.waiting:
+            sim.hold(other.name)
+    order = [name for name in g.stale() if name in keep]
     while (nxt := sim.next_ready()) is not None:
         order.append(nxt.name)
         sim.apply(nxt.name, Action.START)
         sim.record_attempt(nxt.name, passed=True)
         if sim.get(nxt.name).awaiting_review:
             sim.review(nxt.name, approve=True)
-    return order
+    return DryRun(
+        item=item_id,
+        order=order,
+        stale={n: check.stale[n] for n in order if n in check.stale},
+        waiting={n: why for n, why in check.waiting.items() if n in keep},
+    )
 
 
 # -- reading ----------------------------------------------------------------------
@@ -257,8 +274,14 @@ def next_milestone(ctx: Context, item: int | None = None) -> NextResult:
 
 
 def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:
+    """Every milestone with its view: ready/blocked folded in, and, for those
+    with inputs, stale (done on files that changed since) or waiting for a
+    change (failed on files that did not change since)."""
+    from milepost.service import proofs
+
     item_id = resolve(ctx, item)
     it, g = read(ctx, item_id)
+    check = proofs.check(ctx, item_id, g)
     with ctx.store.read() as conn:
         last: dict[str, str] = {
             name: reason
@@ -275,6 +298,8 @@ def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, li
             view=display_status(g, m),
             waiting_on=[d.name for d in g.undone_deps(m.name)],
             last_run=last.get(m.name),
+            stale=check.stale.get(m.name),
+            waiting_for_change=check.waiting.get(m.name),
         )
         for m in g
     ]
@@ -291,8 +316,25 @@ def runs(ctx: Context, name: str, item: int | None = None) -> list[GateRun]:
         if pk is None:
             raise unknown_milestone(conn, item_id, name)
         found = conn.execute(select(RUNS).where(RUNS.c.milestone_id == pk).order_by(RUNS.c.attempt)).all()
+        sources = _sources(conn, [r.source_run_id for r in found if r.source_run_id is not None])
     store = ctx.store
-    return [gate_run_of(r, item_id, name, str(store.resolve(r.log_path)) if r.log_path else None) for r in found]
+    out = []
+    for r in found:
+        log = str(store.resolve(r.log_path)) if r.log_path else None
+        out.append(gate_run_of(r, item_id, name, log, sources.get(r.source_run_id) if r.source_run_id else None))
+    return out
+
+
+def _sources(conn: Any, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """The passed runs that ``cached`` attempts reuse: item, milestone, attempt."""
+    if not ids:
+        return {}
+    found = conn.execute(
+        select(RUNS.c.id, RUNS.c.item_id, MILESTONES.c.name, RUNS.c.attempt)
+        .join(MILESTONES, MILESTONES.c.id == RUNS.c.milestone_id)
+        .where(RUNS.c.id.in_(ids))
+    )
+    return {r.id: {"item": r.item_id, "milestone": r.name, "attempt": r.attempt} for r in found}
 
 
 def run(ctx: Context, name: str, attempt: int | None = None, item: int | None = None) -> GateRun:

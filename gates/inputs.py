@@ -1,0 +1,425 @@
+"""Inputs and fingerprints: what a gate's proof is bound to.
+
+A milestone's ``inputs`` are gitignore-style patterns relative to the
+workspace root (matched with ``pathspec``, git's own rules). When its gate
+runs, the attempt records a **fingerprint**: a digest of the gate's spec
+(each command's ``run``, ``cwd``, ``env`` and effective ``timeout``) and of
+the content of every file the patterns match, tracked by git or not. Never
+counted: ``.milepost/`` and ``.git/``, any ``__pycache__`` folder (a test run
+that writes bytecode must not make its own milestone stale) and, in a git
+work tree, what git ignores. Content decides, not modification times: a
+``touch`` changes nothing. A symbolic link counts as the text it points to
+(as git stores it), an executable bit as part of the content.
+
+A **stat cache** (path, size, mtime, ctime, inode -> content digest) in the
+workspace's ``.milepost/cache/`` keeps unchanged files from being hashed
+again; a missing, stale or unwritable cache only costs time. A file whose
+content cannot be read makes the fingerprint incomplete (``digest`` None):
+it names the file, and an incomplete fingerprint equals nothing, so the
+milestone reads as stale rather than silently unchanged.
+
+This module does I/O (the workspace's files, ``git ls-files``) and imports
+no Prefect; :mod:`milepost.graph` stays pure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from milepost.graph.models import GateCommand
+
+__all__ = [
+    "CACHE_FILE",
+    "Fingerprint",
+    "Snapshot",
+    "StatCache",
+    "changed_paths",
+    "describe_changes",
+    "spec_digest",
+]
+
+# Bumped when what a fingerprint covers changes: every proof made before reads as stale once.
+FORMAT = "milepost-fingerprint-1"
+DIGEST_CHARS = 32  # of a file's sha256: 128 bits tell contents apart
+CACHE_FILE = Path("cache") / "inputs-stat.json"  # under the workspace's .milepost/
+# Folders never counted, at any depth.
+NEVER = frozenset({".git", ".milepost", "__pycache__"})
+# A file changed within this many seconds may change again within the same
+# timestamp tick: it is hashed every time until it has settled (git's "racy clean").
+RACY_SECONDS = 2.0
+_GLOB = frozenset("*?[\\!")
+
+
+def spec_digest(commands: Sequence[GateCommand], default_timeout: float | None = None) -> str:
+    """A digest of what a gate runs: each command's ``run``, ``cwd``, ``env``
+    and effective timeout (names are labels, not part of the proof)."""
+    spec = [
+        {
+            "run": c.run,
+            "cwd": c.cwd,
+            "env": dict(sorted(c.env.items())),
+            "timeout": c.timeout if c.timeout is not None else default_timeout,
+        }
+        for c in commands
+    ]
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a gate attempt is proven on: its spec and its inputs' contents."""
+
+    spec: str
+    files: dict[str, str]  # path (relative, '/'-separated) -> content digest
+    unreadable: dict[str, str] = field(default_factory=dict)  # path -> why it could not be read
+
+    @functools.cached_property
+    def inputs_digest(self) -> str:
+        """A digest of the files alone (the key of the stored file list)."""
+        h = hashlib.sha256()
+        for path in sorted(self.files):
+            h.update(f"{path}\t{self.files[path]}\n".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()
+
+    @property
+    def complete(self) -> bool:
+        return not self.unreadable
+
+    @functools.cached_property
+    def digest(self) -> str | None:
+        """The fingerprint; None when a file could not be read (it equals nothing)."""
+        if self.unreadable:
+            return None
+        return hashlib.sha256(f"{FORMAT}\n{self.spec}\n{self.inputs_digest}".encode()).hexdigest()
+
+    def problems(self, limit: int = 3) -> str:
+        """The unreadable files, for a reason: ``a.py (permission denied), ...``."""
+        shown = [f"{p} ({why})" for p, why in sorted(self.unreadable.items())[:limit]]
+        more = len(self.unreadable) - len(shown)
+        return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
+def changed_paths(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+    """Paths added, removed or changed between two file lists, sorted."""
+    return sorted(p for p in old.keys() | new.keys() if old.get(p) != new.get(p))
+
+
+def describe_changes(paths: Sequence[str], limit: int = 3) -> str:
+    """``a.py, b.py, c.py and 4 more``."""
+    shown = ", ".join(paths[:limit])
+    more = len(paths) - limit
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+# -- the stat cache ---------------------------------------------------------------------
+
+
+class StatCache:
+    """path -> (size, mtime, ctime, inode, content digest), kept in one JSON
+    file per workspace and shared by the threads of a process. Whatever goes
+    wrong with it (missing, damaged, unwritable, written by another process
+    meanwhile) costs only time: an entry is used only while every stat
+    field still matches, and then the content it names is what is there."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._entries: dict[str, list[int | str]] | None = None
+        self._dirty = False
+        self._lock = threading.Lock()
+        self.hashed = 0  # files hashed (a cache miss each): for tests and benchmarks
+
+    def _load(self) -> dict[str, list[int | str]]:
+        if self._entries is None:
+            entries: dict[str, list[int | str]] = {}
+            if self.path is not None:
+                with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+                    data = json.loads(self.path.read_text())
+                    if data.get("format") == FORMAT:
+                        entries = dict(data["entries"])
+            self._entries = entries
+        return self._entries
+
+    def get(self, rel: str, st: os.stat_result) -> str | None:
+        with self._lock:
+            e = self._load().get(rel)
+        if e is not None and e[:4] == [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]:
+            return str(e[4])
+        return None
+
+    def put(self, rel: str, st: os.stat_result, digest: str) -> None:
+        self.hashed += 1
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_SECONDS * 1e9:
+            return  # may change again within its timestamp's tick: hash it next time too
+        with self._lock:
+            self._load()[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest]
+            self._dirty = True
+
+    def save(self) -> None:
+        with self._lock:
+            if not self._dirty or self.path is None or self._entries is None:
+                return
+            data = json.dumps({"format": FORMAT, "entries": self._entries}, separators=(",", ":"))
+            self._dirty = False
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(data)
+            tmp.replace(self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+_CACHES: dict[Path, StatCache] = {}
+_CACHES_LOCK = threading.Lock()
+
+
+def shared_cache(root: Path) -> StatCache:
+    """The process's stat cache of the workspace at ``root``."""
+    path = root / ".milepost" / CACHE_FILE
+    with _CACHES_LOCK:
+        cache = _CACHES.get(path)
+        if cache is None:
+            cache = _CACHES[path] = StatCache(path)
+        return cache
+
+
+# -- listing and matching --------------------------------------------------------------
+
+
+def _counted(rel: str) -> bool:
+    return not any(part in NEVER for part in rel.split("/"))
+
+
+def _git_files(root: Path) -> list[str] | None:
+    """Tracked and untracked-but-not-ignored files under ``root`` (relative
+    to it), or None when ``root`` is not in a git work tree (or git is missing)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    names = (os.fsdecode(n) for n in out.stdout.split(b"\0") if n)
+    return [n for n in dict.fromkeys(names) if _counted(n)]
+
+
+def _literal_prefix(pattern: str) -> str | None:
+    """The folder an anchored pattern can only match inside (``src/pkg``
+    for ``src/pkg/**/*.py``), '' for anywhere, None for a negation."""
+    if pattern.startswith("!"):
+        return None
+    body = pattern.rstrip("/")
+    if "/" not in body:
+        return ""  # matches at any depth
+    parts = body.split("/")
+    fixed: list[str] = []
+    for part in parts:
+        if any(ch in _GLOB for ch in part):
+            break
+        fixed.append(part)
+    return "/".join(fixed)
+
+
+def _walk_files(root: Path, patterns: Sequence[str]) -> list[str]:
+    """Outside git: the files under the folders the patterns can reach."""
+    prefixes = {p for p in (_literal_prefix(x) for x in patterns) if p is not None}
+    if "" in prefixes:
+        prefixes = {""}
+    # A prefix inside another one is walked with it.
+    tops = sorted(p for p in prefixes if not any(p != q and (q == "" or p.startswith(q + "/")) for q in prefixes))
+    out: list[str] = []
+    for top in tops:
+        base = root / top if top else root
+        if not _counted(top):
+            continue
+        if base.is_file() or (base.is_symlink() and not base.is_dir()):
+            out.append(top)
+            continue
+        for folder, dirs, files in os.walk(base):
+            rel_folder = os.path.relpath(folder, root)
+            rel_folder = "" if rel_folder == "." else rel_folder.replace(os.sep, "/")
+            kept = []
+            for d in dirs:
+                if d in NEVER:
+                    continue
+                if os.path.islink(os.path.join(folder, d)):
+                    files.append(d)  # a link to a folder counts as its text, as git keeps it
+                    continue
+                kept.append(d)
+            dirs[:] = kept
+            out.extend(f"{rel_folder}/{f}" if rel_folder else f for f in files)
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _matcher(patterns: tuple[str, ...]) -> Any:
+    """A function path -> bool for a pattern list: literal anchored patterns
+    (what scaffolded plans hold) by set lookup, the rest by pathspec. With a
+    negation anywhere, pathspec decides alone (the last match wins)."""
+    import pathspec
+
+    def literal(p: str) -> bool:
+        return not any(ch in _GLOB for ch in p)
+
+    if any(p.startswith("!") for p in patterns):
+        spec = pathspec.GitIgnoreSpec.from_lines(patterns)
+        return spec.match_file
+    exact: set[str] = set()
+    folders: list[str] = []
+    names: set[str] = set()
+    rest: list[str] = []
+    for p in patterns:
+        body = p.rstrip("/")
+        if not literal(p) or not body:
+            rest.append(p)
+        elif "/" not in body:
+            names.add(body)  # a name matches at any depth, a file or a folder
+        elif p.endswith("/"):
+            folders.append(body + "/")
+        else:
+            exact.add(body)
+            folders.append(body + "/")
+    globbed = pathspec.GitIgnoreSpec.from_lines(rest) if rest else None
+    folder_tuple = tuple(folders)
+
+    def match(path: str) -> bool:
+        if path in exact or (folder_tuple and path.startswith(folder_tuple)):
+            return True
+        if names and not names.isdisjoint(path.split("/")):
+            return True
+        return globbed is not None and bool(globbed.match_file(path))
+
+    return match
+
+
+class Snapshot:
+    """The workspace's files as they are now, listed once and hashed on
+    demand (through the stat cache): fingerprints of many milestones, one pass."""
+
+    def __init__(self, root: Path, cache: StatCache | None = None) -> None:
+        self.root = root
+        self.cache = cache if cache is not None else shared_cache(root)
+        self._listed: list[str] | None = None
+        self._git: bool | None = None
+        self._digests: dict[str, tuple[str | None, str | None]] = {}
+
+    def _files(self, patterns: Sequence[str]) -> list[str]:
+        if self._git is None:
+            found = _git_files(self.root)
+            self._git = found is not None
+            self._listed = found
+        if self._git:
+            assert self._listed is not None
+            return self._listed
+        return _walk_files(self.root, patterns)
+
+    def matching(self, patterns: Sequence[str]) -> list[str]:
+        """The files ``patterns`` match, sorted."""
+        if not patterns:
+            return []
+        match = _matcher(tuple(patterns))
+        return sorted(p for p in self._files(patterns) if match(p))
+
+    def _digest(self, rel: str) -> tuple[str | None, str | None]:
+        """(content digest, None), (None, why unreadable), or (None, None) when gone."""
+        if rel in self._digests:
+            return self._digests[rel]
+        path = self.root / rel
+        out: tuple[str | None, str | None]
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            out = (None, None)  # listed by git but deleted: not an input any more
+        except OSError as e:
+            out = (None, e.strerror or type(e).__name__)
+        else:
+            out = self._content(rel, path, st)
+        self._digests[rel] = out
+        return out
+
+    def _content(self, rel: str, path: Path, st: os.stat_result) -> tuple[str | None, str | None]:
+        if stat.S_ISDIR(st.st_mode):
+            return (None, None)  # a submodule's folder: not a file
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(path)
+            except OSError as e:
+                return (None, e.strerror or type(e).__name__)
+            return ("link:" + hashlib.sha256(os.fsencode(target)).hexdigest()[:DIGEST_CHARS], None)
+        if not stat.S_ISREG(st.st_mode):
+            return (None, "not a regular file")
+        digest = self.cache.get(rel, st)
+        if digest is None:
+            try:
+                with open(path, "rb") as f:
+                    digest = hashlib.file_digest(f, "sha256").hexdigest()[:DIGEST_CHARS]
+            except OSError as e:
+                return (None, (e.strerror or type(e).__name__).lower())
+            self.cache.put(rel, st, digest)
+        return (digest + (":x" if st.st_mode & 0o111 else ""), None)
+
+    def fingerprint(self, patterns: Sequence[str], spec: str) -> Fingerprint:
+        files: dict[str, str] = {}
+        unreadable: dict[str, str] = {}
+        for rel in self.matching(patterns):
+            digest, why = self._digest(rel)
+            if digest is not None:
+                files[rel] = digest
+            elif why is not None:
+                unreadable[rel] = why
+        return Fingerprint(spec=spec, files=files, unreadable=unreadable)
+
+    def save(self) -> None:
+        """Keep what was hashed for the next time (best effort)."""
+        self.cache.save()
+
+
+def fingerprint_of(
+    root: Path, patterns: Sequence[str], commands: Sequence[GateCommand], default_timeout: float | None
+) -> Fingerprint:
+    """One milestone's fingerprint, now (a snapshot of its own)."""
+    snap = Snapshot(root)
+    try:
+        return snap.fingerprint(patterns, spec_digest(commands, default_timeout))
+    finally:
+        snap.save()
+
+
+def manifest_path(log_path: Path) -> Path:
+    """Where an attempt's file list is kept, beside its log."""
+    return Path(str(log_path).removesuffix(".log") + ".inputs.json")
+
+
+def write_manifest(log_path: Path, fp: Fingerprint) -> None:
+    """The attempt's file list beside its log, for the recorder (best effort)."""
+    path = manifest_path(log_path)
+    with contextlib.suppress(OSError):
+        path.write_text(json.dumps({"inputs_digest": fp.inputs_digest, "files": fp.files}, separators=(",", ":")))
+
+
+def read_manifest(log_path: Path, inputs_digest: str) -> dict[str, str] | None:
+    """The file list written beside an attempt's log, if it is the one named."""
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        data = json.loads(manifest_path(log_path).read_text())
+        if data["inputs_digest"] == inputs_digest:
+            return dict(data["files"])
+    return None

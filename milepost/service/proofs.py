@@ -1,0 +1,201 @@
+"""Proofs bound to inputs: which done milestones are stale, which failed
+ones wait for a change of their inputs, the gate cache, and the stored
+file lists of proofs.
+
+A done milestone with inputs is *stale* when the fingerprint of its inputs
+now differs from the one its proving attempt recorded (or none was
+recorded). A needs_fix milestone whose inputs are unchanged since its
+failed attempt is not retried blindly (unless it is ``flaky`` or has a fix
+hook). Both are derived views: this module reads the files (through
+:mod:`milepost.gates.inputs`) and the store, and writes nothing but file
+lists. Milestones without inputs are never looked at, so an item without
+inputs costs nothing here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, and_, select
+
+from milepost._schema import utcnow
+from milepost.gates.inputs import Fingerprint, Snapshot, changed_paths, describe_changes, spec_digest
+from milepost.graph.dag import WorkGraph
+from milepost.graph.models import Milestone
+from milepost.graph.status import MilestoneStatus
+from milepost.results import StaleInfo
+from milepost.service._rows import MANIFESTS, MILESTONES, RUNS
+from milepost.service._tx import Context
+
+__all__ = ["Check", "cached_run", "check", "fingerprint", "proven_files", "store_manifest"]
+
+S = MilestoneStatus
+# Changed paths kept in a stale milestone's view (the count says how many in all).
+SHOWN_PATHS = 5
+
+
+@dataclass
+class Check:
+    """What the inputs say about an item's milestones now."""
+
+    stale: dict[str, StaleInfo] = field(default_factory=dict)
+    # needs_fix milestones whose inputs are unchanged since their failed attempt -> the reason
+    waiting: dict[str, str] = field(default_factory=dict)
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+
+
+def fingerprint(snap: Snapshot, m: Milestone) -> Fingerprint:
+    return snap.fingerprint(m.inputs, spec_digest(m.gate, m.timeout))
+
+
+def _wants_check(m: Milestone) -> bool:
+    if not m.has_inputs:
+        return False
+    if m.status is S.DONE:
+        return True
+    return m.status is S.NEEDS_FIX and m.fingerprint is not None and not m.flaky and not m.fix
+
+
+def check(ctx: Context, item_id: int, g: WorkGraph, names: Iterable[str] | None = None,
+          snap: Snapshot | None = None) -> Check:  # fmt: skip
+    """Fingerprint the done (and needs_fix) milestones with inputs (or just
+    ``names``) and compare with what their attempts recorded; marks the
+    graph's stale milestones. One pass over the workspace's files."""
+    wanted = set(names) if names is not None else None
+    targets = [m for m in g if _wants_check(m) and (wanted is None or m.name in wanted)]
+    out = Check()
+    if not targets:
+        if wanted is None:
+            g.mark_stale(())
+        return out
+    own = snap is None
+    snap = snap or Snapshot(ctx.store.root)
+    try:
+        for m in targets:
+            fp = fingerprint(snap, m)
+            out.fingerprints[m.name] = fp
+            if m.status is S.DONE:
+                if fp.digest is None or fp.digest != m.fingerprint:
+                    out.stale[m.name] = StaleInfo(changed=[], changed_count=0, reason="")  # reason below
+            elif fp.digest is not None and fp.digest == m.fingerprint:
+                out.waiting[m.name] = "inputs unchanged since its failed attempt: waiting for a change"
+    finally:
+        if own:
+            snap.save()
+    if out.stale:
+        _explain(ctx, item_id, g, out)
+    if out.waiting:
+        _attempt_numbers(ctx, item_id, out)
+    marked = set(out.stale) if wanted is None else (set(g.stale()) - wanted) | set(out.stale)
+    g.mark_stale(marked)
+    return out
+
+
+def _explain(ctx: Context, item_id: int, g: WorkGraph, out: Check) -> None:
+    """The reason of each stale milestone: the paths changed since its proof."""
+    names = list(out.stale)
+    with ctx.store.read() as conn:
+        proofs = {
+            r.name: r
+            for r in conn.execute(
+                select(MILESTONES.c.name, RUNS.c.inputs_digest, RUNS.c.rewrote)
+                .join(
+                    RUNS, and_(RUNS.c.milestone_id == MILESTONES.c.id, RUNS.c.fingerprint == MILESTONES.c.fingerprint)
+                )
+                .where(MILESTONES.c.item_id == item_id, MILESTONES.c.name.in_(names))
+                .order_by(RUNS.c.attempt)
+            )
+        }
+        lists = {d: proven_files(conn, d) for d in {p.inputs_digest for p in proofs.values() if p.inputs_digest}}
+    for name in names:
+        fp = out.fingerprints[name]
+        proof = proofs.get(name)
+        files = lists.get(proof.inputs_digest) if proof is not None and proof.inputs_digest else None
+        changed = changed_paths(files, fp.files) if files is not None else []
+        parts = []
+        if changed:
+            parts.append(f"changed since proven: {describe_changes(changed)}")
+        if fp.unreadable:
+            parts.append(f"unreadable: {fp.problems()}")
+        if g.get(name).fingerprint is None:
+            parts.append(
+                "no fingerprint recorded (proven before its inputs were fingerprinted, or on unreadable files)"
+            )
+        elif not changed and not fp.unreadable:
+            parts.append("inputs changed since proven (the proven file list is not in the store)")
+        rewrote = set(proof.rewrote or []) if proof is not None else set()
+        if rewrote and rewrote & set(changed):
+            parts.append("its own gate changes its inputs")
+        out.stale[name] = StaleInfo(
+            changed=changed[:SHOWN_PATHS] or sorted(fp.unreadable)[:SHOWN_PATHS],
+            changed_count=len(changed) or len(fp.unreadable),
+            reason="; ".join(parts),
+        )
+
+
+def _attempt_numbers(ctx: Context, item_id: int, out: Check) -> None:
+    from sqlalchemy import func
+
+    with ctx.store.read() as conn:
+        last = dict(
+            conn.execute(
+                select(MILESTONES.c.name, func.max(RUNS.c.attempt))
+                .join(RUNS, RUNS.c.milestone_id == MILESTONES.c.id)
+                .where(MILESTONES.c.item_id == item_id, MILESTONES.c.name.in_(list(out.waiting)))
+                .group_by(MILESTONES.c.name)
+            ).all()
+        )
+    for name in out.waiting:
+        if name in last:
+            out.waiting[name] = f"failed at attempt {last[name]}; inputs unchanged since: waiting for a change"
+
+
+# -- file lists and the gate cache -------------------------------------------------------
+
+
+def proven_files(conn: Connection, digest: str) -> dict[str, str] | None:
+    files = conn.execute(select(MANIFESTS.c.files).where(MANIFESTS.c.digest == digest)).scalar()
+    return dict(files) if isinstance(files, dict) else None
+
+
+def store_manifest(conn: Connection, digest: str, files: dict[str, str]) -> None:
+    """Keep a proof's file list (once per distinct list)."""
+    if conn.execute(select(MANIFESTS.c.digest).where(MANIFESTS.c.digest == digest)).first() is not None:
+        return
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        stmt: Any = pg_insert(MANIFESTS).on_conflict_do_nothing(index_elements=["digest"])
+    else:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        stmt = sqlite_insert(MANIFESTS).on_conflict_do_nothing(index_elements=["digest"])
+    conn.execute(stmt.values(digest=digest, files=files, created_at=utcnow()))
+
+
+@dataclass(frozen=True)
+class CachedRun:
+    """A passed run that can stand in for an attempt with the same fingerprint."""
+
+    id: int
+    item: int
+    milestone: str
+    attempt: int
+    inputs_digest: str | None
+
+
+def cached_run(ctx: Context, fp: str) -> CachedRun | None:
+    """The earliest passed run anywhere in the store with fingerprint ``fp``."""
+    with ctx.store.read() as conn:
+        r = conn.execute(
+            select(RUNS.c.id, RUNS.c.item_id, MILESTONES.c.name, RUNS.c.attempt, RUNS.c.inputs_digest)
+            .join(MILESTONES, MILESTONES.c.id == RUNS.c.milestone_id)
+            .where(RUNS.c.fingerprint == fp, RUNS.c.outcome == "passed")
+            .order_by(RUNS.c.id)
+            .limit(1)
+        ).first()
+    if r is None:
+        return None
+    return CachedRun(id=r.id, item=r.item_id, milestone=r.name, attempt=r.attempt, inputs_digest=r.inputs_digest)
