@@ -80,9 +80,10 @@ def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = 
     left = [s for s in ms if s.name in scope and s.view is not DisplayStatus.DONE]
     ok = not left
     if ok:
-        message = f"all {len(scope)} milestones are done"
+        n = len(scope)
+        message = f"all {n} milestone{'s' if n != 1 else ''} are done" if n != 1 else "the milestone is done"
         if ctx.until is not None:
-            message = f"{ctx.until} and the {len(scope) - 1} milestones it depends on are done"
+            message = f"{ctx.until} and what it depends on are done ({n} milestone{'s' if n != 1 else ''})"
     else:
         message = _not_done(g, left)
     if interrupted:
@@ -104,9 +105,13 @@ def _not_done(g: WorkGraph, left: list[MilestoneSummary]) -> str:
     """What keeps a drive from ok, grouped by view, each name once:
     ``stuck: merge (blocks test, commit); stale: lint (changed since proven: a.py); blocked: test, commit``."""
     by: dict[DisplayStatus, list[str]] = {}
+    told: set[str] = set()  # blocked milestones already named by what blocks them
     for s in left:
+        if s.view is DisplayStatus.BLOCKED and s.name in told:
+            continue
         if s.view is DisplayStatus.STUCK:
             below = g.descendants(s.name)
+            told.update(below)
             text = f"{s.name} (blocks {', '.join(below)})" if below else s.name
         elif s.view is DisplayStatus.STALE and s.stale is not None:
             text = f"{s.name} ({s.stale.reason})"
@@ -117,7 +122,8 @@ def _not_done(g: WorkGraph, left: list[MilestoneSummary]) -> str:
         by.setdefault(s.view, []).append(text)
     order = [DisplayStatus.STUCK, DisplayStatus.NEEDS_FIX, DisplayStatus.STALE, DisplayStatus.IN_REVIEW]
     views = order + [v for v in by if v not in order]
-    return "; ".join(f"{v.value.replace('_', ' ')}: {', '.join(by[v])}" for v in views if v in by)
+    label = {DisplayStatus.IN_REVIEW: "waiting for review"}
+    return "; ".join(f"{label.get(v, v.value.replace('_', ' '))}: {', '.join(by[v])}" for v in views if v in by)
 
 
 def _flow_run_name() -> str:

@@ -24,6 +24,7 @@ no Prefect; :mod:`milepost.graph` stays pure.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import hashlib
@@ -133,8 +134,9 @@ class StatCache:
     meanwhile) costs only time: an entry is used only while every stat
     field still matches, and then the content it names is what is there."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, *, racy_seconds: float = RACY_SECONDS) -> None:
         self.path = path
+        self.racy_ns = racy_seconds * 1e9
         self._entries: dict[str, list[int | str]] | None = None
         self._dirty = False
         self._lock = threading.Lock()
@@ -152,15 +154,18 @@ class StatCache:
         return self._entries
 
     def get(self, rel: str, st: os.stat_result) -> str | None:
-        with self._lock:
-            e = self._load().get(rel)
+        entries = self._entries
+        if entries is None:
+            with self._lock:
+                entries = self._load()
+        e = entries.get(rel)  # a dict read needs no lock
         if e is not None and e[:4] == [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]:
             return str(e[4])
         return None
 
     def put(self, rel: str, st: os.stat_result, digest: str) -> None:
         self.hashed += 1
-        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_SECONDS * 1e9:
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < self.racy_ns:
             return  # may change again within its timestamp's tick: hash it next time too
         with self._lock:
             self._load()[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest]
@@ -271,44 +276,79 @@ def _walk_files(root: Path, patterns: Sequence[str]) -> list[str]:
 
 
 @functools.lru_cache(maxsize=256)
-def _matcher(patterns: tuple[str, ...]) -> Any:
-    """A function path -> bool for a pattern list: literal anchored patterns
-    (what scaffolded plans hold) by set lookup, the rest by pathspec. With a
-    negation anywhere, pathspec decides alone (the last match wins)."""
+def _spec(patterns: tuple[str, ...]) -> Any:
     import pathspec
 
-    def literal(p: str) -> bool:
-        return not any(ch in _GLOB for ch in p)
+    return pathspec.GitIgnoreSpec.from_lines(patterns)
 
-    if any(p.startswith("!") for p in patterns):
-        spec = pathspec.GitIgnoreSpec.from_lines(patterns)
-        return spec.match_file
-    exact: set[str] = set()
-    folders: list[str] = []
-    names: set[str] = set()
-    rest: list[str] = []
-    for p in patterns:
-        body = p.rstrip("/")
-        if not literal(p) or not body:
-            rest.append(p)
-        elif "/" not in body:
-            names.add(body)  # a name matches at any depth, a file or a folder
-        elif p.endswith("/"):
-            folders.append(body + "/")
-        else:
-            exact.add(body)
-            folders.append(body + "/")
-    globbed = pathspec.GitIgnoreSpec.from_lines(rest) if rest else None
-    folder_tuple = tuple(folders)
 
-    def match(path: str) -> bool:
-        if path in exact or (folder_tuple and path.startswith(folder_tuple)):
-            return True
-        if names and not names.isdisjoint(path.split("/")):
-            return True
-        return globbed is not None and bool(globbed.match_file(path))
+def _is_literal(pattern: str) -> bool:
+    return not any(ch in _GLOB for ch in pattern)
 
-    return match
+
+class _Index:
+    """The listed files, sorted, for matching without a scan: a literal
+    anchored pattern (``src/pkg/mod.py``, ``src/pkg/``: what scaffolded plans
+    hold) is a range found by bisection, a glob is tried only on the paths
+    under its literal folder (``src/`` for ``src/**/*.py``)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = sorted(paths)
+        self._names: dict[str, list[str]] | None = None
+
+    def under(self, prefix: str, *, folder_only: bool = False) -> list[str]:
+        """``prefix`` itself (unless ``folder_only``) and every path under it; all for ''."""
+        if not prefix:
+            return self.paths
+        ps = self.paths
+        out: list[str] = []
+        i = bisect.bisect_left(ps, prefix)
+        if not folder_only and i < len(ps) and ps[i] == prefix:
+            out.append(prefix)
+        # '0' follows '/' in code-point order: [prefix/, prefix0) is everything under the folder.
+        out.extend(ps[bisect.bisect_left(ps, prefix + "/") : bisect.bisect_left(ps, prefix + "0")])
+        return out
+
+    def named(self, name: str, *, folder_only: bool = False) -> list[str]:
+        """Paths with a component ``name`` at any depth (a file so named, or anything under such a folder)."""
+        if self._names is None:
+            names: dict[str, list[str]] = {}
+            for p in self.paths:
+                for part in dict.fromkeys(p.split("/")):
+                    names.setdefault(part, []).append(p)
+            self._names = names
+        found = self._names.get(name, [])
+        if folder_only:
+            found = [p for p in found if name in p.split("/")[:-1]]
+        return found
+
+    def match(self, patterns: Sequence[str]) -> list[str]:
+        """The paths ``patterns`` match under git's rules, sorted."""
+        sure: set[str] = set()
+        maybe: set[str] = set()
+        globs: list[str] = []
+        for p in patterns:
+            if p.startswith("!"):
+                continue
+            if p.endswith("/**") and _is_literal(p[:-3]) and p[:-3].strip("/"):
+                # Everything under an anchored folder: a range, not a regex per path.
+                sure.update(self.under(p[:-3].strip("/"), folder_only=True))
+                continue
+            body = p.rstrip("/")
+            folder = p.endswith("/")
+            if _is_literal(p) and body:
+                sure.update(self.under(body, folder_only=folder) if "/" in body else self.named(body, folder_only=folder))
+            else:
+                prefix = _literal_prefix(p) or ""
+                maybe.update(self.under(prefix, folder_only=True) if prefix else self.paths)
+                globs.append(p)
+        if globs:
+            spec = _spec(tuple(globs))
+            sure.update(x for x in maybe - sure if spec.match_file(x))
+        if any(p.startswith("!") for p in patterns):
+            full = _spec(tuple(patterns))  # the last matching pattern wins
+            sure = {x for x in sure if full.match_file(x)}
+        return sorted(sure)
 
 
 class Snapshot:
@@ -317,33 +357,32 @@ class Snapshot:
 
     def __init__(self, root: Path, cache: StatCache | None = None) -> None:
         self.root = root
+        self._root = str(root)
         self.cache = cache if cache is not None else shared_cache(root)
-        self._listed: list[str] | None = None
+        self._listed: _Index | None = None
         self._git: bool | None = None
         self._digests: dict[str, tuple[str | None, str | None]] = {}
 
-    def _files(self, patterns: Sequence[str]) -> list[str]:
+    def _index(self, patterns: Sequence[str]) -> _Index:
         if self._git is None:
             found = _git_files(self.root)
             self._git = found is not None
-            self._listed = found
-        if self._git:
-            assert self._listed is not None
+            self._listed = _Index(found) if found is not None else None
+        if self._listed is not None:
             return self._listed
-        return _walk_files(self.root, patterns)
+        return _Index(_walk_files(self.root, patterns))  # outside git: the folders these patterns reach
 
     def matching(self, patterns: Sequence[str]) -> list[str]:
         """The files ``patterns`` match, sorted."""
         if not patterns:
             return []
-        match = _matcher(tuple(patterns))
-        return sorted(p for p in self._files(patterns) if match(p))
+        return self._index(patterns).match(patterns)
 
     def _digest(self, rel: str) -> tuple[str | None, str | None]:
         """(content digest, None), (None, why unreadable), or (None, None) when gone."""
         if rel in self._digests:
             return self._digests[rel]
-        path = self.root / rel
+        path = os.path.join(self._root, rel)
         out: tuple[str | None, str | None]
         try:
             st = os.lstat(path)
@@ -356,7 +395,7 @@ class Snapshot:
         self._digests[rel] = out
         return out
 
-    def _content(self, rel: str, path: Path, st: os.stat_result) -> tuple[str | None, str | None]:
+    def _content(self, rel: str, path: str, st: os.stat_result) -> tuple[str | None, str | None]:
         if stat.S_ISDIR(st.st_mode):
             return (None, None)  # a submodule's folder: not a file
         if stat.S_ISLNK(st.st_mode):

@@ -387,11 +387,11 @@ class WorkGraph:
         reason: str | None = None,
         *,
         at: datetime | None = None,
-        reproof: bool = False,
+        free: bool = False,
         fingerprint: str | None = None,
     ) -> Change:
         """Record one finished gate attempt (see :func:`~milepost.graph.steps.record_attempt`)."""
-        change = steps.record_attempt(self.get(name), passed, reason, at=at, reproof=reproof, fingerprint=fingerprint)
+        change = steps.record_attempt(self.get(name), passed, reason, at=at, free=free, fingerprint=fingerprint)
         self.put(change.after)
         return change
 

@@ -153,19 +153,20 @@ def record_attempt(
     reason: str | None = None,
     *,
     at: datetime | None = None,
-    reproof: bool = False,
+    free: bool = False,
     fingerprint: str | None = None,
 ) -> Change:
     """One finished gate attempt of an in-progress milestone: pass -> done
     (or waiting for review when it has a review gate); fail -> needs_fix
     while budget is left (ready again at the backoff's :func:`retry_at`
-    when the attempt finished ``at``), else stuck. A passing ``reproof``
-    spends no budget (a failing one does: the seed's second verification).
+    when the attempt finished ``at``), else stuck. A ``free`` attempt (a
+    re-proof of a done milestone, or a cached result) spends no budget when
+    it passes; a failing re-proof does (the seed's second verification).
     ``fingerprint``: of the inputs the attempt ran on."""
     name = m.name
     if m.awaiting_review:
         raise TransitionError(f"{name!r} waits for review; its gate already passed", milestone=name)
-    attempts = m.attempts if (passed and reproof) else m.attempts + 1
+    attempts = m.attempts if (passed and free) else m.attempts + 1
     review_ = False
     when = None
     if passed:

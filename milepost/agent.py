@@ -25,6 +25,7 @@ from milepost.errors import InputError, InvalidValueError, MilepostError
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone, TodoItem, WorkItem
 from milepost.graph.status import Action, MilestoneStatus, PlanStatus
+from milepost.results import MilestoneView
 from milepost.service import Service
 
 __all__ = [
@@ -65,16 +66,19 @@ class WorkItemArgs(_Args):
 
 
 class MilestoneArgs(_Args):
-    """next, list, add, start, done (runs the gate), needs_fix, reset, approve, reject, lock, unlock, confirm."""
+    """next, list, add, start, done (runs the gate), verify (proves again what was proven, stale first),
+    needs_fix, reset, approve, reject, lock, unlock, confirm."""
 
     action: Literal[
-        "next", "list", "add", "start", "done", "needs_fix", "reset", "approve", "reject", "lock", "unlock", "confirm"
-    ]
+        "next", "list", "add", "start", "done", "verify", "needs_fix", "reset", "approve", "reject", "lock",
+        "unlock", "confirm",
+    ]  # fmt: skip
     name: str | None = None
     item: Id | None = Field(None, description="default: the focused item")
     deps: list[str] | None = None
     acceptance: str | None = None
     gate: str | None = Field(None, description="add: shell command, exit 0 passes")
+    inputs: list[str] | None = Field(None, description="add: files the gate proves (gitignore patterns)")
     retries: int | None = None
     timeout: float | None = None
     review: bool = False
@@ -126,6 +130,18 @@ def _milestone(m: Milestone, view: str | None = None, *, full: bool = False) -> 
             out["acceptance"] = m.acceptance
         if m.gate:
             out["gate"] = [g.run for g in m.gate]
+        if m.inputs:
+            out["inputs"] = m.inputs
+    return out
+
+
+def _viewed(v: MilestoneView) -> dict[str, Any]:
+    """A milestone of a list: its view, and why when it is stale or waits for a change."""
+    out = _milestone(v, v.view)
+    if v.stale is not None:
+        out["reason"] = v.stale.reason
+    elif v.waiting_for_change:
+        out["reason"] = v.waiting_for_change
     return out
 
 
@@ -143,6 +159,7 @@ def _item(it: WorkItem, svc: Service, *, milestones: bool = True) -> dict[str, A
         out["todo"] = [f"{t.text}: {t.state}" for t in it.todo_list]
     if milestones:
         g = WorkGraph(it.milestones)  # the item already holds them: no second read of the store
+        svc.check_proofs(it.id, g)  # marks the stale ones
         out["milestones"] = [_milestone(m, display_status(g, m)) for m in g]
     return out
 
@@ -205,12 +222,24 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
         return {"item": pick.item, "next": nxt, "why": pick.reason, "ready": pick.ready}
     if a.action == "list":
         it, views = svc.milestone_views(a.item)
-        return {"item": it.id, "revision": it.revision, "milestones": [_milestone(v, v.view) for v in views]}
+        return {"item": it.id, "revision": it.revision, "milestones": [_viewed(v) for v in views]}
+    if a.action == "verify":
+        r = svc.verify([a.name] if a.name else None, item=a.item)
+        return {
+            "item": r.item,
+            "ok": r.ok,
+            "message": r.message,
+            "verified": [
+                {"name": v.milestone, "outcome": v.outcome.value if v.outcome else "skipped", "status": v.status.value,
+                 "reason": v.reason, **({"reopened": v.reopened} if v.reopened else {})}
+                for v in r.verified
+            ],
+        }  # fmt: skip
     name = _need(a.name, "name", a.action)
     if a.action == "add":
         added = svc.add_milestone(
             name, a.deps, acceptance=a.acceptance or "", gate=a.gate, retries=a.retries, timeout=a.timeout,
-            review=a.review, item=a.item, expect_revision=rev,
+            review=a.review, inputs=a.inputs, item=a.item, expect_revision=rev,
         )  # fmt: skip
         return _change(added)
     if a.action == "done":
@@ -253,6 +282,7 @@ def graph(svc: Service, a: GraphArgs) -> dict[str, Any]:
         "next": nxt.name if nxt else None,
         "blocked": {m.name: [d.name for d in deps] for m, deps in g.blocked()},
         "stuck": [m.name for m in g if m.is_stuck],
+        "stale": g.stale(),
         "why": g.why_nothing_ready() if nxt is None else f"{nxt.name} is ready",
     }
 
@@ -375,7 +405,8 @@ HOW = """How to work (milepost: the work state lives in a store, not in this con
 - needs_fix: read the failure, fix the work, `start` and `done` again. stuck: the
   retry budget is spent; say why and ask an operator (`reset NAME --reason`).
 - Never mark work done yourself: only a passing gate does. in_review waits for an
-  operator's `approve`/`reject`.
+  operator's `approve`/`reject`. stale: done, but files it was proven on changed
+  since; `verify` re-runs those gates.
 - When every milestone is done: complete the item with a report of what changed
   and the evidence (gate runs are kept; add refs for PRs)."""
 
@@ -419,6 +450,10 @@ def prime(svc: Service, item: int | None = None) -> str:
         shown = [f"{m.name} (on {', '.join(d.name for d in deps[:3])})" for m, deps in blocked[:6]]
         more = f" and {len(blocked) - 6} more" if len(blocked) > 6 else ""
         lines.append("blocked: " + "; ".join(shown) + more)
+    stale = g.stale()
+    if stale:
+        more = f" and {len(stale) - 8} more" if len(stale) > 8 else ""
+        lines.append(f"stale (done, but their inputs changed): {', '.join(stale[:8])}{more}; `verify` re-proves them")
     if not ready:
         lines.append(g.why_nothing_ready())
     return "\n".join(lines) + "\n\n" + HOW + "\n"

@@ -26,8 +26,8 @@ from milepost.results import MilestoneView
 __all__ = ["LEGEND", "Drawing", "layout", "svg_data_uri", "to_html", "to_png", "to_svg"]
 
 # The statuses a drawing can show, in legend order.
-LEGEND = ["done", "ready", "running", "in_progress", "in_review", "needs_fix", "stuck", "blocked", "locked",
-          "hypothesis"]  # fmt: skip
+LEGEND = ["done", "stale", "ready", "running", "in_progress", "in_review", "needs_fix", "stuck", "blocked",
+          "locked", "hypothesis"]  # fmt: skip
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 CHAR_W = 7.2  # px per character at 12 px
 NODE_H = 40

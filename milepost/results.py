@@ -157,12 +157,14 @@ class Verified(BaseModel):
 
 
 class VerifyResult(BaseModel):
-    """``verify``: ok when every re-proof passed (and when there was nothing to re-prove)."""
+    """``verify``: ok when every milestone it looked at (those a gate proved
+    once, or the ones named) is done and none is stale at its end."""
 
     item: int
     ok: bool
-    verified: list[Verified] = Field(default_factory=list)
-    unchecked: list[str] = Field(default_factory=list)  # done milestones without inputs (only --all re-runs them)
+    verified: list[Verified] = Field(default_factory=list)  # what it ran, or could not run
+    unchanged: list[str] = Field(default_factory=list)  # done, inputs unchanged since proven: not run
+    unchecked: list[str] = Field(default_factory=list)  # done, without inputs: not run (only --all re-runs them)
     message: str
 
 

@@ -312,7 +312,7 @@ def test_version_and_help(bare_cli: CLI) -> None:
     assert listed == {
         "add", "approve", "confirm", "deploy", "done", "drive", "graph", "history", "init", "item", "list", "lock",
         "log", "mcp", "needs-fix", "next", "plan", "prime", "ref", "reject", "remove", "reset", "runs", "serve",
-        "server", "start", "tick", "unlock",
+        "server", "start", "tick", "unlock", "verify",
     }  # fmt: skip
     groups = {"item": {"cancel", "complete", "create", "list", "pick", "show", "update", "wait", "wake"},
               "plan": {"apply", "export", "scaffold", "schema"}, "ref": {"add", "list"},

@@ -195,7 +195,10 @@ def test_prime_and_plan_schema_from_the_cli(refactor: Path) -> None:
     assert "retry budget" in milestone["retries"]["description"]
     assert set(milestone) == {
         "name", "deps", "acceptance", "gate", "retries", "timeout", "review", "fix", "retry_delay", "hypothesis",
+        "inputs", "cache", "flaky",
     }  # fmt: skip
+    assert "gitignore-style" in milestone["inputs"]["description"]
+    assert "inputs" in schema["$defs"]["PlanDefaults"]["properties"]
 
 
 def test_waits_and_wakes_through_the_wait_tool(refactor: Path, tmp_path: Path) -> None:

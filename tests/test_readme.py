@@ -90,3 +90,19 @@ def test_the_python_api_snippet_runs_in_a_copy_of_the_example(tmp_path: Path) ->
     names = [m["name"] for m in cli.json("list")["milestones"]]
     assert p.stdout.split() == [w for n in names for w in (n, "passed")]
     assert all(m["status"] == "done" for m in cli.json("list")["milestones"])
+
+
+def test_the_proof_walkthrough_runs_as_written(shell: CLI) -> None:
+    ran = run_walkthrough(shell, "Done means proven on the code as it is now")
+    assert ran[-1] == "milepost runs leaf"
+    runs = shell.json("runs", "leaf")["runs"]
+    # proven, re-proven after the edit, failed on the bad edit, proven after the fix: four executions.
+    assert [r["outcome"] for r in runs] == ["passed", "passed", "failed", "passed"]
+    assert shell.json("list")["milestones"][0]["view"] == "done"
+
+
+def test_the_plan_file_example_is_a_valid_plan() -> None:
+    from milepost.planfile import parse_plan
+
+    ms = {m.name: m for m in parse_plan(block("Plan files", "yaml")).to_milestones()}
+    assert ms["extract-a"].inputs == ["src/a/**", "tests/test_a.py"] and ms["analyze-a"].inputs == []

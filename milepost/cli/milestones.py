@@ -184,13 +184,16 @@ def done(c: Ctx, name: str, verdict: str | None, no_cache: bool, item: int | Non
 @item_option
 @pass_ctx
 def verify(c: Ctx, names: tuple[str, ...], all_: bool, item: int | None) -> None:
-    """Re-prove done milestones: re-run the gates of the stale ones (their
-    inputs changed since they were proven), here, no Prefect, lowest id first.
+    """Prove again what was proven: re-run, here (no Prefect), lowest id
+    first, the gates of the stale milestones (done, but their inputs changed
+    since), of failed ones whose inputs changed since they failed, and of
+    those that wait behind them once their deps are done.
 
-    Never takes a result from the cache: the gates run. A failing re-proof
-    sends its milestone to needs_fix (the done milestones built on it wait
-    behind it). Exit 0 when every re-proof passed or nothing is stale, 1 when
-    one failed. This is the command a CI step runs on a reused store.
+    Looks at the milestones a gate proved once (or NAMEs). Never takes a
+    result from the cache: the gates run. A failing re-proof sends its
+    milestone to needs_fix (the done milestones built on it wait behind it).
+    Exit 0 when all of them end done and none stale (nothing stale: nothing
+    runs), 1 otherwise. This is the command a CI step runs on a reused store.
     """
     r = c.service.verify(list(names), all_=all_, item=item)
     c.emit(r.model_dump(mode="json"), lambda con: show_verify(con, r))

@@ -120,7 +120,7 @@ def show_verify(con: Console, r: VerifyResult) -> None:
     for v in r.verified:
         changed = f" ({esc(v.stale.reason)})" if v.stale is not None and v.stale.reason else ""
         if v.outcome is None:
-            con.print(f"{v.milestone}: {styled('skipped')} — {esc(v.reason)}")
+            con.print(f"{v.milestone}: {styled(v.status.value)} — not run: {esc(v.reason)}")
         elif v.outcome.proves:
             con.print(
                 f"{v.milestone}: {styled('done')} — proven again{changed}: {esc(v.reason)}"
@@ -129,7 +129,7 @@ def show_verify(con: Console, r: VerifyResult) -> None:
         else:
             also = f"; waiting behind it: {', '.join(v.reopened)}" if v.reopened else ""
             con.print(
-                f"{v.milestone}: {styled(v.status.value)} — re-proof failed{changed}: {esc(v.reason)}"
+                f"{v.milestone}: {styled(v.status.value)} — gate failed{changed}: {esc(v.reason)}"
                 f" (attempt {v.attempt}){also}"
             )
     if r.unchecked:

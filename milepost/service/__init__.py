@@ -264,10 +264,10 @@ class Service:
         )
 
     def verify(self, names: list[str] | None = None, *, all_: bool = False, item: int | None = None) -> VerifyResult:
-        """Re-run the gates of stale done milestones here (see :func:`milepost.service.claims.verify`)."""
-        from milepost.service import claims
+        """Prove again what was proven, here (see :mod:`milepost.service.verify`)."""
+        from milepost.service import verify
 
-        return claims.verify(self.ctx, names or [], all_=all_, item=item)
+        return verify.verify(self.ctx, names or [], all_=all_, item=item)
 
     def check_proofs(self, item: int, graph: WorkGraph) -> Check:
         """Which done milestones are stale and which failed ones wait for a

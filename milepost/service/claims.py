@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -29,7 +29,7 @@ from milepost.gates.supervisor import host_identity, stop_attempt
 from milepost.graph import steps
 from milepost.graph.models import Milestone
 from milepost.graph.status import Action, MilestoneStatus, transition
-from milepost.results import Claim, DoneResult, GateRun, Verified, VerifyResult
+from milepost.results import Claim, DoneResult, GateRun
 from milepost.service import _rows as rows
 from milepost.service import proofs
 from milepost.service._rows import MILESTONES, REFS, RUNS
@@ -48,7 +48,6 @@ __all__ = [
     "record_fix",
     "run_claimed",
     "take_lease",
-    "verify",
 ]
 
 # How long a reclaimer waits for a dead driver's gate processes to die after SIGKILL.
@@ -365,7 +364,7 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
             # The second verification failed: what was built on it waits behind it.
             g = tx.graph().graph
             change = g.record_attempt(
-                m.name, False, result.reason, at=result.finished_at, reproof=True, fingerprint=result.fingerprint
+                m.name, False, result.reason, at=result.finished_at, free=True, fingerprint=result.fingerprint
             )
             reopened = g.reopen_dependents(m.name, f"its re-proof failed: {result.reason}")
             out = tx.save(c.pk, [change, *reopened], applied=True)
@@ -377,7 +376,7 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
                 result.passed,
                 None if result.passed else result.reason,
                 at=result.finished_at,
-                reproof=c.reproof,
+                free=c.reproof or result.outcome is Outcome.CACHED,
                 fingerprint=result.fingerprint,
             )
         out = tx.save(c.pk, [change])
@@ -522,109 +521,3 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
             claim, now, reason=f"lease of {old_owner} expired: its driver on {info['host']} stopped"
         ).model_copy(update={"host": info["host"]})
     return record(ctx, claim, result, release=release, cache=cache)
-
-
-# -- verify: re-prove done milestones here ------------------------------------------------
-
-
-def verify(ctx: Context, names: Sequence[str] = (), *, all_: bool = False, item: int | None = None) -> VerifyResult:
-    """Re-run the gates of the stale done milestones (every done one with a
-    gate when ``all_``; only ``names`` when given), here, without Prefect,
-    under leases like ``done``; lowest id first. Never from the cache: the
-    gates run. A failing re-proof sends its milestone to needs_fix (or
-    stuck) and the done milestones built on it wait behind it (pending);
-    they are skipped. Ok when every re-proof passed, or nothing was stale."""
-    from milepost.service import items
-
-    item_id = resolve(ctx, item)
-    _, g = items.read(ctx, item_id)
-    for name in names:
-        m = g.get(name)  # unknown names are refused here, before anything runs
-        if m.status is not MilestoneStatus.DONE:
-            raise TransitionError(
-                f"cannot verify {name!r}: status is {g.view(name)}; verify re-proves done milestones"
-                " (a pending or failed one is proven by `done` or `drive`)",
-                milestone=name,
-                status=m.status.value,
-            )
-    wanted = list(names) or None
-    check = proofs.check(ctx, item_id, g, wanted)
-    pool = [m for m in g if m.status is MilestoneStatus.DONE and (wanted is None or m.name in wanted)]
-    unchecked = [m.name for m in pool if not m.has_inputs and not all_]
-    if all_:
-        targets = [m for m in pool if m.has_gate]
-    else:
-        targets = [m for m in pool if m.name in check.stale]
-    owner = owner_here()
-    done_: list[Verified] = []
-    failed: set[str] = set()
-    for m in targets:
-        stale = check.stale.get(m.name)
-        behind = [a for a in g.ancestors(m.name) if a in failed]
-        if behind:
-            now = _current(ctx, item_id, m.name)
-            why = f"skipped: waits behind {', '.join(behind)} (its re-proof failed)"
-            done_.append(Verified(milestone=m.name, status=now.status, stale=stale, reason=why))
-            continue
-        claim = _claim_reproof(ctx, item_id, m.name, owner)
-        if isinstance(claim, Verified):
-            done_.append(claim.model_copy(update={"stale": stale}))
-            continue
-        r = run_claimed(ctx, claim)
-        run = r.gate_run
-        reopened = [c.milestone for c in r.changes[1:]]
-        if not r.passed:
-            failed.add(m.name)
-        done_.append(
-            Verified(
-                milestone=m.name,
-                outcome=run.outcome if run else None,
-                status=r.milestone.status,
-                attempt=claim.attempt,
-                duration=run.duration if run else 0.0,
-                reason=(run.reason if run else r.note or "") + (f"; {r.note}" if run and r.note else ""),
-                stale=stale,
-                reopened=reopened,
-            )
-        )
-    ok = not failed and all(v.outcome is None or v.outcome.proves for v in done_)
-    return VerifyResult(item=item_id, ok=ok, verified=done_, unchecked=unchecked, message=_verify_message(done_, ok))
-
-
-def _current(ctx: Context, item_id: int, name: str) -> Milestone:
-    with ctx.store.read() as conn:
-        found = rows.ONE_MILESTONE.rows(conn, item=item_id, name=name)
-    return rows.with_deps(found)[0]
-
-
-def _claim_reproof(ctx: Context, item_id: int, name: str, owner: str) -> Claim | Verified:
-    """Lease a done milestone's gate for its re-proof (done -> in_progress),
-    or say why it cannot be (it changed meanwhile, a dep is not done)."""
-
-    def fn(tx: Tx) -> Claim | Verified:
-        tx.check_open()
-        pk, m = tx.find(name)
-        if m.status is not MilestoneStatus.DONE:
-            return Verified(milestone=name, status=m.status, reason=f"skipped: it became {m.status.value} meanwhile")
-        change = steps.act(m, Action.REPROVE, undone_deps=tx.undone_deps(pk, m), reason="verify")
-        tx.save(pk, [change])
-        return take_lease(tx, pk, change.after, owner, reproof=True)
-
-    try:
-        return write(ctx, item_id, fn)
-    except TransitionError as e:
-        return Verified(milestone=name, status=MilestoneStatus.DONE, reason=f"skipped: {e.message}")
-
-
-def _verify_message(verified: list[Verified], ok: bool) -> str:
-    ran = [v for v in verified if v.outcome is not None]
-    if not verified:
-        return "nothing to re-prove: every done milestone with inputs is proven on the files as they are"
-    failed = [v.milestone for v in ran if not v.outcome or not v.outcome.proves]
-    skipped = [v.milestone for v in verified if v.outcome is None]
-    parts = [f"{len(ran) - len(failed)} of {len(verified)} re-proven"]
-    if failed:
-        parts.append("failed: " + ", ".join(failed))
-    if skipped:
-        parts.append("skipped: " + ", ".join(skipped))
-    return "; ".join(parts)

@@ -260,10 +260,19 @@ def test_until_and_dry_run(prefect_api: str, cli: CLI, workspace: Path) -> None:
     cli("plan", "apply", "plan.yaml", check=True)
     order = cli.json("drive", "--dry-run", "--until", "extract-b")["order"]
     assert order == ["analyze-b", "extract-b"]
-    r = cli("drive", "--until", "extract-b")
-    assert r.code == 1  # the item is not all done
+    junit = workspace / "junit.xml"
+    r = cli("drive", "--until", "extract-b", "--junit", str(junit))
+    # --until judges its target and its deps: they are done, so the step passes.
+    assert r.code == 0, r.out + r.err
+    assert "extract-b and what it depends on are done (2 milestones)" in r.out
     done = [m["name"] for m in cli.json("list")["milestones"] if m["status"] == "done"]
     assert done == ["analyze-b", "extract-b"]
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(junit).getroot()
+    assert (suite.get("failures"), suite.get("skipped")) == ("0", "7")
+    skipped = {c.get("name"): c.find("skipped") for c in suite.iter("testcase")}
+    assert skipped["merge"] is not None and skipped["merge"].get("message") == "outside --until extract-b"
 
 
 def test_json_events(prefect_api: str, cli: CLI) -> None:
@@ -393,7 +402,7 @@ def test_a_terminal_gets_the_live_table_and_its_cursor_back(prefect_api: str, cl
     code, shown = _drive_on_a_terminal(cli)
     assert code == 0, shown
     assert "elapsed" in shown and "running: first" in shown  # the live view, updated while the gate ran
-    assert "all done" in shown and "first" in shown and "second" in shown  # then the summary table
+    assert "all 2 milestones are done" in shown and "first" in shown and "second" in shown  # then the summary
     assert shown.rfind(SHOW_CURSOR) > shown.rfind(HIDE_CURSOR) >= 0
 
 

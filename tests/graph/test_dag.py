@@ -114,10 +114,13 @@ def test_reopening_a_done_milestone_reopens_done_dependents() -> None:
     for n in ("analyze-a", "extract-a", "analyze-b", "extract-b", "analyze-c", "extract-c", "merge"):
         finish(g, n)
     changes = g.apply("extract-a", Action.NEEDS_FIX, reason="interface leaks")
-    assert [(c.after.name, c.after.status) for c in changes] == [
-        ("extract-a", S.NEEDS_FIX),
-        ("merge", S.NEEDS_FIX),
+    # The dependents are not at fault: they wait behind it, pending (blocked), with a fresh budget.
+    assert [(c.after.name, c.after.status, c.action) for c in changes] == [
+        ("extract-a", S.NEEDS_FIX, Action.NEEDS_FIX),
+        ("merge", S.PENDING, Action.REOPEN),
     ]
+    assert changes[1].after.attempts == 0
+    assert g.view("merge") == "blocked"
     assert "extract-a" in (changes[1].reason or "")
     # No done milestone stands on an undone dep.
     for m in g:

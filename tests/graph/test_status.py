@@ -30,6 +30,9 @@ EXPECTED = {
     ("in_progress", "await_review"): "in_progress",
     ("in_progress", "approve"): "done",
     ("in_progress", "reject"): "needs_fix",
+    ("done", "reprove"): "in_progress",
+    ("in_progress", "restore"): "done",
+    ("done", "reopen"): "pending",
 }
 
 PAIRS = list(itertools.product(MilestoneStatus, Action))

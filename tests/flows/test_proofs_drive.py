@@ -1,0 +1,160 @@
+"""The proof bound to its inputs, end to end: a real git repository with a
+small package and its tests, driven with the real CLI against a real Prefect
+server, on SQLite and PostgreSQL. Every gate appends its milestone's name to
+a ledger outside the workspace, so the test counts real gate executions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CLI, Postgres
+
+pytestmark = pytest.mark.xdist_group("prefect")
+
+PACKAGE = {
+    "pkg/__init__.py": "",
+    "pkg/leaf.py": "def value():\n    return 1\n",
+    "pkg/mid.py": "from pkg.leaf import value\n\n\ndef twice():\n    return 2 * value()\n",
+    "pkg/top.py": "from pkg.mid import twice\n\n\ndef four():\n    return 2 * twice()\n",
+    "pkg/other.py": "def alone():\n    return 7\n",
+    "tests/test_leaf.py": "from pkg.leaf import value\n\n\ndef test_value():\n    assert value() == 1\n",
+    "tests/test_mid.py": "from pkg.mid import twice\n\n\ndef test_twice():\n    assert twice() == 2\n",
+    "tests/test_top.py": "from pkg.top import four\n\n\ndef test_four():\n    assert four() == 4\n",
+    "tests/test_other.py": "from pkg.other import alone\n\n\ndef test_alone():\n    assert alone() == 7\n",
+    ".gitignore": ".pytest_cache/\n",
+}
+
+
+def plan(ledger: Path, objective: str) -> str:
+    """A milestone per module: its gate runs its tests; its inputs are its
+    module, its tests and the inputs of what it imports (as scaffold writes them)."""
+    py = sys.executable
+
+    def gate(test: str) -> str:
+        return f"echo $MILEPOST_MILESTONE >> {ledger} && {py} -m pytest -q -p no:cacheprovider {test}"
+
+    return f"""
+objective: {objective}
+milestones:
+  - name: leaf
+    gate: "{gate("tests/test_leaf.py")}"
+    inputs: [pkg/leaf.py, tests/test_leaf.py]
+  - name: mid
+    deps: [leaf]
+    gate: "{gate("tests/test_mid.py")}"
+    inputs: [pkg/mid.py, tests/test_mid.py, pkg/leaf.py, tests/test_leaf.py]
+  - name: top
+    deps: [mid]
+    gate: "{gate("tests/test_top.py")}"
+    inputs: [pkg/top.py, tests/test_top.py, pkg/mid.py, tests/test_mid.py, pkg/leaf.py, tests/test_leaf.py]
+  - name: other
+    gate: "{gate("tests/test_other.py")}"
+    inputs: [pkg/other.py, tests/test_other.py]
+"""
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def repo(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, CLI]:
+    root = tmp_path / "repo"
+    for rel, text in PACKAGE.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    git = ["git", "-C", str(root), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a small package"], check=True)
+    env = {}
+    if request.param == "postgresql":
+        pg: Postgres = request.getfixturevalue("postgres")
+        env["MILEPOST_DB"] = pg.create_db(f"mp_proofs_{abs(hash(tmp_path)) % 10**8}")
+    cli = CLI(root, env)
+    cli("init", check=True)
+    return root, cli
+
+
+def ran(ledger: Path, since: int) -> list[str]:
+    return ledger.read_text().split()[since:] if ledger.exists() else []
+
+
+def views(cli: CLI, item: int | None = None) -> dict[str, str]:
+    args = ["list"] + (["--item", str(item)] if item else [])
+    return {m["name"]: m["view"] for m in cli.json(*args)["milestones"]}
+
+
+def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CLI], tmp_path: Path) -> None:
+    root, cli = repo
+    ledger = tmp_path / "ledger.txt"
+    (tmp_path / "plan.yaml").write_text(plan(ledger, "prove pkg module by module"))
+    item = cli.json("plan", "apply", str(tmp_path / "plan.yaml"))["id"]
+
+    # 1. A first drive proves everything.
+    r = cli("drive")
+    assert r.code == 0, r.err + r.out
+    assert sorted(ran(ledger, 0)) == ["leaf", "mid", "other", "top"]
+    seen = len(ran(ledger, 0))
+
+    # 2. Edit a leaf (behaviour kept): exactly the leaf and its importers are stale.
+    (root / "pkg/leaf.py").write_text("def value():\n    return 3 - 2  # refactored\n")
+    assert views(cli) == {"leaf": "stale", "mid": "stale", "top": "stale", "other": "done"}
+    dry = cli.json("drive", "--dry-run")
+    assert dry["order"] == ["leaf", "mid", "top"] and set(dry["stale"]) == {"leaf", "mid", "top"}
+    assert dry["stale"]["leaf"]["changed"] == ["pkg/leaf.py"]
+    r = cli("drive")
+    assert r.code == 0, r.err + r.out
+    assert ran(ledger, seen) == ["leaf", "mid", "top"]  # re-proven in id order, nothing else
+    seen += 3
+    assert views(cli) == {"leaf": "done", "mid": "done", "top": "done", "other": "done"}
+    tries = {m["name"]: m["attempts"] for m in cli.json("list")["milestones"]}
+    assert tries == {"leaf": 1, "mid": 1, "top": 1, "other": 1}  # a passing re-proof spends no budget
+
+    # 3. Nothing stale: verify runs nothing.
+    v = cli("--json", "verify")
+    assert v.code == 0 and v.data["verified"] == [] and ran(ledger, seen) == []
+
+    # 4. Break the leaf: one execution, its dependents wait behind it, skipped in JUnit.
+    (root / "pkg/leaf.py").write_text("def value():\n    return 2\n")
+    junit = tmp_path / "junit.xml"
+    r = cli("drive", "--junit", str(junit))
+    assert r.code == 1
+    assert ran(ledger, seen) == ["leaf"]
+    seen += 1
+    assert views(cli) == {"leaf": "needs_fix", "mid": "blocked", "top": "blocked", "other": "done"}
+    assert "needs fix: leaf (failed at attempt 3; inputs unchanged since: waiting for a change)" in r.out
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    assert cases["leaf"].find("failure") is not None and cases["other"].find("failure") is None
+    for name in ("mid", "top"):
+        skipped = cases[name].find("skipped")
+        assert skipped is not None and cases[name].find("failure") is None
+    assert "blocked by leaf (needs_fix)" in (cases["mid"].find("skipped").get("message") or "")  # type: ignore[union-attr]
+    suite = ET.parse(junit).getroot()
+    assert (suite.get("failures"), suite.get("skipped")) == ("1", "2")
+
+    # 5. No blind retries: the same inputs would fail the same way.
+    r = cli("drive")
+    assert r.code == 1 and ran(ledger, seen) == []
+    assert "waiting for a change" in r.out
+
+    # 6. Fix it: the leaf is retried, then what waits behind it runs. (Put back
+    # exactly as first proven, the files would match passed runs: cached, not run.)
+    (root / "pkg/leaf.py").write_text("def value():\n    return 1  # fixed\n")
+    r = cli("drive")
+    assert r.code == 0, r.err + r.out
+    assert ran(ledger, seen) == ["leaf", "mid", "top"]
+    seen += 3
+
+    # 7. A second item on unchanged code runs no gate: every attempt is cached.
+    (tmp_path / "again.yaml").write_text(plan(ledger, "the same plan again"))
+    other = cli.json("plan", "apply", str(tmp_path / "again.yaml"))["id"]
+    assert other != item
+    r = cli("--json", "drive")
+    assert r.code == 0, r.err
+    assert ran(ledger, seen) == []
+    finished = [e for e in map(__import__("json").loads, r.out.splitlines()) if e["event"] == "drive_finished"][-1]
+    assert finished["gate_runs"] == 0 and finished["cached"] == 4
+    runs = cli.json("runs", "leaf")["runs"]
+    assert [x["outcome"] for x in runs] == ["cached"] and runs[0]["cached_from"]["item"] == item
