@@ -91,11 +91,12 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
         {"name": "compileall", "run": "python3 -m compileall -q src/kv/mod_b.py"},
         {"name": "unittest", "run": "python3 -m unittest -q tests/test_mod_b.py tests/test_mod_c.py"},
     ]
-    # Inputs: its module, what it imports, and the tests its gate runs.
-    assert ms["kv.mod_b"]["inputs"] == ["src/kv/interfaces.py", "src/kv/mod_b.py", "tests/test_mod_b.py",
-                                        "tests/test_mod_c.py"]  # fmt: skip
+    # Inputs: its module, what it imports, and the tests its gate runs (with their package's __init__).
+    assert ms["kv.mod_b"]["inputs"] == ["src/kv/interfaces.py", "src/kv/mod_b.py", "tests/__init__.py",
+                                        "tests/test_mod_b.py", "tests/test_mod_c.py"]  # fmt: skip
     assert ms["kv.mod_c"]["inputs"] == ["src/kv/interfaces.py", "src/kv/mod_b.py", "src/kv/mod_c.py",
-                                        "tests/test_mod_c.py"]  # fmt: skip
+                                        "tests/__init__.py", "tests/test_mod_c.py"]  # fmt: skip
+    assert ms["kv.interfaces"]["inputs"] == ["src/kv/interfaces.py", "tests/*.py"]  # every file of tests/
     assert ms["all-tests"]["inputs"] == ["src/kv/", "tests/"]  # the package and the tests
     assert ms["kv"]["gate"] == "python3 -m compileall -q src/kv/__init__.py"  # no test imports the package itself
     assert "`python3 -m unittest -q {tests}` left out of 1 milestone whose modules no test exercises: kv" in r.err

@@ -47,7 +47,7 @@ TEST_FOLDERS = frozenset({"tests", "test"})
 @dataclass
 class TestMap:
     tests: dict[str, list[Path]]  # module -> the test files that exercise it
-    support: dict[Path, list[Path]]  # test file -> conftest.py files and helpers it reads
+    support: dict[Path, list[Path]]  # test file -> the conftest.py, test-folder __init__.py and helpers it reads
     in_package: set[str]  # the package's modules that are tests or their support: no milestone
     found: list[Path]  # every test file
     not_tests: list[Path]  # files of the test folders that define no test
@@ -278,7 +278,7 @@ def map_tests(
                 tests[m].add(t)
         if not direct:
             unread.append(t)
-        support[t] = sorted({*helpers, *_conftests(t, base, roots, folder)})
+        support[t] = sorted({*helpers, *_around(t, base, roots, folder, reader.helpers)})
     by_name: dict[str, list[Path]] = {}
     for m, ts in tests.items():
         if ts:
@@ -392,15 +392,18 @@ class _Reader:
                     break
 
 
-def _conftests(test: Path, base: Path, roots: Sequence[Path], folder: Path) -> list[Path]:
-    """The ``conftest.py`` files pytest reads for ``test``: in its folder and
-    every folder above it up to the workspace root (or up to its tests root)."""
+def _around(test: Path, base: Path, roots: Sequence[Path], folder: Path, helpers: set[Path]) -> list[Path]:
+    """What running ``test`` also reads: the ``conftest.py`` files in its
+    folder and every folder above it up to the workspace root (or its tests
+    root), and the ``__init__.py`` of its test folders (the package's own
+    ``__init__`` files are code, with milestones of their own)."""
     stops = {base, *roots, folder.parent}
     out = []
     for parent in test.parents:
-        c = parent / "conftest.py"
-        if c.is_file():
-            out.append(c)
+        for name in ("conftest.py", "__init__.py"):
+            c = parent / name
+            if c in helpers or (name == "conftest.py" and c.is_file()):
+                out.append(c)
         if parent in stops or parent == parent.parent:
             break
     return out
