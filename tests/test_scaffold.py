@@ -5,6 +5,7 @@ Real installed packages are scaffolded in ``test_scaffold_real.py``."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import textwrap
@@ -452,3 +453,22 @@ def test_imports_of_an_enclosing_package_are_not_dependencies_unless_asked(tmp_p
     }  # fmt: skip
     counted = cli.json("plan", "scaffold", "lib", "--path", "src", "--package-imports")
     assert [c["path"] for c in counted["cycles"]] == ["lib -> lib.two -> lib"]
+
+
+def test_the_readme_example_is_what_the_command_prints(tmp_path: Path) -> None:
+    """The README shows real output: its kv example, run as written."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    section = readme[readme.index("## Plan a refactor from your imports") :]
+    blocks = section.split("```")
+    command = blocks[1].removeprefix("sh\n")
+    printed = blocks[3].removeprefix("text\n").splitlines()
+    written = blocks[5].removeprefix("yaml\n").splitlines()
+    ws = tmp_path / "kv"
+    shutil.copytree(EXAMPLES / "refactor", ws)
+    cli = InProcessCLI(ws)
+    cli("init", check=True)
+    args = command.split("milepost plan scaffold ", 1)[1].replace("\\\n", " ")
+    r = cli("plan", "scaffold", *shlex.split(args), check=True)
+    assert (r.err + r.out).splitlines() == printed
+    text = (ws / "refactor.yaml").read_text()
+    assert all(line in text.splitlines() for line in written if line != "..."), text

@@ -176,9 +176,8 @@ def scaffold(
         if n.kind == "cut":
             members = {node_of[u].name for u in n.units}
             for u in n.units:
-                n.deps |= node_of[u].deps - members - {n.name}
-            for name in members:
-                next(m for m in nodes if m.name == name).deps.add(n.name)
+                n.deps |= node_of[u].deps - members
+                node_of[u].deps.add(n.name)
 
     # What each milestone's proof reads: its modules and all they import, and its tests.
     cond = nx.condensation(g)
@@ -215,12 +214,18 @@ def scaffold(
     position = {name: i for i, name in enumerate(order)}
     by_name = {n.name: n for n in kept}
 
-    folder_files: dict[Path, frozenset[str]] = {}
+    folder_files: dict[str, frozenset[str]] = {}
+    rel_of: dict[Path, str] = {}
+
+    def inside_base(paths: set[Path]) -> list[str]:
+        for p in paths - rel_of.keys():
+            rel_of[p] = shown(p, base)
+        return [r for r in (rel_of[p] for p in paths) if not r.startswith("/")]
+
     milestones: list[dict[str, Any]] = []
     skipped: dict[str, list[str]] = {}
     for name in order:
         n = by_name[name]
-        modules = [m for u in n.units for m in contents[u]]
         values = {
             "module": " ".join(n.units),
             "path": " ".join(shown(_unit_path(u, files, level), base) for u in n.units),
@@ -237,13 +242,13 @@ def scaffold(
         entry: dict[str, Any] = {"name": n.name}
         if n.deps:
             entry["deps"] = flow(sorted(n.deps, key=position.__getitem__))
-        entry["acceptance"] = _acceptance(n, values, acceptance, modules)
+        entry["acceptance"] = _acceptance(n, values, acceptance)
         if len(commands) == 1:
             entry["gate"] = commands[0]["run"]
         elif commands:
             entry["gate"] = commands
         if commands and inside:
-            entry["inputs"] = flow(input_patterns(n.reads, base, folder_files))
+            entry["inputs"] = flow(input_patterns(inside_base(n.reads), base, folder_files))
         milestones.append(entry)
     if final:
         if final in by_name:
@@ -283,7 +288,9 @@ def scaffold(
         "# each depending on the milestones of what it imports; edit it, then `milepost plan apply` it.",
     ]
     if inside:
-        header.append("# inputs: its modules, the modules they import (transitively) and the tests its gate runs.")
+        header.append(
+            "# inputs: each milestone's modules, what they import (transitively) and the tests its gate runs."
+        )
     if left_out:
         header.append(f"# {count(left_out, 'unaffected milestone')} left out.")
     heads = {id(n.cycle): n.name for n in nodes if n.kind in ("cycle", "cut")}
@@ -345,7 +352,7 @@ def _deps_through_left_out(nodes: list[_Node], kept: set[str]) -> None:
         n.deps = out
 
 
-def _acceptance(n: _Node, values: dict[str, str], template: str | None, modules: list[str]) -> str:
+def _acceptance(n: _Node, values: dict[str, str], template: str | None) -> str:
     if n.kind == "cut":
         assert n.cycle is not None
         cut = "; ".join(i.shown() for i in n.cycle.imports)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shlex
 from collections.abc import Iterable
@@ -132,35 +133,39 @@ def command_name(template: str, taken: set[str]) -> str:
 
 
 def shown(path: Path, base: Path) -> str:
-    """A path as the plan writes it: relative to the workspace when inside it."""
-    try:
-        return path.relative_to(base).as_posix()
-    except ValueError:
-        return str(path)
+    """A path as the plan writes it: relative to the workspace when inside it
+    (both resolved), else absolute."""
+    text, root = str(path), str(base)
+    if text == root:
+        return "."
+    if text.startswith(root.rstrip(os.sep) + os.sep):
+        return text[len(root.rstrip(os.sep)) + 1 :].replace(os.sep, "/")
+    return text
 
 
-def input_patterns(files: Iterable[Path], base: Path, folder_files: dict[Path, frozenset[str]]) -> list[str]:
-    """Input patterns for ``files`` (inside ``base``), sorted: a folder whose
-    every ``.py`` file is listed is written ``folder/*.py`` (``*`` does not
-    cross folders), other files by their path. ``folder_files`` caches the
-    ``.py`` files found in each folder."""
-    by_folder: dict[Path, set[str]] = {}
+def input_patterns(files: Iterable[str], base: Path, folder_files: dict[str, frozenset[str]]) -> list[str]:
+    """Input patterns for ``files`` (paths relative to ``base``), sorted: a
+    folder whose every ``.py`` file is listed is written ``folder/*.py``
+    (``*`` does not cross folders), other files by their path.
+    ``folder_files`` caches the ``.py`` files found in each folder."""
+    by_folder: dict[str, set[str]] = {}
     for f in files:
-        by_folder.setdefault(f.parent, set()).add(f.name)
+        folder, _, name = f.rpartition("/")
+        by_folder.setdefault(folder, set()).add(name)
     out: list[str] = []
     for folder, names in by_folder.items():
         on_disk = folder_files.get(folder)
         if on_disk is None:
             try:
-                on_disk = frozenset(p.name for p in folder.iterdir() if p.suffix == ".py" and p.is_file())
+                with os.scandir(base / folder) as entries:
+                    on_disk = frozenset(e.name for e in entries if e.name.endswith(".py") and e.is_file())
             except OSError:
                 on_disk = frozenset()
             folder_files[folder] = on_disk
-        rel = shown(folder, base)
-        if len(names) >= 2 and on_disk <= names and rel not in (".", str(folder)):
-            out.append(f"{rel}/*.py")
+        if folder and len(names) >= 2 and on_disk <= names:
+            out.append(f"{folder}/*.py")
         else:
-            out += [shown(folder / n, base) for n in names]
+            out += [f"{folder}/{n}" if folder else n for n in names]
     return sorted(out)
 
 

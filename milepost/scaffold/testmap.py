@@ -52,7 +52,6 @@ class TestMap:
     found: list[Path]  # every test file
     not_tests: list[Path]  # files of the test folders that define no test
     by_name: dict[str, list[Path]] = field(default_factory=dict)  # modules mapped by the name rule only
-    unread: list[Path] = field(default_factory=list)  # test files that imported nothing of the package
 
 
 def _py_files(folder: Path) -> list[Path]:
@@ -266,7 +265,7 @@ def map_tests(
     reader = _Reader(pkg, in_package, set(not_tests), base)
     tests: dict[str, set[Path]] = {m: set() for m in files if m not in in_package}
     support: dict[Path, list[Path]] = {}
-    unread: list[Path] = []
+    conftests: dict[Path, bool] = {}
     for t in found:
         direct, helpers = reader.imports_of(t, candidates[t], by_file.get(t))
         exercised = set(direct)
@@ -276,9 +275,7 @@ def map_tests(
         for m in exercised:
             if m in tests:
                 tests[m].add(t)
-        if not direct:
-            unread.append(t)
-        support[t] = sorted({*helpers, *_around(t, base, roots, folder, reader.helpers)})
+        support[t] = sorted({*helpers, *_around(t, base, roots, folder, reader.helpers, conftests)})
     by_name: dict[str, list[Path]] = {}
     for m, ts in tests.items():
         if ts:
@@ -295,7 +292,6 @@ def map_tests(
         found=found,
         not_tests=not_tests,
         by_name=by_name,
-        unread=unread,
     )
 
 
@@ -379,8 +375,13 @@ class _Reader:
 
     def _chains(self, alias: str, mod: str, text: bytes, take: Callable[[str], None]) -> None:
         """``alias.name.name...`` in the text, resolved through the packages."""
-        chain = re.compile(rb"(?<![\w.])" + re.escape(alias.encode()) + rb"((?:\.\w+)+)")
-        for dotted in sorted(set(chain.findall(text))):
+        chain = re.compile(re.escape(alias.encode()) + rb"((?:\.\w+)+)")
+        found = {
+            m.group(1)
+            for m in chain.finditer(text)
+            if m.start() == 0 or not (text[m.start() - 1 : m.start()].isalnum() or text[m.start() - 1] in b"._")
+        }
+        for dotted in sorted(found):
             cur = mod
             for part in dotted.decode().strip(".").split("."):
                 nxt = self.pkg.resolve(cur, part)
@@ -392,7 +393,9 @@ class _Reader:
                     break
 
 
-def _around(test: Path, base: Path, roots: Sequence[Path], folder: Path, helpers: set[Path]) -> list[Path]:
+def _around(
+    test: Path, base: Path, roots: Sequence[Path], folder: Path, helpers: set[Path], seen: dict[Path, bool]
+) -> list[Path]:
     """What running ``test`` also reads: the ``conftest.py`` files in its
     folder and every folder above it up to the workspace root (or its tests
     root), and the ``__init__.py`` of its test folders (the package's own
@@ -402,7 +405,9 @@ def _around(test: Path, base: Path, roots: Sequence[Path], folder: Path, helpers
     for parent in test.parents:
         for name in ("conftest.py", "__init__.py"):
             c = parent / name
-            if c in helpers or (name == "conftest.py" and c.is_file()):
+            if name == "conftest.py" and c not in seen:
+                seen[c] = c.is_file()
+            if c in helpers or (name == "conftest.py" and seen[c]):
                 out.append(c)
         if parent in stops or parent == parent.parent:
             break
