@@ -25,6 +25,7 @@ from typing import Any
 
 from milepost.planfile import parse_plan
 from milepost.scaffold import scaffold
+from milepost.scaffold.render import count
 from milepost.service import Service
 from milepost.store import Store
 from milepost.workspace import init_workspace
@@ -53,8 +54,9 @@ def describe(name: str, result: Any, times: list[float], repeat: int) -> None:
     edges = sum(len(m.get("deps", [])) for m in ms)
     inputs = sum(len(m.get("inputs", [])) for m in ms)
     tests = sum(1 for m in ms if isinstance(m.get("gate"), list))
-    print(f"plan scaffold {name}: {result.modules} modules -> {len(ms)} milestones, {edges} deps,"
-          f" {len(result.cycles)} import cycles, {tests} milestones with tests, {inputs} input patterns")  # fmt: skip
+    print(f"plan scaffold {name}: {count(result.modules, 'module')} -> {count(len(ms), 'milestone')},"
+          f" {count(edges, 'dep')}, {count(len(result.cycles), 'import cycle')},"
+          f" {count(tests, 'milestone')} with tests, {count(inputs, 'input pattern')}")  # fmt: skip
     median = statistics.median(times)
     print(f"  scaffold (grimp, tests by imports, cycles, inputs, YAML, validation): median {median:.2f} s of {repeat}"
           "   (target < 2 s)")  # fmt: skip

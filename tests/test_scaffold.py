@@ -472,3 +472,23 @@ def test_the_readme_example_is_what_the_command_prints(tmp_path: Path) -> None:
     assert (r.err + r.out).splitlines() == printed
     text = (ws / "refactor.yaml").read_text()
     assert all(line in text.splitlines() for line in written if line != "..."), text
+
+
+def test_tests_inside_the_package_are_tests_not_milestones(tmp_path: Path) -> None:
+    make_package(tmp_path, "geo", {"": "", "shapes": "AREA = 1\n", "maps": "from geo.shapes import AREA\n"})
+    write(
+        tmp_path,
+        {
+            "src/geo/tests/test_shapes.py": "from geo import shapes\n\ndef test_area():\n    assert shapes.AREA\n",
+            "src/geo/tests/conftest.py": "",
+            "src/geo/test_maps.py": "import geo.maps\n\nclass TestMaps:\n    def test_it(self):\n        pass\n",
+        },
+    )  # tests/ has no __init__.py: not a module for grimp, collected by pytest all the same
+    data = InProcessCLI(tmp_path).json("plan", "scaffold", "geo", "--path", "src", "--gate", "pytest {tests}")
+    ms = by_name(data["plan"])
+    assert set(ms) == {"geo", "geo.shapes", "geo.maps"}  # no milestone for geo.test_maps
+    assert ms["geo.shapes"]["gate"] == "pytest src/geo/test_maps.py src/geo/tests/test_shapes.py"
+    assert ms["geo.maps"]["gate"] == "pytest src/geo/test_maps.py"
+    # Its test files, their conftest.py: every .py file of src/geo/tests/, written as one pattern.
+    assert ms["geo.shapes"]["inputs"] == ["src/geo/shapes.py", "src/geo/test_maps.py", "src/geo/tests/*.py"]
+    assert "1 module of geo are tests or their helpers: no milestones" in data["notes"]

@@ -232,27 +232,27 @@ def map_tests(
     imports of an enclosing package, unless those are counted)."""
     pkg = _Package(package, files, imported_by)
     by_file = {p: m for m, p in files.items()}
-    # Test folders and files inside the package.
-    in_package: set[str] = set()
+    # Test folders and files inside the package (also in folders without
+    # __init__.py, which are no modules: pytest collects them all the same).
     candidates: dict[Path, bytes] = {}
     test_folders: set[Path] = set()
-    for m, p in files.items():
+    inside = _py_files(folder)
+    for p in inside:
         if _TEST_NAME.fullmatch(p.name):
             text = _read(p)
             if _is_test(p, text):
                 candidates[p] = text
-                in_package.add(m)
                 for parent in p.parents:
                     if parent == folder:
                         break
                     if parent.name in TEST_FOLDERS:
                         test_folders.add(parent)
     prefixes = tuple(f"{f}{os.sep}" for f in test_folders)
-    for m, p in files.items():
-        if (prefixes and str(p).startswith(prefixes)) or p.name == "conftest.py":
-            in_package.add(m)
-    walked = [f for r in roots if r.is_dir() for f in _py_files(r)]
-    walked += [p for m, p in files.items() if m in in_package]
+    in_tests = [
+        p for p in inside if p in candidates or p.name == "conftest.py" or (prefixes and str(p).startswith(prefixes))
+    ]
+    in_package = {by_file[p] for p in in_tests if p in by_file}
+    walked = [f for r in roots if r.is_dir() for f in _py_files(r)] + in_tests
     found: list[Path] = []
     not_tests: list[Path] = []
     for p in sorted(set(walked)):
