@@ -79,7 +79,7 @@ def plan_apply(c: Ctx, file: Path) -> None:
     "--tests",
     "tests_dirs",
     multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="A folder of tests (repeat); {tests} are the test files that import each module (the rule is in"
     " docs/decisions.md), else its test_<name>.py files. Tests inside the package are found too."
     " [default: ./tests when it exists]",
