@@ -134,9 +134,9 @@ def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gat
         write_file(output, result.text)
     item = None
     if apply_:
-        from milepost.planfile import parse_plan
+        from milepost.graph.plan import Plan
 
-        item = c.service.apply_plan(parse_plan(result.text, str(output or "<scaffold>")))
+        item = c.service.apply_plan(Plan.model_validate(result.plan))  # validated as it was written
     data = {
         "milestones": len(result.plan["milestones"]), "modules": result.modules, "source": result.source,
         "cycles": result.cycles, "left_out": result.left_out, "notes": result.notes,
