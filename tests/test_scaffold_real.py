@@ -62,25 +62,28 @@ def module_files(folder: Path) -> dict[str, Path]:
     return out
 
 
+def imported_by_node(node: ast.Import | ast.ImportFrom, own: str | None, is_pkg: bool) -> set[str]:
+    """The names one import statement imports (modules or not), absolute."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names}
+    if node.level:
+        if own is None:
+            return set()
+        parts = own.split(".") if is_pkg else own.split(".")[:-1]
+        parts = parts[: len(parts) - (node.level - 1)]
+        src = ".".join([*parts, node.module] if node.module else parts)
+    else:
+        src = node.module or ""
+    return {src, *(f"{src}.{a.name}" for a in node.names)}
+
+
 def real_imports(path: Path, own: str | None, modules: set[str]) -> set[str]:
     """The modules of ``modules`` a file imports, anywhere in it (a whole-file
     ast walk: independent of the scaffold's own reading)."""
     found: set[str] = set()
-    is_pkg = path.name == "__init__.py"
     for node in ast.walk(ast.parse(path.read_bytes())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if own is None:
-                    continue
-                parts = own.split(".") if is_pkg else own.split(".")[:-1]
-                parts = parts[: len(parts) - (node.level - 1)]
-                src = ".".join([*parts, node.module] if node.module else parts)
-            else:
-                src = node.module or ""
-            found.add(src)
-            found |= {f"{src}.{a.name}" for a in node.names}
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found |= imported_by_node(node, own, path.name == "__init__.py")
     return {m for m in found if m in modules and m != own}
 
 
@@ -167,27 +170,12 @@ def test_click_split_cycles_gives_an_order_that_holds_once_the_cut_imports_are_g
             for node in ast.walk(tree):
                 if not isinstance(node, ast.Import | ast.ImportFrom):
                     continue
-                imported = real_imports_of_node(node, m, files)
+                imported = {i for i in imported_by_node(node, m, files[m].name == "__init__.py") if i in files} - {m}
                 where = (f"src/click/{files[m].name}", node.lineno)
                 for i in imported & set(cycle["modules"]):
                     if where not in cut_lines:
                         assert order.index(i) < order.index(m), (m, i, where)
     assert len(result.plan["milestones"]) == result.modules + len(result.cycles)
-
-
-def real_imports_of_node(node: ast.Import | ast.ImportFrom, own: str, files: dict[str, Path]) -> set[str]:
-    if isinstance(node, ast.Import):
-        names = {a.name for a in node.names}
-    else:
-        is_pkg = files[own].name == "__init__.py"
-        parts = own.split(".") if is_pkg else own.split(".")[:-1]
-        if node.level:
-            parts = parts[: len(parts) - (node.level - 1)]
-            src = ".".join([*parts, node.module] if node.module else parts)
-        else:
-            src = node.module or ""
-        names = {src, *(f"{src}.{a.name}" for a in node.names)}
-    return {n for n in names if n in files and n != own}
 
 
 def test_click_affected_by_sees_an_edit_of_the_checkout(tmp_path: Path) -> None:
