@@ -1,9 +1,11 @@
 """``milepost plan scaffold``: refactor plans from real import graphs (grimp),
-through the CLI, on the example project, on packages made here (a cycle, a
-git history) and on networkx."""
+through the CLI, on the example project and on packages made here (cycles,
+deferred imports, tests in both layouts, a git history, inputs and staleness).
+Real installed packages are scaffolded in ``test_scaffold_real.py``."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import textwrap
@@ -12,34 +14,56 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import CLI, EXAMPLES
+from milepost.scaffold.render import command_name
+from tests.conftest import CLI, EXAMPLES, InProcessCLI
 
 
-def make_package(root: Path, name: str, modules: dict[str, str]) -> Path:
+def make_package(root: Path, name: str, modules: dict[str, str], src: str = "src") -> Path:
     """A package under ``root/src``: ``modules`` maps dotted names (below the
     package) to their source; "" is the package's __init__."""
-    pkg = root / "src" / name
+    pkg = root / src / name
     for mod, source in modules.items():
         parts = mod.split(".") if mod else []
         path = pkg.joinpath(*parts[:-1], parts[-1] + ".py") if parts else pkg / "__init__.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         for parent in [path.parent, *path.parent.parents]:
-            if parent == root / "src":
+            if parent == root / src:
                 break
             (parent / "__init__.py").touch()
         path.write_text(textwrap.dedent(source))
     return pkg
 
 
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
 def plan_of(out: str) -> dict:  # type: ignore[type-arg]
     return yaml.safe_load(out)
+
+
+def by_name(plan: dict) -> dict:  # type: ignore[type-arg]
+    return {m["name"]: m for m in plan["milestones"]}
+
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+
+
+def commit_all(root: Path) -> None:
+    if not (root / ".git").exists():
+        subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run([*GIT, "add", "-A"], cwd=root, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "state"], cwd=root, check=True)
 
 
 @pytest.fixture
 def example(tmp_path: Path) -> CLI:
     ws = tmp_path / "refactor"
     shutil.copytree(EXAMPLES / "refactor", ws)
-    cli = CLI(ws)
+    cli = InProcessCLI(ws)
     cli("init", check=True)
     return cli
 
@@ -52,8 +76,10 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
     )  # fmt: skip
     assert r.code == 0, r.err
     assert r.out.startswith("# scaffolded by `milepost plan scaffold kv`") and "# import cycles: none" in r.out
+    assert "(5 modules of kv, read from src/kv)" in r.out.splitlines()[0]
     plan = plan_of(r.out)
     assert plan["plan_status"] == "draft"
+    assert plan["objective"] == "Refactor kv module by module, leaves first (5 modules)"
     names = [m["name"] for m in plan["milestones"]]
     assert names == ["kv", "kv.interfaces", "kv.mod_a", "kv.mod_b", "kv.mod_c", "all-tests"]  # leaves first
     deps = {m["name"]: m.get("deps", []) for m in plan["milestones"]}
@@ -61,13 +87,21 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
         "kv": [], "kv.interfaces": [], "kv.mod_a": ["kv.interfaces"], "kv.mod_b": ["kv.interfaces"],
         "kv.mod_c": ["kv.interfaces", "kv.mod_b"], "all-tests": ["kv", "kv.mod_a", "kv.mod_c"],
     }  # fmt: skip
-    gates = {m["name"]: m.get("gate") for m in plan["milestones"]}
-    assert gates["kv.mod_b"] == [
+    ms = by_name(plan)
+    assert ms["kv.mod_b"]["gate"] == [
         {"name": "compileall", "run": "python3 -m compileall -q src/kv/mod_b.py"},
         {"name": "unittest", "run": "python3 -m unittest -q tests/test_mod_b.py tests/test_mod_c.py"},
     ]
-    assert gates["kv"] == "python3 -m compileall -q src/kv/__init__.py"  # no test imports the package itself
-    assert "note: kv: no test imports kv" in r.err
+    # Inputs: its module, what it imports, and the tests its gate runs (with their package's __init__).
+    assert ms["kv.mod_b"]["inputs"] == ["src/kv/interfaces.py", "src/kv/mod_b.py", "tests/__init__.py",
+                                        "tests/test_mod_b.py", "tests/test_mod_c.py"]  # fmt: skip
+    assert ms["kv.mod_c"]["inputs"] == ["src/kv/interfaces.py", "src/kv/mod_b.py", "src/kv/mod_c.py",
+                                        "tests/__init__.py", "tests/test_mod_c.py"]  # fmt: skip
+    assert ms["kv.interfaces"]["inputs"] == ["src/kv/interfaces.py", "tests/*.py"]  # every file of tests/
+    assert ms["all-tests"]["inputs"] == ["src/kv/", "tests/"]  # the package and the tests
+    assert ms["kv"]["gate"] == "python3 -m compileall -q src/kv/__init__.py"  # no test imports the package itself
+    assert "`python3 -m unittest -q {tests}` left out of 1 milestone whose modules no test exercises: kv" in r.err
+    assert "tests: 3 of 3 test files mapped to modules: 4 modules by the tests' imports, 0 by name only" in r.err
 
 
 def test_scaffold_edit_apply_drive_order(example: CLI) -> None:
@@ -90,9 +124,51 @@ def test_apply_creates_the_item_at_once(example: CLI) -> None:
     data = example.json("plan", "scaffold", "kv", "--path", "src", "--apply")
     assert data["item"] == 1 and data["milestones"] == 5 and data["cycles"] == []
     assert example.json("next")["milestone"]["name"] == "kv"
+    r = example("plan", "scaffold", "kv", "--path", "src", "-o", "again.yaml")
+    assert r.out == "wrote again.yaml: 5 milestones from 5 modules\n"
 
 
-def test_an_import_cycle_is_one_milestone_and_its_path_is_reported(tmp_path: Path) -> None:
+def test_editing_a_leaf_makes_exactly_it_and_its_importers_stale(tmp_path: Path) -> None:
+    """Issue 16, item 8: the scaffolded inputs bind each proof to its module,
+    what it imports (transitively) and its tests."""
+    make_package(tmp_path, "app", {
+        "": "",
+        "leaf": "X = 1\n",
+        "mid": "from app.leaf import X\n",
+        "top": "from app import mid\n",
+        "other": "Y = 2\n",
+    })  # fmt: skip
+    write(tmp_path, {
+        "tests/test_mid.py": "from app.mid import X\n\ndef test_x():\n    assert X == 1\n",
+        "tests/test_other.py": "from app import other\n\ndef test_y():\n    assert other.Y == 2\n",
+        "tests/conftest.py": "",
+    })  # fmt: skip
+    cli = InProcessCLI(tmp_path)
+    cli("init", check=True)
+    cli("plan", "scaffold", "app", "--path", "src", "--gate", "python3 -m compileall -q {path}",
+        "--gate", "python3 -m compileall -q {tests}", "-o", "plan.yaml", check=True)  # fmt: skip
+    plan = plan_of((tmp_path / "plan.yaml").read_text())
+    ms = by_name(plan)
+    assert ms["app.top"]["inputs"] == ["src/app/leaf.py", "src/app/mid.py", "src/app/top.py"]
+    assert ms["app.mid"]["inputs"] == ["src/app/leaf.py", "src/app/mid.py", "tests/conftest.py", "tests/test_mid.py"]
+    assert ms["app.other"]["inputs"] == ["src/app/other.py", "tests/conftest.py", "tests/test_other.py"]
+    cli("plan", "apply", "plan.yaml", check=True)
+    while (nxt := cli.json("next")["milestone"]) is not None:
+        cli("start", nxt["name"], check=True)
+        cli("done", nxt["name"], check=True)
+
+    def stale() -> set[str]:
+        return {m["name"] for m in cli.json("list")["milestones"] if m.get("view") == "stale"}
+
+    assert stale() == set()
+    (tmp_path / "src/app/leaf.py").write_text("X = 1  # edited\n")
+    assert stale() == {"app.leaf", "app.mid", "app.top"}  # not app, app.other
+    (tmp_path / "src/app/leaf.py").write_text("X = 1\n")
+    (tmp_path / "tests/test_other.py").write_text("from app import other\n\ndef test_y():\n    assert other.Y\n")
+    assert stale() == {"app.other"}  # a test file: the milestones whose gate runs it
+
+
+def test_an_import_cycle_is_named_after_its_most_imported_module_and_explained(tmp_path: Path) -> None:
     make_package(tmp_path, "loop", {
         "": "",
         "a": "from loop import b\n",
@@ -100,17 +176,95 @@ def test_an_import_cycle_is_one_milestone_and_its_path_is_reported(tmp_path: Pat
         "c": "from loop.a import x\n",
         "leaf": "",
     })  # fmt: skip
-    cli = CLI(tmp_path)
+    cli = InProcessCLI(tmp_path)
     r = cli("plan", "scaffold", "loop", "--path", "src")
     assert r.code == 0, r.err
-    assert "import cycle: loop.a -> loop.b -> loop.a" in r.err
-    assert "#   loop.a -> loop.b -> loop.a" in r.out
-    plan = plan_of(r.out)
-    by_name = {m["name"]: m for m in plan["milestones"]}
-    assert set(by_name) == {"loop", "loop.a-cycle", "loop.c", "loop.leaf"}
-    assert by_name["loop.c"]["deps"] == ["loop.a-cycle"]
-    assert by_name["loop.a-cycle"]["gate"] == "python3 -m compileall -q src/loop/a.py src/loop/b.py"
-    assert by_name["loop.a-cycle"]["acceptance"].startswith("loop.a loop.b ")
+    # loop.a has two importers (b, c), loop.b one: the cycle is named after loop.a.
+    assert (
+        "import cycle loop.a-cycle (2 modules): loop.a -> loop.b -> loop.a; closed by 1 module-level import:" in r.err
+    )
+    # A tie (one import each way) goes to the module placed first by name: loop.a's import is cut.
+    assert "  src/loop/a.py:1 from loop import b\n" in r.err
+    assert "#   import cycle loop.a-cycle (2 modules): loop.a -> loop.b -> loop.a" in r.out
+    ms = by_name(plan_of(r.out))
+    assert set(ms) == {"loop", "loop.a-cycle", "loop.c", "loop.leaf"}
+    assert ms["loop.c"]["deps"] == ["loop.a-cycle"]
+    assert ms["loop.a-cycle"]["gate"] == "python3 -m compileall -q src/loop/a.py src/loop/b.py"
+    assert ms["loop.a-cycle"]["acceptance"].startswith("loop.a loop.b ")
+
+
+CYCLE = {
+    "": "",
+    "base": "",
+    "model": """\
+        from typing import TYPE_CHECKING
+
+        from cyc import base
+        from cyc.store import save
+
+        if TYPE_CHECKING:
+            from cyc.view import View
+        """,
+    "store": """\
+        from cyc.model import Model
+
+        def save(m):
+            from cyc import view
+            return view
+        """,
+    "view": "from cyc.model import Model\nfrom cyc.store import save\n",
+    "app": "from cyc.view import View\n",
+}
+
+
+def test_a_cycle_reports_its_imports_and_which_are_deferred(tmp_path: Path) -> None:
+    make_package(tmp_path, "cyc", CYCLE)
+    data = InProcessCLI(tmp_path).json("plan", "scaffold", "cyc", "--path", "src")
+    (cycle,) = data["cycles"]
+    assert cycle["modules"] == ["cyc.model", "cyc.store", "cyc.view"]
+    assert cycle["milestone"] == "cyc.view-cycle"  # three importers (model, store, app); the others two
+    assert cycle["path"] == "cyc.view -> cyc.model -> cyc.view"
+    assert cycle["import_time"] is True  # model <-> store at module level
+    # Three two-module cycles need three cuts; only model <-> store needs a module-level one
+    # (model's, before store's: ties by name), the other two are the deferred imports.
+    assert [(c["file"], c["line"], c["kind"]) for c in cycle["cut"]] == [
+        ("src/cyc/model.py", 4, "module level"),
+        ("src/cyc/model.py", 7, "TYPE_CHECKING"),
+        ("src/cyc/store.py", 4, "in a function"),
+    ]
+    assert cycle["cut"][1]["import"] == "from cyc.view import View"
+    assert cycle["summary"] == "closed by 3 imports: 1 at module level, 2 under TYPE_CHECKING or in a function"
+
+
+def test_split_cycles_cuts_first_then_one_milestone_per_module_in_an_order_that_holds(tmp_path: Path) -> None:
+    make_package(tmp_path, "cyc", CYCLE)
+    cli = InProcessCLI(tmp_path)
+    cli("init", check=True)
+    data = cli.json("plan", "scaffold", "cyc", "--path", "src", "--split-cycles", "--apply")
+    ms = by_name(data["plan"])
+    names = [m["name"] for m in data["plan"]["milestones"]]
+    (cycle,) = data["cycles"]
+    assert cycle["milestone"] == "cyc.view-cycle-cut"
+    cut_ms = ms["cyc.view-cycle-cut"]
+    assert cut_ms["deps"] == ["cyc.base"]  # what the cycle imports outside itself
+    assert all(f"{c['file']}:{c['line']}" in cut_ms["acceptance"] for c in cycle["cut"])
+    for member in ("cyc.model", "cyc.store", "cyc.view"):
+        assert "cyc.view-cycle-cut" in ms[member]["deps"]
+    # Every import not cut is honoured: the imported module's milestone comes first.
+    cut_pairs = {(c["file"], c["line"]) for c in cycle["cut"]}
+    edges = [
+        ("cyc.model", "cyc.store", ("src/cyc/model.py", 4)),
+        ("cyc.model", "cyc.view", ("src/cyc/model.py", 7)),
+        ("cyc.store", "cyc.model", ("src/cyc/store.py", 1)),
+        ("cyc.store", "cyc.view", ("src/cyc/store.py", 4)),
+        ("cyc.view", "cyc.model", ("src/cyc/view.py", 1)),
+        ("cyc.view", "cyc.store", ("src/cyc/view.py", 2)),
+    ]
+    for importer, imported, where in edges:
+        if where not in cut_pairs:
+            assert imported in ms[importer].get("deps", []), (importer, imported)
+            assert names.index(imported) < names.index(importer)
+    assert data["item"] == 1 and len(cli.json("list")["milestones"]) == len(names)
 
 
 def test_level_package_groups_modules_by_package(tmp_path: Path) -> None:
@@ -122,64 +276,168 @@ def test_level_package_groups_modules_by_package(tmp_path: Path) -> None:
         "web.urls": "from app.web import views\n",
         "cli": "from app.web import urls\n",
     })  # fmt: skip
-    plan = plan_of(CLI(tmp_path)("plan", "scaffold", "app", "--path", "src", "--level", "package", check=True).out)
-    by_name = {m["name"]: m.get("deps", []) for m in plan["milestones"]}
-    assert by_name == {"app.core": [], "app.web": ["app.core"], "app": ["app.web"]}
-    gate = next(m["gate"] for m in plan["milestones"] if m["name"] == "app.core")
+    r = InProcessCLI(tmp_path)("plan", "scaffold", "app", "--path", "src", "--level", "package", check=True)
+    plan = plan_of(r.out)
+    assert {m["name"]: m.get("deps", []) for m in plan["milestones"]} == {
+        "app.core": [], "app.web": ["app.core"], "app": ["app.web"],
+    }  # fmt: skip
+    assert plan["objective"] == "Refactor app package by package, leaves first (3 packages)"
+    gate = by_name(plan)["app.core"]["gate"]
     assert gate == "python3 -m compileall -q src/app/core"
 
 
+SHOP = {
+    "": "",
+    "money": "",
+    "tax": "from shop import money\n",
+    "cart": "from shop import tax\n",
+    "users": "",
+    "admin": "from shop import users\n",
+}
+
+
 def test_affected_by_keeps_changed_modules_and_their_importers(tmp_path: Path) -> None:
-    make_package(tmp_path, "shop", {
-        "": "",
-        "money": "",
-        "tax": "from shop import money\n",
-        "cart": "from shop import tax\n",
-        "users": "",
-        "admin": "from shop import users\n",
-    })  # fmt: skip
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
-    subprocess.run([*git, "commit", "-qm", "start"], cwd=tmp_path, check=True)
+    make_package(tmp_path, "shop", SHOP)
+    commit_all(tmp_path)
     (tmp_path / "src" / "shop" / "money.py").write_text("CENTS = 100\n")  # a changed leaf
-    cli = CLI(tmp_path)
+    cli = InProcessCLI(tmp_path)
     data = cli.json("plan", "scaffold", "shop", "--path", "src", "--affected-by", "HEAD")
     names = [m["name"] for m in data["plan"]["milestones"]]
     assert names == ["shop.money", "shop.tax", "shop.cart"]  # not users, admin or the package
     assert data["left_out"] == 3
-    assert cli("plan", "scaffold", "shop", "--path", "src", "--affected-by", "no-such-ref").code == 2
+    assert (
+        data["plan"]["objective"]
+        == "Refactor shop where it changed since HEAD, leaves first (3 of 6 milestones affected)"
+    )
+    r = cli("plan", "scaffold", "shop", "--path", "src", "--affected-by", "no-such-ref")
+    assert r.code == 2 and r.err.count("\n") == 1 and "no such commit" in r.err
+
+
+def test_affected_by_counts_untracked_modules_and_test_only_changes(tmp_path: Path) -> None:
+    make_package(tmp_path, "shop", SHOP)
+    write(tmp_path, {
+        "tests/test_tax.py": "from shop.tax import x\n\ndef test_tax():\n    pass\n",
+        "tests/test_users.py": "from shop import users\n\ndef test_users():\n    pass\n",
+    })  # fmt: skip
+    commit_all(tmp_path)
+    cli = InProcessCLI(tmp_path)
+    args = ["plan", "scaffold", "shop", "--path", "src", "--gate", "pytest -q {tests}", "--affected-by", "HEAD"]
+    assert cli.json(*args)["plan"]["milestones"] == []  # nothing changed
+    (tmp_path / "src/shop/coupons.py").write_text("from shop import cart\n")  # new, not added to git
+    data = cli.json(*args)
+    assert [m["name"] for m in data["plan"]["milestones"]] == ["shop.coupons"]
+    (tmp_path / "src/shop/coupons.py").unlink()
+    (tmp_path / "tests/test_tax.py").write_text("from shop.tax import x\n\ndef test_tax():\n    assert 1\n")
+    data = cli.json(*args)
+    # test_tax.py exercises shop.tax, and shop.money through it: the milestones whose {tests} hold it.
+    assert [m["name"] for m in data["plan"]["milestones"]] == ["shop.money", "shop.tax"]
+    assert "# 4 unaffected milestones left out." in cli(*args).out
+
+
+def test_affected_by_outside_git_is_one_line(tmp_path: Path) -> None:
+    make_package(tmp_path, "shop", SHOP)
+    r = InProcessCLI(tmp_path)("plan", "scaffold", "shop", "--path", "src", "--affected-by", "HEAD",
+                               GIT_CEILING_DIRECTORIES=str(tmp_path.parent))  # fmt: skip
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert "is not in a git work tree" in r.err and "usage" not in r.err.lower()
+
+
+def test_tests_are_mapped_by_imports_when_the_tests_folder_is_not_a_package(tmp_path: Path) -> None:
+    make_package(tmp_path, "lib", {
+        "": "from lib.text import shout\nfrom lib.nums import add\n",
+        "text": "def shout(s):\n    return s.upper()\n",
+        "nums": "def add(a, b):\n    return a + b\n",
+        "calc": "from lib.nums import add\n",
+        "lonely": "",
+    })  # fmt: skip
+    write(tmp_path, {
+        "tests/conftest.py": "import pytest\n",
+        "tests/helpers.py": "def check(x):\n    assert x\n",
+        "tests/test_api.py": "import lib\nfrom helpers import check\n\ndef test_shout():\n    check(lib.shout('a'))\n",
+        "tests/test_calc.py": "from lib import calc\n\ndef test_calc():\n    pass\n",
+        "tests/unit/test_lonely.py": "def test_nothing():\n    pass\n",  # imports nothing: the name rule
+        "tests/strategies_test.py": "X = 1\n",  # a test's name, but no test in it
+    })  # fmt: skip
+    data = InProcessCLI(tmp_path).json("plan", "scaffold", "lib", "--path", "src", "--gate", "pytest {tests}")
+    ms = by_name(data["plan"])
+    gate = {name: m.get("gate", "") for name, m in ms.items()}
+    # `import lib` + `lib.shout`: lib (its __init__) and lib.text, where shout is defined.
+    assert gate["lib.text"] == "pytest tests/test_api.py"
+    assert gate["lib"] == "pytest tests/test_api.py"
+    # test_calc imports lib.calc, which imports lib.nums: both exercised.
+    assert gate["lib.calc"] == "pytest tests/test_calc.py"
+    assert gate["lib.nums"] == "pytest tests/test_calc.py"
+    assert gate["lib.lonely"] == "pytest tests/unit/test_lonely.py"  # by name
+    assert ms["lib.text"]["inputs"] == ["src/lib/text.py", "tests/conftest.py", "tests/helpers.py", "tests/test_api.py"]
+    notes = "\n".join(data["notes"])
+    assert "by name only (lib.lonely)" in notes
+    assert "not tests (they define none): tests/conftest.py, tests/helpers.py, tests/strategies_test.py" in notes
+    assert "strategies_test" not in str(data["plan"]["milestones"]).replace("tests/strategies_test.py", "")
+
+
+@pytest.mark.parametrize(
+    ("template", "tool"),
+    [
+        ("/venv/bin/python -m pytest -q {tests}", "pytest"),
+        ("python3 -m compileall -q {path}", "compileall"),
+        ("python -m unittest -q {tests}", "unittest"),
+        ("mypy {path}", "mypy"),
+        (".venv/bin/mypy --strict {path}", "mypy"),
+        ("uv run --frozen pytest {tests}", "pytest"),
+        ("FOO=1 timeout 60 python3.12 -X dev -W error -m mypy {path}", "mypy"),
+        ("sh -c 'ruff check {path}'", "ruff"),
+        ("python3 tools/check_api.py {module}", "check_api"),
+    ],
+)
+def test_gate_steps_are_named_after_the_tool(template: str, tool: str) -> None:
+    assert command_name(template, set()) == tool
+    assert command_name(template, {tool}) == f"{tool}-2"
+
+
+def test_gate_step_names_reach_the_plan(example: CLI) -> None:
+    data = example.json("plan", "scaffold", "kv", "--path", "src", "--gate", "/venv/bin/python -m pytest -q {tests}",
+                        "--gate", "/venv/bin/python -m mypy {path}")  # fmt: skip
+    gate = by_name(data["plan"])["kv.mod_a"]["gate"]
+    assert [g["name"] for g in gate] == ["pytest", "mypy"]
 
 
 @pytest.mark.parametrize(
     ("args", "says"),
     [
         (["no_such_package_xyz"], "no Python package 'no_such_package_xyz' found"),
+        (["kv", "--path", "tests"], "no Python package 'kv' found in tests"),
+        (["kv.mod_a", "--path", "src"], "package 'kv.mod_a' is not a top-level package name"),
         (["kv", "--path", "src", "--gate", "echo {nope}"], "unknown placeholder {nope}"),
         (["kv", "--path", "src", "--final", "kv"], "--final 'kv' is already the name"),
         (["kv", "--path", "src", "--final", "Bad Name"], "invalid final milestone name"),
         (["kv", "--path", "src", "--final-gate", "true"], "--final-gate needs --final NAME"),
     ],
-    ids=["unknown package", "unknown placeholder", "final collides", "final invalid", "final gate alone"],
+    ids=[
+        "unknown package",
+        "not in path",
+        "dotted",
+        "unknown placeholder",
+        "final collides",
+        "final invalid",
+        "final gate alone",
+    ],
 )
 def test_bad_requests_are_refused_with_one_line(example: CLI, args: list[str], says: str) -> None:
-    r = example("plan", "scaffold", *args)
+    r = example("plan", "scaffold", *args, "-o", "scaffolded.yaml")
     assert r.code == 2 and r.err.count("\n") == 1 and says in r.err, r.err
     assert "Traceback" not in r.err
+    assert not (example.cwd / "scaffolded.yaml").exists()
 
 
-def test_a_large_installed_package_scaffolds_and_its_plan_applies(tmp_path: Path) -> None:
-    """networkx (several hundred modules, a few import cycles) from the venv."""
-    cli = CLI(tmp_path)
-    cli("init", check=True)
-    data = cli.json("plan", "scaffold", "networkx", "--apply")
-    assert data["modules"] > 300 and data["item"] == 1
-    assert data["milestones"] == len(cli.json("list")["milestones"])
-    names = [m["name"] for m in data["plan"]["milestones"]]
-    assert len(names) == len(set(names))
-    for cycle in data["cycles"]:
-        first, *_ = cycle.split(" -> ")
-        assert cycle.endswith(first)
+def test_the_package_folder_itself_is_a_valid_path(example: CLI) -> None:
+    data = example.json("plan", "scaffold", "kv", "--path", "src/kv")
+    assert data["source"] == "src/kv" and data["modules"] == 5
+
+
+def test_without_path_the_copy_read_is_named(example: CLI) -> None:
+    data = example.json("plan", "scaffold", "kv")
+    assert data["source"] == "src/kv"
+    assert data["notes"][0] == "read kv from src/kv (found in this folder; --path DIR reads another copy)"
 
 
 def test_imports_of_an_enclosing_package_are_not_dependencies_unless_asked(tmp_path: Path) -> None:
@@ -188,10 +446,49 @@ def test_imports_of_an_enclosing_package_are_not_dependencies_unless_asked(tmp_p
         "one": "",
         "two": "import lib\n",  # reaches `one` through the package's namespace
     })  # fmt: skip
-    cli = CLI(tmp_path)
+    cli = InProcessCLI(tmp_path)
     plain = cli.json("plan", "scaffold", "lib", "--path", "src")
     assert {m["name"]: m.get("deps", []) for m in plain["plan"]["milestones"]} == {
         "lib.one": [], "lib.two": [], "lib": ["lib.one", "lib.two"],
     }  # fmt: skip
     counted = cli.json("plan", "scaffold", "lib", "--path", "src", "--package-imports")
-    assert counted["cycles"] == ["lib -> lib.two -> lib"]
+    assert [c["path"] for c in counted["cycles"]] == ["lib -> lib.two -> lib"]
+
+
+def test_the_readme_example_is_what_the_command_prints(tmp_path: Path) -> None:
+    """The README shows real output: its kv example, run as written."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    section = readme[readme.index("## Plan a refactor from your imports") :]
+    blocks = section.split("```")
+    command = blocks[1].removeprefix("sh\n")
+    printed = blocks[3].removeprefix("text\n").splitlines()
+    written = blocks[5].removeprefix("yaml\n").splitlines()
+    ws = tmp_path / "kv"
+    shutil.copytree(EXAMPLES / "refactor", ws)
+    cli = InProcessCLI(ws)
+    cli("init", check=True)
+    args = command.split("milepost plan scaffold ", 1)[1].replace("\\\n", " ")
+    r = cli("plan", "scaffold", *shlex.split(args), check=True)
+    assert (r.err + r.out).splitlines() == printed
+    text = (ws / "refactor.yaml").read_text()
+    assert all(line in text.splitlines() for line in written if line != "..."), text
+
+
+def test_tests_inside_the_package_are_tests_not_milestones(tmp_path: Path) -> None:
+    make_package(tmp_path, "geo", {"": "", "shapes": "AREA = 1\n", "maps": "from geo.shapes import AREA\n"})
+    write(
+        tmp_path,
+        {
+            "src/geo/tests/test_shapes.py": "from geo import shapes\n\ndef test_area():\n    assert shapes.AREA\n",
+            "src/geo/tests/conftest.py": "",
+            "src/geo/test_maps.py": "import geo.maps\n\nclass TestMaps:\n    def test_it(self):\n        pass\n",
+        },
+    )  # tests/ has no __init__.py: not a module for grimp, collected by pytest all the same
+    data = InProcessCLI(tmp_path).json("plan", "scaffold", "geo", "--path", "src", "--gate", "pytest {tests}")
+    ms = by_name(data["plan"])
+    assert set(ms) == {"geo", "geo.shapes", "geo.maps"}  # no milestone for geo.test_maps
+    assert ms["geo.shapes"]["gate"] == "pytest src/geo/test_maps.py src/geo/tests/test_shapes.py"
+    assert ms["geo.maps"]["gate"] == "pytest src/geo/test_maps.py"
+    # Its test files, their conftest.py: every .py file of src/geo/tests/, written as one pattern.
+    assert ms["geo.shapes"]["inputs"] == ["src/geo/shapes.py", "src/geo/test_maps.py", "src/geo/tests/*.py"]
+    assert "1 module of geo are tests or their helpers: no milestones" in data["notes"]

@@ -56,7 +56,8 @@ def plan_apply(c: Ctx, file: Path) -> None:
     "paths",
     multiple=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="A source root holding PACKAGE (repeat); default: where Python finds it.",
+    help="The folder holding PACKAGE (e.g. src; repeat to try several). Default: the workspace root, its src/,"
+    " then where Python finds it (never the copy milepost itself imported); the copy read is named.",
 )
 @click.option(
     "--level",
@@ -76,11 +77,12 @@ def plan_apply(c: Ctx, file: Path) -> None:
 @click.option("--acceptance", default=None, metavar="TEMPLATE", help="Acceptance text template (same placeholders).")
 @click.option(
     "--tests",
-    "tests_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Folder of tests for {tests} (a package: the test modules that import each module; else"
-    " test_<name>.py files). [default: ./tests when it exists]",
+    "tests_dirs",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A folder of tests (repeat); {tests} are the test files that import each module (the rule is in"
+    " docs/decisions.md), else its test_<name>.py files. Tests inside the package are found too."
+    " [default: ./tests when it exists]",
 )
 @click.option("--final", default=None, metavar="NAME", help="A last milestone depending on every top milestone.")
 @click.option("--final-gate", default=None, metavar="CMD", help="The final milestone's gate (e.g. the whole suite).")
@@ -88,8 +90,11 @@ def plan_apply(c: Ctx, file: Path) -> None:
     "--affected-by",
     default=None,
     metavar="GIT_REF",
-    help="Only modules changed since GIT_REF (git diff --name-only) and every module importing them.",
+    help="Only the milestones whose inputs changed since GIT_REF (committed, uncommitted and untracked files):"
+    " changed modules, every module importing them, and the modules whose tests changed.",
 )
+@click.option("--split-cycles", is_flag=True, help="Split each import cycle: a milestone cutting the fewest imports,"
+              " then one milestone per module.")  # fmt: skip
 @click.option("--objective", default=None, help="The work item's objective.")
 @click.option(
     "--package-imports",
@@ -106,46 +111,53 @@ def plan_apply(c: Ctx, file: Path) -> None:
 @click.option("--apply", "apply_", is_flag=True, help="Also create the work item from it (plan apply).")
 @pass_ctx
 def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gates: tuple[str, ...],
-                  acceptance: str | None, tests_dir: Path | None, final: str | None, final_gate: str | None,
-                  affected_by: str | None, objective: str | None, package_imports: bool, output: Path | None,
-                  apply_: bool) -> None:  # fmt: skip
+                  acceptance: str | None, tests_dirs: tuple[Path, ...], final: str | None, final_gate: str | None,
+                  affected_by: str | None, split_cycles: bool, objective: str | None, package_imports: bool,
+                  output: Path | None, apply_: bool) -> None:  # fmt: skip
     """Write a refactor plan for PACKAGE from its import graph: a milestone per
-    module (or package) depending on what it imports, leaves first; import
-    cycles become one milestone each and are reported as paths."""
+    module (or package) depending on what it imports, leaves first, with the
+    files its proof depends on as inputs; import cycles are named, explained
+    and, with --split-cycles, split. Paths are relative to the workspace root."""
     from milepost.scaffold import scaffold
+    from milepost.workspace import find_home
 
-    if tests_dir is None and Path("tests").is_dir():
-        tests_dir = Path("tests")
+    home = find_home(Path.cwd())
+    base = home.parent if home is not None else Path.cwd()
+    if not tests_dirs and (base / "tests").is_dir():
+        tests_dirs = (base / "tests",)
     result = scaffold(
         package, paths=paths, level=level, gates=gates, acceptance=acceptance,  # type: ignore[arg-type]
-        tests=tests_dir, final=final, final_gate=final_gate, affected_by=affected_by, objective=objective,
-        package_imports=package_imports,
+        tests=tests_dirs, final=final, final_gate=final_gate, affected_by=affected_by, objective=objective,
+        package_imports=package_imports, split_cycles=split_cycles, base=base,
     )  # fmt: skip
     if output is not None:
         write_file(output, result.text)
     item = None
     if apply_:
-        from milepost.planfile import parse_plan
+        from milepost.graph.plan import Plan
 
-        item = c.service.apply_plan(parse_plan(result.text, str(output or "<scaffold>")))
+        item = c.service.apply_plan(Plan.model_validate(result.plan))  # validated as it was written
     data = {
-        "milestones": len(result.plan["milestones"]), "modules": result.modules, "cycles": result.cycles,
-        "left_out": result.left_out, "notes": result.notes, "output": str(output) if output else None,
-        "item": item.id if item else None, "plan": result.plan,
+        "milestones": len(result.plan["milestones"]), "modules": result.modules, "source": result.source,
+        "cycles": result.cycles, "left_out": result.left_out, "notes": result.notes,
+        "output": str(output) if output else None, "item": item.id if item else None, "plan": result.plan,
     }  # fmt: skip
     if c.json:
         click.echo(json.dumps(data))
         return
-    for cycle in result.cycles:
-        click.echo(f"import cycle: {cycle}", err=True)
+    for line in result.cycle_lines:
+        click.echo(line, err=True)
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     if output is None and item is None:
         click.echo(result.text, nl=False)
     else:
+        from milepost.scaffold.render import count
+
         where = f"wrote {output}" if output else "scaffolded"
         made = f"; created work item {item.id} (current)" if item else ""
-        click.echo(f"{where}: {data['milestones']} milestones from {result.modules} modules{made}")
+        made_of = f"{count(len(result.plan['milestones']), 'milestone')} from {count(result.modules, 'module')}"
+        click.echo(f"{where}: {made_of}{made}")
 
 
 @plan.command("schema")

@@ -1,0 +1,414 @@
+"""``milepost plan scaffold``: a refactor plan derived from a package's own
+import graph.
+
+A module's interface can be extracted once the modules it imports are done:
+so every module (or, with ``level="package"``, every package) becomes a
+milestone that depends on the milestones of the modules it imports inside the
+package. Leaves come first, independent branches can run in parallel. An
+import cycle is one milestone named after its most-imported member, or, with
+``split_cycles``, a milestone that cuts the fewest imports followed by one
+milestone per module (:mod:`.cycles`). Tests are mapped to modules by their
+imports (:mod:`.testmap`). Every milestone's ``inputs`` are the files its
+proof depends on: its modules, the modules they import (transitively) and the
+tests its gate runs, so an edit makes exactly the milestones built on it stale.
+
+The package is read from its folder (:mod:`.source`), with grimp, which
+parses the source and imports nothing. Everything is sorted: the same code
+gives a byte-identical plan (YAML, ``plan_status: draft``, comments naming
+the source and the cycles), validated like any other before it is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from milepost.errors import InvalidValueError
+from milepost.graph.models import check_name
+from milepost.scaffold.cycles import Cycle, ImportLine, analyse
+from milepost.scaffold.render import (
+    command_name,
+    count,
+    dump,
+    flow,
+    flow_dict,
+    input_patterns,
+    listed,
+    render,
+    shown,
+    slug,
+    unique,
+)
+from milepost.scaffold.source import MODULE_LEVEL, locate, read_imports, statement_kinds
+from milepost.scaffold.testmap import TestMap, map_tests
+
+__all__ = ["DEFAULT_GATE", "Scaffold", "scaffold"]
+
+# python3, not python: Debian and others ship no `python` command outside a venv.
+DEFAULT_GATE = "python3 -m compileall -q {path}"
+
+
+@dataclass
+class Scaffold:
+    """A scaffolded plan: the plan as data, its YAML text, and what was found."""
+
+    plan: dict[str, Any]
+    text: str
+    cycles: list[dict[str, Any]]  # one per import cycle: milestone, modules, path, import_time, cut
+    modules: int
+    left_out: int = 0
+    notes: list[str] = field(default_factory=list)
+    source: str = ""  # the package folder that was read, as shown in the plan
+    cycle_lines: list[str] = field(default_factory=list)  # the cycles for a reader: path, then the imports to cut
+
+
+@dataclass
+class _Node:
+    """One milestone in the making."""
+
+    name: str
+    kind: Literal["unit", "cycle", "cut", "member"]
+    units: list[str]
+    deps: set[str] = field(default_factory=set)
+    cycle: Cycle | None = None
+    reads: set[Path] = field(default_factory=set)  # the files its proof depends on
+
+
+def scaffold(
+    package: str,
+    *,
+    paths: Sequence[Path] = (),
+    level: Literal["module", "package"] = "module",
+    gates: Sequence[str] = (),
+    acceptance: str | None = None,
+    tests: Path | Sequence[Path] | None = None,
+    final: str | None = None,
+    final_gate: str | None = None,
+    affected_by: str | None = None,
+    objective: str | None = None,
+    base: Path | None = None,
+    package_imports: bool = False,
+    split_cycles: bool = False,
+) -> Scaffold:
+    """Build the plan. ``base`` is the workspace root, where gates run:
+    ``{path}``, ``{tests}`` and ``inputs`` are relative to it (default: the
+    current folder). ``paths``: folders holding the package (``--path``);
+    without them, ``base``, ``base/src``, then ``sys.path`` (never the copy
+    this process imported). ``package_imports``: count a module's import of
+    an enclosing package as a dependency (off: such an import reaches
+    siblings through the package's namespace, and would tie every module
+    into one cycle with the package)."""
+    import networkx as nx
+
+    base = (base or Path.cwd()).resolve()
+    if final_gate and not final:
+        raise InvalidValueError("--final-gate needs --final NAME (the milestone that runs it)")
+    if final:
+        check_name(final, "final milestone")
+    gates = list(gates) or [DEFAULT_GATE]
+    for template in gates:
+        render(template, dict.fromkeys(("module", "path", "name", "tests"), ""))  # an unknown placeholder: now
+    roots = [tests] if isinstance(tests, Path) else list(tests or [])
+    roots = [r.resolve() for r in roots]
+    source = locate(package, [Path(p) for p in paths], base)
+    imports = read_imports(source)
+    files = imports.files
+    notes: list[str] = []
+    where = shown(source.folder, base)
+    if source.found != "--path":
+        how = "found in this folder" if source.found == "this folder" else "found on sys.path"
+        notes.append(f"read {package} from {where} ({how}; --path DIR reads another copy)")
+    inside = where != str(source.folder)
+
+    # The import graph as the plan counts it.
+    def counted(m: str, i: str) -> bool:
+        return package_imports or not m.startswith(i + ".")
+
+    deps_of = {m: [i for i in imports.imported_by[m] if counted(m, i)] for m in imports.modules}
+    tm = map_tests(package, source.folder, files, deps_of, roots, base)
+    code = [m for m in imports.modules if m not in tm.in_package]
+
+    def group(m: str) -> str:
+        if level == "module" or files[m].name == "__init__.py":
+            return m
+        return m.rsplit(".", 1)[0]
+
+    units = sorted({group(m) for m in code})
+    contents: dict[str, list[str]] = {u: [] for u in units}
+    for m in code:
+        contents[group(m)].append(m)
+    g: nx.DiGraph[str] = nx.DiGraph()
+    g.add_nodes_from(units)
+    pairs: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for m in code:
+        for i in deps_of[m]:
+            if i in tm.in_package or group(i) == group(m):
+                continue
+            pairs.setdefault((group(m), group(i)), []).append((m, i))
+    g.add_edges_from(sorted(pairs))
+
+    # Cycles and milestones.
+    kinds: dict[str, dict[int, str]] = {}
+
+    def lines(u: str, v: str) -> list[ImportLine]:
+        out = []
+        for m, i in pairs[u, v]:
+            if m not in kinds:
+                kinds[m] = statement_kinds(files[m])
+            k = kinds[m]
+            for st in imports.statements(m, i):
+                out.append(ImportLine(u, v, shown(files[m], base), st.line, st.text, k.get(st.line, MODULE_LEVEL)))
+        return out
+
+    importers = {u: g.in_degree(u) for u in units}
+    components = sorted(sorted(c) for c in nx.strongly_connected_components(g))
+    cycles = [analyse(g, c, importers, lines) for c in components if len(c) > 1]
+    nodes = _nodes(units, cycles, split_cycles)
+    node_of = {u: n for n in nodes for u in n.units if n.kind != "cut"}
+    cut_edges = {e for c in cycles for e in c.cut} if split_cycles else set()
+    for u, v in sorted(g.edges):
+        a, b = node_of[u], node_of[v]
+        if a is not b and (u, v) not in cut_edges:
+            a.deps.add(b.name)
+    for n in nodes:
+        if n.kind == "cut":
+            members = {node_of[u].name for u in n.units}
+            for u in n.units:
+                n.deps |= node_of[u].deps - members
+                node_of[u].deps.add(n.name)
+
+    # What each milestone's proof reads: its modules and all they import, and its tests.
+    cond = nx.condensation(g)
+    comp_of: dict[str, int] = cond.graph["mapping"]
+    reach: dict[int, frozenset[Path]] = {}
+    for c in reversed(list(nx.topological_sort(cond))):
+        own = {files[m] for u in cond.nodes[c]["members"] for m in contents[u]}
+        for d in cond.successors(c):
+            own |= reach[d]
+        reach[c] = frozenset(own)
+    uses_tests = any("{tests}" in t for t in gates)
+    node_tests = {n.name: _tests_of(n, contents, tm) for n in nodes}
+    for n in nodes:
+        for u in n.units:
+            n.reads |= reach[comp_of[u]]
+        if uses_tests:
+            for t in node_tests[n.name]:
+                n.reads |= {t, *tm.support.get(t, ())}
+
+    kept = nodes
+    left_out = 0
+    if affected_by is not None:
+        from milepost.scaffold.changes import changed_files
+
+        changed = changed_files(affected_by, base)
+        kept = [n for n in nodes if n.reads & changed]
+        left_out = len(nodes) - len(kept)
+        _deps_through_left_out(nodes, {n.name for n in kept})
+
+    plan_dag: nx.DiGraph[str] = nx.DiGraph()
+    plan_dag.add_nodes_from(n.name for n in kept)
+    plan_dag.add_edges_from((d, n.name) for n in kept for d in n.deps)
+    order = list(nx.lexicographical_topological_sort(plan_dag, key=lambda s: s))
+    position = {name: i for i, name in enumerate(order)}
+    by_name = {n.name: n for n in kept}
+
+    folder_files: dict[str, frozenset[str]] = {}
+    rel_of: dict[Path, str] = {}
+
+    def inside_base(paths: set[Path]) -> list[str]:
+        for p in paths - rel_of.keys():
+            rel_of[p] = shown(p, base)
+        return [r for r in (rel_of[p] for p in paths) if not r.startswith("/")]
+
+    milestones: list[dict[str, Any]] = []
+    skipped: dict[str, list[str]] = {}
+    for name in order:
+        n = by_name[name]
+        values = {
+            "module": " ".join(n.units),
+            "path": " ".join(shown(_unit_path(u, files, level), base) for u in n.units),
+            "name": n.name,
+            "tests": " ".join(shown(t, base) for t in node_tests[n.name]),
+        }
+        commands = []
+        taken: set[str] = set()
+        for template in gates:
+            if "{tests}" in template and not values["tests"]:
+                skipped.setdefault(template, []).append(n.name)
+                continue
+            commands.append(flow_dict(name=command_name(template, taken), run=render(template, values)))
+        entry: dict[str, Any] = {"name": n.name}
+        if n.deps:
+            entry["deps"] = flow(sorted(n.deps, key=position.__getitem__))
+        entry["acceptance"] = _acceptance(n, values, acceptance)
+        if len(commands) == 1:
+            entry["gate"] = commands[0]["run"]
+        elif commands:
+            entry["gate"] = commands
+        if commands and inside:
+            entry["inputs"] = flow(input_patterns(inside_base(n.reads), base, folder_files))
+        milestones.append(entry)
+    if final:
+        if final in by_name:
+            raise InvalidValueError(f"--final {final!r} is already the name of a module's milestone: choose another")
+        needed = {d for n in kept for d in n.deps}
+        entry = {"name": final, "acceptance": "everything the refactor touched works together"}
+        if tops := [name for name in order if name not in needed]:
+            entry["deps"] = flow(tops)
+        if final_gate:
+            entry["gate"] = final_gate
+            if inside:
+                folders = [source.folder, *(r for r in roots if source.folder not in (r, *r.parents))]
+                entry["inputs"] = flow(shown(f, base) + "/" for f in folders if shown(f, base) != str(f))
+        milestones.append(entry)
+
+    for template, names in skipped.items():
+        where_out = f"{count(len(names), 'milestone')} whose modules no test exercises"
+        notes.append(f"`{template}` left out of {where_out}: {listed(names)}")
+    if not inside:
+        notes.append(f"no inputs: {package} is read from {where}, outside the workspace {base}")
+    if tm.in_package:
+        notes.append(f"{count(len(tm.in_package), 'module')} of {package} are tests or their helpers: no milestones")
+    if uses_tests:
+        notes += _test_notes(tm, code, base)
+    unit_word = "module" if level == "module" else "package"
+    what = f"{count(len(units), unit_word)} of {package}, read from {where}"
+    goal = f"Refactor {package} {unit_word} by {unit_word}, leaves first ({count(len(units), unit_word)})"
+    if affected_by is not None:
+        goal = (
+            f"Refactor {package} where it changed since {affected_by}, leaves first"
+            f" ({len(kept)} of {count(len(nodes), 'milestone')} affected)"
+        )
+        what += f"; {len(kept)} of {count(len(nodes), 'milestone')} affected since {affected_by}"
+    plan: dict[str, Any] = {"objective": objective or goal, "plan_status": "draft", "milestones": milestones}
+    header = [
+        f"# scaffolded by `milepost plan scaffold {package}`: one milestone per {unit_word} ({what}),",
+        "# each depending on the milestones of what it imports; edit it, then `milepost plan apply` it.",
+    ]
+    if inside:
+        header.append(
+            "# inputs: each milestone's modules, what they import (transitively) and the tests its gate runs."
+        )
+    if left_out:
+        header.append(f"# {count(left_out, 'unaffected milestone')} left out.")
+    heads = {id(n.cycle): n.name for n in nodes if n.kind in ("cycle", "cut")}
+    cycle_lines = _cycle_lines(cycles, heads)
+    header += _cycle_header(cycle_lines, split_cycles)
+    text = "\n".join(header) + "\n" + dump(plan)
+    from milepost.graph.plan import Plan
+
+    Plan.model_validate(plan).to_milestones()  # validated like any other plan (the text is its dump)
+    reports = [_cycle_report(c, heads[id(c)]) for c in cycles]
+    return Scaffold(plan=plan, text=text, cycles=reports, modules=len(code), left_out=left_out, notes=notes,
+                    source=where, cycle_lines=cycle_lines)  # fmt: skip
+
+
+def _nodes(units: list[str], cycles: list[Cycle], split: bool) -> list[_Node]:
+    """The milestones before naming collisions are settled."""
+    in_cycle = {u: c for c in cycles for u in c.members}
+    raw: list[_Node] = [_Node(slug(u), "unit", [u]) for u in units if u not in in_cycle]
+    for c in cycles:
+        if split:
+            raw.append(_Node(slug(c.head) + "-cycle-cut", "cut", list(c.members), cycle=c))
+            raw += [_Node(slug(u), "member", [u], cycle=c) for u in c.members]
+        else:
+            raw.append(_Node(slug(c.head) + "-cycle", "cycle", list(c.members), cycle=c))
+    raw.sort(key=lambda n: (n.name, n.units))
+    for n, name in zip(raw, unique(n.name for n in raw), strict=True):
+        n.name = name
+    return raw
+
+
+def _tests_of(n: _Node, contents: dict[str, list[str]], tm: TestMap) -> list[Path]:
+    return sorted({t for u in n.units for m in contents[u] for t in tm.tests.get(m, ())})
+
+
+def _unit_path(unit: str, files: dict[str, Path], level: str) -> Path:
+    """A unit's ``{path}``: its file, or a package unit's folder."""
+    path = files[unit]
+    return path.parent if level == "package" and path.name == "__init__.py" else path
+
+
+def _deps_through_left_out(nodes: list[_Node], kept: set[str]) -> None:
+    """A kept milestone depends on the nearest kept milestones below it,
+    through left-out ones (the order of what is kept still holds)."""
+    deps = {n.name: set(n.deps) for n in nodes}
+    for n in nodes:
+        if n.name not in kept:
+            continue
+        out: set[str] = set()
+        stack, seen = sorted(deps[n.name]), set()
+        while stack:
+            d = stack.pop()
+            if d in seen:
+                continue
+            seen.add(d)
+            if d in kept:
+                out.add(d)
+            else:
+                stack += sorted(deps[d])
+        n.deps = out
+
+
+def _acceptance(n: _Node, values: dict[str, str], template: str | None) -> str:
+    if n.kind == "cut":
+        assert n.cycle is not None
+        cut = "; ".join(i.shown() for i in n.cycle.imports)
+        return (
+            f"the import cycle of {count(len(n.units), 'module')} around {n.cycle.head} is cut: these imports are"
+            f" removed, inverted or moved ({cut}), so its modules can be worked one by one; the gate passes"
+        )
+    if template:
+        return render(template, values)
+    return f"{values['module']} depends only on the interfaces of what it imports, and its gate passes"
+
+
+def _cycle_lines(cycles: list[Cycle], heads: dict[int, str]) -> list[str]:
+    out = []
+    for c in cycles:
+        out.append(f"import cycle {heads[id(c)]} ({count(len(c.members), 'module')}): {c.path_text}; {c.summary()}:")
+        out += [f"  {i.shown()}" for i in c.imports]
+    return out
+
+
+def _cycle_header(lines: list[str], split: bool) -> list[str]:
+    if not lines:
+        return ["# import cycles: none"]
+    how = "each split: a milestone cuts its imports, then one per module" if split else (
+        "one milestone each, named after its most-imported module; --split-cycles cuts them"
+    )  # fmt: skip
+    return [f"# import cycles ({how}):", *(f"#   {line}" for line in lines)]
+
+
+def _cycle_report(c: Cycle, milestone: str) -> dict[str, Any]:
+    return {
+        "milestone": milestone,
+        "modules": c.members,
+        "head": c.head,
+        "path": c.path_text,
+        "import_time": c.import_time,
+        "summary": c.summary(),
+        "cut": [{"file": i.file, "line": i.line, "import": i.text, "kind": i.kind} for i in c.imports],
+    }
+
+
+def _test_notes(tm: TestMap, code: list[str], base: Path) -> list[str]:
+    if not tm.found:
+        return ["no test files found (test_*.py or *_test.py defining a test): {tests} is empty"]
+    mapped = {t for m in code for t in tm.tests.get(m, ())}
+    by_import = [m for m in code if tm.tests.get(m) and m not in tm.by_name]
+    notes = [
+        f"tests: {len(mapped)} of {count(len(tm.found), 'test file')} mapped to modules:"
+        f" {count(len(by_import), 'module')} by the tests' imports, {len(tm.by_name)} by name only"
+        + (f" ({listed(sorted(tm.by_name))})" if tm.by_name else "")
+    ]
+    unmapped = [shown(t, base) for t in tm.found if t not in mapped]
+    if unmapped:
+        notes.append(f"{count(len(unmapped), 'test file')} exercising no module: {listed(unmapped)}")
+    if tm.not_tests:
+        helpers = [shown(p, base) for p in tm.not_tests if p.name != "__init__.py"]
+        if helpers:
+            notes.append(f"not tests (they define none): {listed(helpers)}")
+    return notes
