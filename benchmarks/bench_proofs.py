@@ -126,11 +126,11 @@ def main() -> None:
         med = {k: statistics.median(v) for k, v in inproc.items()}
         wmed = {k: statistics.median(v) for k, v in whole.items()}
         print(f"cold check of item A (every file hashed): {cold:.0f} ms")
-        print("in process, Service.milestone_views (median of %d):" % args.samples)
+        print(f"in process, Service.milestone_views (median of {args.samples}):")
         print(f"  A  1 milestone x {args.files} files      {med['A']:7.1f} ms")
         print(f"  B  {args.milestones} milestones, literal inputs  {med['B']:7.1f} ms")
         print(f"  C  {args.milestones} milestones, no inputs       {med['C']:7.1f} ms")
-        print("whole process, milepost --json list (median of %d, interleaved):" % args.repeat)
+        print(f"whole process, milepost --json list (median of {args.repeat}, interleaved):")
         print(f"  A  {wmed['A']:7.1f} ms   ratio A/C {wmed['A'] / wmed['C']:.2f} (target <= 2.0)")
         print(f"  B  {wmed['B']:7.1f} ms   ratio B/C {wmed['B'] / wmed['C']:.2f}")
         print(f"  C  {wmed['C']:7.1f} ms")

@@ -174,7 +174,7 @@ class Loop:
             return
         if result.outcome is Outcome.CACHED:
             self.cached += 1
-        else:
+        elif r.claim.milestone.has_gate:
             self.gate_runs += 1
         name = r.claim.milestone.name
         self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration

@@ -227,12 +227,28 @@ def _git_files(root: Path) -> list[str] | None:
     return [n for n in dict.fromkeys(names) if _counted(n)]
 
 
+def _git_form(pattern: str) -> str:
+    """milepost's spelling to git's: ``./name`` (anchored at the workspace
+    root) is ``/name`` in a ``.gitignore``."""
+    neg = pattern.startswith("!")
+    body = pattern[1:] if neg else pattern
+    if body.startswith("./"):
+        body = "/" + body[2:]
+    return ("!" if neg else "") + body
+
+
 def _literal_prefix(pattern: str) -> str | None:
     """The folder an anchored pattern can only match inside (``src/pkg``
     for ``src/pkg/**/*.py``), '' for anywhere, None for a negation."""
     if pattern.startswith("!"):
         return None
-    body = pattern.rstrip("/")
+    pattern = _git_form(pattern)
+    if pattern.startswith("/"):
+        body = pattern[1:].rstrip("/")
+        if "/" not in body:
+            return body if _is_literal(body) else ""
+    else:
+        body = pattern.rstrip("/")
     if "/" not in body:
         return ""  # matches at any depth
     parts = body.split("/")
@@ -279,7 +295,7 @@ def _walk_files(root: Path, patterns: Sequence[str]) -> list[str]:
 def _spec(patterns: tuple[str, ...]) -> Any:
     import pathspec
 
-    return pathspec.GitIgnoreSpec.from_lines(patterns)
+    return pathspec.GitIgnoreSpec.from_lines([_git_form(p) for p in patterns])
 
 
 def _is_literal(pattern: str) -> bool:
@@ -330,6 +346,9 @@ class _Index:
         for p in patterns:
             if p.startswith("!"):
                 continue
+            anchored = p.startswith("./")
+            if anchored:
+                p = p[2:]
             if p.endswith("/**") and _is_literal(p[:-3]) and p[:-3].strip("/"):
                 # Everything under an anchored folder: a range, not a regex per path.
                 sure.update(self.under(p[:-3].strip("/"), folder_only=True))
@@ -337,8 +356,12 @@ class _Index:
             body = p.rstrip("/")
             folder = p.endswith("/")
             if _is_literal(p) and body:
-                sure.update(self.under(body, folder_only=folder) if "/" in body else self.named(body, folder_only=folder))
+                if anchored or "/" in body:
+                    sure.update(self.under(body, folder_only=folder))
+                else:
+                    sure.update(self.named(body, folder_only=folder))
             else:
+                p = "./" + p if anchored else p
                 prefix = _literal_prefix(p) or ""
                 maybe.update(self.under(prefix, folder_only=True) if prefix else self.paths)
                 globs.append(p)

@@ -147,7 +147,10 @@ def check_env(env: Mapping[str, str], what: str) -> Mapping[str, str]:
     return env
 
 
-INPUTS_RULE = "gitignore-style patterns relative to the workspace root, e.g. 'src/pkg/**' or '!**/*.md'"
+INPUTS_RULE = (
+    "gitignore-style patterns relative to the workspace root, e.g. 'src/pkg/**', './setup.py' (that file at the"
+    " root only) or '!**/*.md'"
+)
 
 
 def _pattern_problem(pattern: str) -> str | None:
@@ -167,7 +170,9 @@ def _pattern_problem(pattern: str) -> str | None:
     if not body.strip():
         return "negates nothing ('!' needs a pattern after it)"
     if body.startswith("/") or body.startswith("~"):
-        return "is absolute: patterns are relative to the workspace root (drop the leading '/' or '~')"
+        return (
+            "is absolute: patterns are relative to the workspace root (write 'src/x', or './x' for a file at the root)"
+        )
     if ".." in body.split("/"):
         return "escapes the workspace ('..'): inputs are files inside it"
     if (len(body) - len(body.rstrip("\\"))) % 2 == 1:
@@ -176,10 +181,14 @@ def _pattern_problem(pattern: str) -> str | None:
 
 
 def _normal_pattern(pattern: str) -> str:
-    """``./src/**`` and ``src/**`` mean the same: keep the second spelling."""
+    """``./src/**`` and ``src/**`` mean the same (a '/' inside anchors a
+    pattern at the root): keep the second spelling. ``./setup.py`` anchors a
+    name that would otherwise match at any depth: it keeps its ``./``."""
     neg = pattern.startswith("!")
     body = pattern[1:] if neg else pattern
-    while body.startswith("./"):
+    while body.startswith("././"):
+        body = body[2:]
+    if body.startswith("./") and "/" in body[2:].rstrip("/"):
         body = body[2:]
     return ("!" if neg else "") + body
 

@@ -98,10 +98,10 @@ def test_dependencies_point_one_way() -> None:
                   "milepost.store", "milepost.workspace"),
     }  # fmt: skip
     third = {
-            "graph": {"pydantic", "networkx"},
-            "gates": {"pydantic", "pathspec"},
-            "flows": {"pydantic", "prefect", "prefect_dask"},
-        }
+        "graph": {"pydantic", "networkx"},
+        "gates": {"pydantic", "pathspec"},
+        "flows": {"pydantic", "prefect", "prefect_dask"},
+    }
     for folder, ours in allowed.items():
         for path in sorted((root / folder).glob("*.py")):
             for name in _imports(path):

@@ -146,7 +146,8 @@ def shown(path: Path, base: Path) -> str:
 def input_patterns(files: Iterable[str], base: Path, folder_files: dict[str, frozenset[str]]) -> list[str]:
     """Input patterns for ``files`` (paths relative to ``base``), sorted: a
     folder whose every ``.py`` file is listed is written ``folder/*.py``
-    (``*`` does not cross folders), other files by their path.
+    (``*`` does not cross folders), other files by their path (``./name``
+    for a file at the root: a bare name would match at any depth).
     ``folder_files`` caches the ``.py`` files found in each folder."""
     by_folder: dict[str, set[str]] = {}
     for f in files:
@@ -165,7 +166,7 @@ def input_patterns(files: Iterable[str], base: Path, folder_files: dict[str, fro
         if folder and len(names) >= 2 and on_disk <= names:
             out.append(f"{folder}/*.py")
         else:
-            out += [f"{folder}/{n}" if folder else n for n in names]
+            out += [f"{folder}/{n}" if folder else f"./{n}" for n in names]
     return sorted(out)
 
 

@@ -5,6 +5,7 @@ a ledger outside the workspace, so the test counts real gate executions."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -30,32 +31,11 @@ PACKAGE = {
 }
 
 
-def plan(ledger: Path, objective: str) -> str:
-    """A milestone per module: its gate runs its tests; its inputs are its
-    module, its tests and the inputs of what it imports (as scaffold writes them)."""
-    py = sys.executable
-
-    def gate(test: str) -> str:
-        return f"echo $MILEPOST_MILESTONE >> {ledger} && {py} -m pytest -q -p no:cacheprovider {test}"
-
-    return f"""
-objective: {objective}
-milestones:
-  - name: leaf
-    gate: "{gate("tests/test_leaf.py")}"
-    inputs: [pkg/leaf.py, tests/test_leaf.py]
-  - name: mid
-    deps: [leaf]
-    gate: "{gate("tests/test_mid.py")}"
-    inputs: [pkg/mid.py, tests/test_mid.py, pkg/leaf.py, tests/test_leaf.py]
-  - name: top
-    deps: [mid]
-    gate: "{gate("tests/test_top.py")}"
-    inputs: [pkg/top.py, tests/test_top.py, pkg/mid.py, tests/test_mid.py, pkg/leaf.py, tests/test_leaf.py]
-  - name: other
-    gate: "{gate("tests/test_other.py")}"
-    inputs: [pkg/other.py, tests/test_other.py]
-"""
+def scaffold(cli: CLI, ledger: Path, objective: str) -> int:
+    """``plan scaffold --apply``: a milestone per module, its gate running the
+    tests that exercise it, its inputs its module, what that imports and its tests."""
+    gate = f"echo $MILEPOST_MILESTONE >> {ledger} && {sys.executable} -m pytest -q -p no:cacheprovider {{tests}}"
+    return int(cli.json("plan", "scaffold", "pkg", "--gate", gate, "--objective", objective, "--apply")["item"])
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -89,28 +69,31 @@ def views(cli: CLI, item: int | None = None) -> dict[str, str]:
 def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CLI], tmp_path: Path) -> None:
     root, cli = repo
     ledger = tmp_path / "ledger.txt"
-    (tmp_path / "plan.yaml").write_text(plan(ledger, "prove pkg module by module"))
-    item = cli.json("plan", "apply", str(tmp_path / "plan.yaml"))["id"]
+    item = scaffold(cli, ledger, "prove pkg module by module")
+    plan = {m["name"]: m for m in cli.json("list")["milestones"]}
+    assert plan["pkg.mid"]["inputs"] == ["pkg/leaf.py", "pkg/mid.py", "tests/test_mid.py", "tests/test_top.py"]
+    assert plan["pkg.other"]["inputs"] == ["pkg/other.py", "tests/test_other.py"]
+    leaf, mid, top, other = "pkg.leaf", "pkg.mid", "pkg.top", "pkg.other"
 
     # 1. A first drive proves everything.
     r = cli("drive")
     assert r.code == 0, r.err + r.out
-    assert sorted(ran(ledger, 0)) == ["leaf", "mid", "other", "top"]
+    assert sorted(ran(ledger, 0)) == [leaf, mid, other, top]
     seen = len(ran(ledger, 0))
 
     # 2. Edit a leaf (behaviour kept): exactly the leaf and its importers are stale.
     (root / "pkg/leaf.py").write_text("def value():\n    return 3 - 2  # refactored\n")
-    assert views(cli) == {"leaf": "stale", "mid": "stale", "top": "stale", "other": "done"}
+    assert views(cli) == {"pkg": "done", leaf: "stale", mid: "stale", top: "stale", other: "done"}
     dry = cli.json("drive", "--dry-run")
-    assert dry["order"] == ["leaf", "mid", "top"] and set(dry["stale"]) == {"leaf", "mid", "top"}
-    assert dry["stale"]["leaf"]["changed"] == ["pkg/leaf.py"]
+    assert dry["order"] == [leaf, mid, top] and set(dry["stale"]) == {leaf, mid, top}
+    assert dry["stale"][leaf]["changed"] == ["pkg/leaf.py"]
     r = cli("drive")
     assert r.code == 0, r.err + r.out
-    assert ran(ledger, seen) == ["leaf", "mid", "top"]  # re-proven in id order, nothing else
+    assert ran(ledger, seen) == [leaf, mid, top]  # re-proven in id order, nothing else
     seen += 3
-    assert views(cli) == {"leaf": "done", "mid": "done", "top": "done", "other": "done"}
+    assert set(views(cli).values()) == {"done"}
     tries = {m["name"]: m["attempts"] for m in cli.json("list")["milestones"]}
-    assert tries == {"leaf": 1, "mid": 1, "top": 1, "other": 1}  # a passing re-proof spends no budget
+    assert tries == {"pkg": 0, leaf: 1, mid: 1, top: 1, other: 1}  # a passing re-proof spends no budget
 
     # 3. Nothing stale: verify runs nothing.
     v = cli("--json", "verify")
@@ -121,16 +104,16 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     junit = tmp_path / "junit.xml"
     r = cli("drive", "--junit", str(junit))
     assert r.code == 1
-    assert ran(ledger, seen) == ["leaf"]
+    assert ran(ledger, seen) == [leaf]
     seen += 1
-    assert views(cli) == {"leaf": "needs_fix", "mid": "blocked", "top": "blocked", "other": "done"}
-    assert "needs fix: leaf (failed at attempt 3; inputs unchanged since: waiting for a change)" in r.out
+    assert views(cli) == {"pkg": "done", leaf: "needs_fix", mid: "blocked", top: "blocked", other: "done"}
+    assert f"needs fix: {leaf} (failed at attempt 3; inputs unchanged since: waiting for a change)" in r.out
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
-    assert cases["leaf"].find("failure") is not None and cases["other"].find("failure") is None
-    for name in ("mid", "top"):
+    assert cases[leaf].find("failure") is not None and cases[other].find("failure") is None
+    for name in (mid, top):
         skipped = cases[name].find("skipped")
         assert skipped is not None and cases[name].find("failure") is None
-    assert "blocked by leaf (needs_fix)" in (cases["mid"].find("skipped").get("message") or "")  # type: ignore[union-attr]
+    assert f"blocked by {leaf} (needs_fix)" in (cases[mid].find("skipped").get("message") or "")  # type: ignore[union-attr]
     suite = ET.parse(junit).getroot()
     assert (suite.get("failures"), suite.get("skipped")) == ("1", "2")
 
@@ -138,23 +121,24 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     r = cli("drive")
     assert r.code == 1 and ran(ledger, seen) == []
     assert "waiting for a change" in r.out
+    v = cli("--json", "verify")  # the same answer without Prefect: still red, nothing run
+    assert v.code == 1 and ran(ledger, seen) == []
 
     # 6. Fix it: the leaf is retried, then what waits behind it runs. (Put back
     # exactly as first proven, the files would match passed runs: cached, not run.)
     (root / "pkg/leaf.py").write_text("def value():\n    return 1  # fixed\n")
     r = cli("drive")
     assert r.code == 0, r.err + r.out
-    assert ran(ledger, seen) == ["leaf", "mid", "top"]
+    assert ran(ledger, seen) == [leaf, mid, top]
     seen += 3
 
-    # 7. A second item on unchanged code runs no gate: every attempt is cached.
-    (tmp_path / "again.yaml").write_text(plan(ledger, "the same plan again"))
-    other = cli.json("plan", "apply", str(tmp_path / "again.yaml"))["id"]
-    assert other != item
+    # 7. A second item scaffolded on unchanged code runs no gate: every attempt is cached.
+    second = scaffold(cli, ledger, "the same plan again")
+    assert second != item
     r = cli("--json", "drive")
     assert r.code == 0, r.err
     assert ran(ledger, seen) == []
-    finished = [e for e in map(__import__("json").loads, r.out.splitlines()) if e["event"] == "drive_finished"][-1]
+    finished = [e for e in map(json.loads, r.out.splitlines()) if e["event"] == "drive_finished"][-1]
     assert finished["gate_runs"] == 0 and finished["cached"] == 4
-    runs = cli.json("runs", "leaf")["runs"]
+    runs = cli.json("runs", leaf)["runs"]
     assert [x["outcome"] for x in runs] == ["cached"] and runs[0]["cached_from"]["item"] == item

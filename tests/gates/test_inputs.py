@@ -110,6 +110,11 @@ def test_gitignore_patterns_anchoring_names_and_negation(ws: Path) -> None:
     assert sorted(fp(ws, "**/*.md").files) == ["docs/readme.md", "src/pkg/notes.md"]
     assert sorted(fp(ws, "src/**", "!**/*.md").files) == ["src/pkg/a.py", "src/pkg/b.py"]  # the last match wins
     assert sorted(fp(ws, "src/*/a.py", "tests/").files) == ["src/pkg/a.py", "tests/test_a.py"]
+    # ./ anchors a name at the workspace root (git's leading '/', which milepost refuses as absolute).
+    assert sorted(fp(ws, "./setup.py").files) == ["setup.py"]
+    assert sorted(fp(ws, "./*.py").files) == ["setup.py"]
+    assert sorted(fp(ws, "./docs/").files) == ["docs/readme.md"]
+    assert sorted(fp(ws, "**/setup.py", "!./setup.py").files) == ["deep/er/setup.py"]
 
 
 def test_the_spec_is_part_of_the_fingerprint_but_not_command_names() -> None:

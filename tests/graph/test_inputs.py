@@ -35,11 +35,13 @@ def test_bad_patterns_are_refused_naming_the_milestone_and_the_pattern(pattern: 
 
 
 def test_good_patterns_are_normalised_and_deduplicated() -> None:
-    assert check_inputs(["./src/**", "src/**", "!**/*.md", "tests/", "a\\#b"], "m") == [
+    assert check_inputs(["./src/**", "src/**", "!**/*.md", "tests/", "a\\#b", "././setup.py", "./build/"], "m") == [
         "src/**",
         "!**/*.md",
         "tests/",
         "a\\#b",
+        "./setup.py",  # a name anchored at the root keeps its ./ (without it, it matches at any depth)
+        "./build/",
     ]
 
 
