@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CLI, Postgres
+from tests.flows.conftest import api_post
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
@@ -55,6 +56,13 @@ def repo(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, CLI]:
     cli = CLI(root, env)
     cli("init", check=True)
     return root, cli
+
+
+def task_states(api: str, out: str) -> dict[str, str]:
+    """Task-run name -> state name of the flow run a drive printed."""
+    flow_run = next(ln for ln in out.splitlines() if "flow run:" in ln).rsplit("/", 1)[1]
+    got = api_post(api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run]}}})
+    return {t["name"]: t["state"]["name"] for t in got}
 
 
 def ran(ledger: Path, since: int) -> list[str]:
@@ -116,6 +124,10 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     assert f"blocked by {leaf} (needs_fix)" in (cases[mid].find("skipped").get("message") or "")  # type: ignore[union-attr]
     suite = ET.parse(junit).getroot()
     assert (suite.get("failures"), suite.get("skipped")) == ("1", "2")
+    # In the Prefect UI: the failed re-proof, and the milestones behind it Blocked.
+    states = task_states(prefect_api, r.out)
+    assert states[leaf] == "Re-proof failed" and states[mid] == states[top] == "Blocked"
+    assert states[other] == "Done earlier"
 
     # 5. No blind retries: the same inputs would fail the same way.
     r = cli("drive")
@@ -142,3 +154,8 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     assert finished["gate_runs"] == 0 and finished["cached"] == 4
     runs = cli.json("runs", leaf)["runs"]
     assert [x["outcome"] for x in runs] == ["cached"] and runs[0]["cached_from"]["item"] == item
+    flow_run = finished["flow_run_id"]
+    got = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run]}}})
+    assert {t["name"]: t["state"]["name"] for t in got if t["name"] != "pkg"} == dict.fromkeys(
+        [leaf, mid, other, top], "Cached"
+    )
