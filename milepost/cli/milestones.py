@@ -181,9 +181,10 @@ def done(c: Ctx, name: str, verdict: str | None, no_cache: bool, item: int | Non
 @cli.command()
 @click.argument("names", nargs=-1, metavar="[NAME]...")
 @click.option("--all", "all_", is_flag=True, help="Re-run every done milestone's gate, stale or not.")
+@click.option("--no-cache", is_flag=True, help="Accepted like drive's and done's; verify never uses the cache.")
 @item_option
 @pass_ctx
-def verify(c: Ctx, names: tuple[str, ...], all_: bool, item: int | None) -> None:
+def verify(c: Ctx, names: tuple[str, ...], all_: bool, no_cache: bool, item: int | None) -> None:
     """Prove again what was proven: re-run, here (no Prefect), lowest id
     first, the gates of the stale milestones (done, but their inputs changed
     since), of failed ones whose inputs changed since they failed, and of
