@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_graph.py
 	$(BIN)/python benchmarks/bench_drive.py
 	$(BIN)/python benchmarks/bench_mcp.py
+	$(BIN)/python benchmarks/bench_next.py
 	$(BIN)/python benchmarks/bench_proofs.py
 	$(BIN)/python benchmarks/bench_scaffold.py
 	$(BIN)/python benchmarks/bench_store.py

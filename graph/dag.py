@@ -34,7 +34,15 @@ from milepost.graph.steps import Change, is_ready_status
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["Change", "NextPick", "WorkGraph", "check_removable", "display_status", "validate_milestones"]
+__all__ = [
+    "Change",
+    "NextPick",
+    "WorkGraph",
+    "check_removable",
+    "display_status",
+    "nothing_ready_reason",
+    "validate_milestones",
+]
 
 S = MilestoneStatus
 
@@ -204,36 +212,8 @@ class WorkGraph:
         return NextPick(None, self.why_nothing_ready())
 
     def why_nothing_ready(self) -> str:
-        if not self._ms:
-            return "no milestones yet: add one with `milepost add NAME`"
-        if self.all_done():
-            return f"all {len(self._ms)} milestones are done"
-        by: dict[S, list[str]] = {}
-        review: list[str] = []
-        held: list[str] = []
-        for m in self:
-            status = S.STUCK if m.is_stuck else m.status
-            if m.awaiting_review:
-                review.append(m.name)
-                continue
-            if m.name in self._held and is_ready_status(m):
-                held.append(m.name)
-                continue
-            by.setdefault(status, []).append(m.name)
-        parts: list[str] = []
-        if S.IN_PROGRESS in by:
-            parts.append("waiting on " + ", ".join(by[S.IN_PROGRESS]) + " (in_progress)")
-        if review:
-            parts.append("waiting for review: " + ", ".join(review) + " (approve, or reject --reason)")
-        if held:
-            parts.append("retry delayed: " + ", ".join(held))
-        if S.STUCK in by:
-            parts.append("stuck: " + ", ".join(by[S.STUCK]) + " (reset with --reason)")
-        if S.LOCKED in by:
-            parts.append("locked: " + ", ".join(by[S.LOCKED]))
-        if S.HYPOTHESIS in by:
-            parts.append("unconfirmed: " + ", ".join(by[S.HYPOTHESIS]))
-        return "nothing ready: " + "; ".join(parts) if parts else "nothing ready"
+        return nothing_ready_reason(len(self._ms), sum(1 for m in self._ms.values() if m.status is S.DONE), self,
+                                    self._held)  # fmt: skip
 
     # -- analysis ----------------------------------------------------------
 
@@ -400,6 +380,44 @@ class WorkGraph:
         change = steps.review(self.get(name), approve, reason)
         self.put(change.after)
         return change
+
+
+def nothing_ready_reason(
+    total: int, done: int, milestones: Iterable[Milestone], held: set[str] | frozenset[str] = frozenset()
+) -> str:
+    """Why ``next`` names no milestone: none yet, all done, or what holds the
+    rest (in progress, in review, retry delayed, stuck, locked, unconfirmed).
+    ``milestones``: at least every one that is neither done nor pending, by id."""
+    if not total:
+        return "no milestones yet: add one with `milepost add NAME`"
+    if done == total:
+        return f"all {total} milestones are done"
+    by: dict[S, list[str]] = {}
+    review: list[str] = []
+    held_: list[str] = []
+    for m in milestones:
+        status = S.STUCK if m.is_stuck else m.status
+        if m.awaiting_review:
+            review.append(m.name)
+            continue
+        if m.name in held and is_ready_status(m):
+            held_.append(m.name)
+            continue
+        by.setdefault(status, []).append(m.name)
+    parts: list[str] = []
+    if S.IN_PROGRESS in by:
+        parts.append("waiting on " + ", ".join(by[S.IN_PROGRESS]) + " (in_progress)")
+    if review:
+        parts.append("waiting for review: " + ", ".join(review) + " (approve, or reject --reason)")
+    if held_:
+        parts.append("retry delayed: " + ", ".join(held_))
+    if S.STUCK in by:
+        parts.append("stuck: " + ", ".join(by[S.STUCK]) + " (reset with --reason)")
+    if S.LOCKED in by:
+        parts.append("locked: " + ", ".join(by[S.LOCKED]))
+    if S.HYPOTHESIS in by:
+        parts.append("unconfirmed: " + ", ".join(by[S.HYPOTHESIS]))
+    return "nothing ready: " + "; ".join(parts) if parts else "nothing ready"
 
 
 def display_status(g: WorkGraph, m: Milestone) -> DisplayStatus:

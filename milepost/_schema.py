@@ -14,6 +14,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -131,6 +132,8 @@ MILESTONES = Table(
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
     UniqueConstraint("item_id", "seq", name="uq_milestones_item_seq"),
     UniqueConstraint("item_id", "name", name="uq_milestones_item_name"),
+    # ``next``: the lowest-id pending (or needs_fix) milestones of an item, by one index range each.
+    Index("ix_milestones_item_status_seq", "item_id", "status", "seq"),
 )
 
 DEPS = Table(

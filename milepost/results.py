@@ -102,7 +102,8 @@ class NextResult(BaseModel):
     item: int
     milestone: Milestone | None
     reason: str
-    ready: list[str] = Field(default_factory=list)
+    ready: list[str] = Field(default_factory=list)  # the first 50 ready, lowest id first
+    more_ready: bool = False  # more than those are ready
 
 
 class MilestoneView(Milestone):

@@ -52,6 +52,10 @@ class _Compiled:
         self.binds: dict[str, Processor] = {
             name: bp.type.dialect_impl(dialect).bind_processor(dialect) for name, bp in compiled.binds.items()
         }
+        # Values written into the statement (``status == "done"``, a LIMIT): the caller passes only the bindparams.
+        self.fixed: dict[str, Any] = {
+            name: bp.effective_value for name, bp in compiled.binds.items() if not bp.required and bp.callable is None
+        }
         self.dialect = dialect
         self.columns = list(stmt.selected_columns) if isinstance(stmt, Select) else []
         self.keys = [str(col.key) for col in self.columns]
@@ -69,6 +73,8 @@ class _Compiled:
 
     def args(self, params: Mapping[str, Any]) -> Any:
         binds = self.binds
+        if self.fixed:
+            params = {**self.fixed, **params}
         if self.order is not None:
             out = []
             for n in self.order:

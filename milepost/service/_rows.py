@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import Row, bindparam, func, insert, select, update
+from sqlalchemy import Row, bindparam, exists, false, func, insert, select, update
 
 from milepost._schema import DEPS, EVENTS, FOCUS, ITEMS, MANIFESTS, MILESTONES, REFS, RUNS
 from milepost.gates.outcome import GateResult
@@ -96,6 +96,48 @@ BUMP_REVISION = Prepared(
 )
 EVENT_FIELDS = ("item_id", "milestone", "action", "from_status", "to_status", "reason", "agent", "revision", "at")
 ADD_EVENTS = Prepared(insert(EVENTS).values({f: bindparam(f) for f in EVENT_FIELDS}))
+# ``next`` at any size: the lowest-id ready milestones by indexed scans in id
+# order, never the whole graph. Ready: pending, or needs_fix with budget left
+# and not in review, with no dep that is not done.
+_BLOCKER = MILESTONES.alias("blocker")
+_NO_BLOCKER = ~exists(
+    select(DEPS.c.dep_id)
+    .select_from(DEPS.join(_BLOCKER, _BLOCKER.c.id == DEPS.c.dep_id))
+    .where(DEPS.c.milestone_id == MILESTONES.c.id, _BLOCKER.c.status != "done")
+)
+# Two index ranges (ix_milestones_item_status_seq) rather than one OR the planner may scan the item for.
+READY_PENDING = Prepared(
+    select(MILESTONES.c.seq, MILESTONES.c.name)
+    .where(MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.status == "pending", _NO_BLOCKER)
+    .order_by(MILESTONES.c.seq)
+    .limit(bindparam("limit"))
+)
+READY_RETRY = Prepared(
+    select(MILESTONES.c.seq, MILESTONES.c.name)
+    .where(
+        MILESTONES.c.item_id == bindparam("item"),
+        MILESTONES.c.status == "needs_fix",
+        MILESTONES.c.attempts < MILESTONES.c.retries + 1,
+        MILESTONES.c.awaiting_review == false(),
+        _NO_BLOCKER,
+    )
+    .order_by(MILESTONES.c.seq)
+    .limit(bindparam("limit"))
+)
+# When none is ready: the ones that say why (neither done nor pending), and the counts.
+HOLDING = Prepared(
+    select(
+        MILESTONES.c.seq, MILESTONES.c.name, MILESTONES.c.status, MILESTONES.c.attempts, MILESTONES.c.retries,
+        MILESTONES.c.awaiting_review,
+    )
+    .where(MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.status != "done", MILESTONES.c.status != "pending")
+    .order_by(MILESTONES.c.seq)
+)  # fmt: skip
+COUNTS = Prepared(
+    select(func.count().label("total"), func.count().filter(MILESTONES.c.status == "done").label("done")).where(
+        MILESTONES.c.item_id == bindparam("item")
+    )
+)
 LEASE = select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == bindparam("pk"))
 LAST_ATTEMPT = select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == bindparam("pk"))
 

@@ -17,7 +17,7 @@ from sqlalchemy import delete, func, select
 from milepost._schema import utcnow
 from milepost.errors import InputError, InvalidValueError, NotFoundError, TransitionError
 from milepost.graph import steps
-from milepost.graph.dag import WorkGraph, check_removable, display_status
+from milepost.graph.dag import WorkGraph, check_removable, display_status, nothing_ready_reason
 from milepost.graph.item import check_structure_editable
 from milepost.graph.models import GateCommand, ItemDefaults, Milestone, WorkItem, check_text
 from milepost.graph.status import Action, MilestoneStatus
@@ -25,7 +25,7 @@ from milepost.results import ActionResult, DryRun, GateRun, MilestoneView, NextR
 from milepost.service._rows import DEPS, EVENTS, MILESTONES, RUNS
 from milepost.service._rows import gate_run as gate_run_of
 from milepost.service._tx import Context, ItemEvent, Tx, unknown_milestone, write
-from milepost.service.items import create_item, graph_of, head, insert_milestones, read, resolve
+from milepost.service.items import create_item, head, insert_milestones, read, resolve
 
 if TYPE_CHECKING:
     from milepost.graph.plan import Plan
@@ -265,12 +265,38 @@ def plan_order(ctx: Context, item: int | None = None, until: str | None = None) 
 # -- reading ----------------------------------------------------------------------
 
 
+# ``next`` names at most this many ready milestones (``ready_count`` says when there are more).
+READY_SHOWN = 50
+
+
 def next_milestone(ctx: Context, item: int | None = None) -> NextResult:
+    """The lowest-id ready milestone, or none and why: indexed reads of a
+    few rows (never the whole graph), so it costs the same at 20 milestones
+    and at 100,000."""
+    from milepost.service import _rows as rows
+
     item_id = resolve(ctx, item)
-    with ctx.store.read() as conn:  # the graph only: no work item, no readiness
-        g = graph_of(conn, head(conn, item_id), ctx.cache).graph
-    pick = g.pick()
-    return NextResult(item=item_id, milestone=pick.milestone, reason=pick.reason, ready=[m.name for m in g.ready()])
+    with ctx.store.read() as conn:
+        found_ready = rows.READY_PENDING.rows(conn, item=item_id, limit=READY_SHOWN + 1)
+        found_ready += rows.READY_RETRY.rows(conn, item=item_id, limit=READY_SHOWN + 1)
+        ready = [r.name for r in sorted(found_ready, key=lambda r: r.seq)]
+        if ready:
+            found = rows.ONE_MILESTONE.rows(conn, item=item_id, name=ready[0])
+            m = rows.with_deps(found)[0]
+            more = len(ready) > READY_SHOWN
+            count = f"{READY_SHOWN}+" if more else str(len(ready))
+            return NextResult(
+                item=item_id,
+                milestone=m,
+                reason=f"{m.name} is ready (lowest id among {count} ready)",
+                ready=ready[:READY_SHOWN],
+                more_ready=more,
+            )
+        head(conn, item_id)  # an unknown item is refused
+        counts = rows.COUNTS.rows(conn, item=item_id)[0]
+        total, done = int(counts.total or 0), int(counts.done or 0)
+        holding = [Milestone.model_validate({**r, "id": r.seq}) for r in rows.HOLDING.rows(conn, item=item_id)]
+    return NextResult(item=item_id, milestone=None, reason=nothing_ready_reason(total, done, holding), ready=[])
 
 
 def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:

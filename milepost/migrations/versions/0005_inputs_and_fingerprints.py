@@ -1,4 +1,5 @@
-"""inputs and fingerprints: milestones.inputs/cache/flaky/fingerprint, gate_runs fingerprint columns, input_manifests
+"""inputs and fingerprints: milestones.inputs/cache/flaky/fingerprint, gate_runs fingerprint columns, input_manifests;
+an index for next (milestones by item, status, seq)
 
 Revision ID: 0005
 Revises: 0004
@@ -27,6 +28,7 @@ def upgrade() -> None:
     op.add_column("gate_runs", sa.Column("rewrote", sa.JSON(), nullable=True))
     op.add_column("gate_runs", sa.Column("source_run_id", sa.Integer(), nullable=True))
     op.create_index(op.f("ix_gate_runs_fingerprint"), "gate_runs", ["fingerprint"], unique=False)
+    op.create_index("ix_milestones_item_status_seq", "milestones", ["item_id", "status", "seq"], unique=False)
     op.create_table(
         "input_manifests",
         sa.Column("digest", sa.String(length=64), nullable=False),
@@ -38,6 +40,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("input_manifests")
+    op.drop_index("ix_milestones_item_status_seq", table_name="milestones")
     op.drop_index(op.f("ix_gate_runs_fingerprint"), table_name="gate_runs")
     with op.batch_alter_table("gate_runs", schema=None) as batch_op:
         for col in ("source_run_id", "rewrote", "inputs_files", "inputs_digest", "fingerprint"):
