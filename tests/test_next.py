@@ -24,11 +24,8 @@ def graphs(draw: st.DrawFn) -> list[Milestone]:
         status = draw(st.sampled_from(STATUSES))
         retries = draw(st.integers(0, 2))
         attempts = draw(st.integers(0, retries + 1)) if status in (S.NEEDS_FIX, S.STUCK) else 0
-        out.append(
-            Milestone(
-                id=i + 1, name=f"m{i}", deps=[f"m{d}" for d in deps], status=status, retries=retries, attempts=attempts
-            )  # fmt: skip
-        )
+        deps_ = [f"m{d}" for d in deps]
+        out.append(Milestone(id=i + 1, name=f"m{i}", deps=deps_, status=status, retries=retries, attempts=attempts))
     return out
 
 
