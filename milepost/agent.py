@@ -14,6 +14,7 @@ This module imports neither Prefect nor the MCP SDK.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from milepost.errors import InputError, InvalidValueError, MilepostError
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone, TodoItem, WorkItem
-from milepost.graph.status import Action, MilestoneStatus, PlanStatus
+from milepost.graph.status import Action, ItemFilter, MilestoneStatus, PlanStatus, WaitKind
 from milepost.results import MilestoneView
 from milepost.service import Service
 
@@ -56,13 +57,13 @@ class WorkItemArgs(_Args):
     id: Id | None = Field(None, description="default: the focused item")
     objective: str | None = None
     plan: str | None = Field(None, description="plan file text (create)")
-    filter: str | None = Field(None, description="list: open|blocked|runnable|waiting_for_operator|all...")
-    plan_status: Literal["draft", "ready", "needs_input"] | None = None
+    filter: ItemFilter | None = Field(None, description="list (default open)")
+    plan_status: PlanStatus | None = None
     todo: list[TodoItem] | None = Field(None, description="update: replaces the list")
     report: str | None = Field(None, description="complete: what was achieved")
     reason: str | None = Field(None, description="cancel, or pick with clear_blocker")
     clear_blocker: bool = False
-    expected_revision: int | None = Field(None, description="refuse unless the item is at this revision")
+    expect_revision: int | None = Field(None, description="refuse unless the item is at this revision")
 
 
 class MilestoneArgs(_Args):
@@ -84,7 +85,7 @@ class MilestoneArgs(_Args):
     review: bool = False
     verdict: str | None = Field(None, description="done: a note kept with the gate run")
     reason: str | None = Field(None, description="needs_fix, reset, reject, lock, unlock")
-    expected_revision: int | None = None
+    expect_revision: int | None = None
 
 
 class WaitArgs(_Args):
@@ -92,11 +93,11 @@ class WaitArgs(_Args):
 
     action: Literal["wait", "wake"]
     item: Id | None = None
-    kind: Literal["operator_input", "task_result", "external", "timer", "system"] | None = None
+    kind: WaitKind | None = None
     resource: str | None = None
     until: datetime | None = Field(None, description="timer: ISO 8601 with a zone")
     reason: str | None = None
-    expected_revision: int | None = None
+    expect_revision: int | None = None
 
 
 class GraphArgs(_Args):
@@ -111,7 +112,7 @@ class DriveArgs(_Args):
     item: Id | None = None
     max_parallel: int = Field(1, ge=1, le=1000)
     until: str | None = Field(None, description="drive only this milestone and its deps")
-    expected_revision: int | None = None
+    expect_revision: int | None = None
 
 
 # -- compact views ------------------------------------------------------------------
@@ -181,7 +182,7 @@ def _need(value: Any, what: str, action: str) -> Any:
 
 
 def work_item(svc: Service, a: WorkItemArgs) -> dict[str, Any]:
-    rev = a.expected_revision
+    rev = a.expect_revision
     if a.action == "create":
         if a.plan is not None:
             from milepost.planfile import parse_plan
@@ -192,7 +193,7 @@ def work_item(svc: Service, a: WorkItemArgs) -> dict[str, Any]:
     if a.action == "show":
         return _item(svc.get_item(a.id), svc)
     if a.action == "list":
-        items = svc.list_items(a.filter or "open")
+        items = svc.list_items((a.filter or ItemFilter.OPEN).value)
         return {
             "items": [
                 {"id": i.id, "objective": i.objective, "readiness": i.readiness, "why": i.readiness_reason,
@@ -204,8 +205,7 @@ def work_item(svc: Service, a: WorkItemArgs) -> dict[str, Any]:
         it = svc.pick(_need(a.id, "id", "pick"), clear_blocker=a.clear_blocker, reason=a.reason, expect_revision=rev)
         return _item(it, svc)
     if a.action == "update":
-        status = PlanStatus(a.plan_status) if a.plan_status else None
-        it = svc.update_item(a.id, objective=a.objective, plan_status=status, todo=a.todo, expect_revision=rev)
+        it = svc.update_item(a.id, objective=a.objective, plan_status=a.plan_status, todo=a.todo, expect_revision=rev)
         return _item(it, svc, milestones=False)
     if a.action == "complete":
         r = svc.complete(_need(a.report, "report", "complete"), item=a.id, expect_revision=rev)
@@ -215,7 +215,7 @@ def work_item(svc: Service, a: WorkItemArgs) -> dict[str, Any]:
 
 
 def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
-    rev = a.expected_revision
+    rev = a.expect_revision
     if a.action == "next":
         pick = svc.next(a.item)
         nxt = _milestone(pick.milestone, full=True) if pick.milestone else None
@@ -264,8 +264,8 @@ def wait(svc: Service, a: WaitArgs) -> dict[str, Any]:
     if a.action == "wake":
         return {"woken": svc.wake(_need(a.resource, "resource", "wake"))}
     it = svc.wait_item(
-        _need(a.kind, "kind", "wait"), _need(a.reason, "reason", "wait"), resource=a.resource, until=a.until,
-        item=a.item, expect_revision=a.expected_revision,
+        _need(a.kind, "kind", "wait").value, _need(a.reason, "reason", "wait"), resource=a.resource, until=a.until,
+        item=a.item, expect_revision=a.expect_revision,
     )  # fmt: skip
     return _item(it, svc, milestones=False)
 
@@ -292,20 +292,31 @@ def drive(svc: Service, a: DriveArgs) -> dict[str, Any]:
     from milepost.flows.server import configure_prefect
 
     item = svc.resolve_item(a.item)
-    svc.check_can_drive(item, a.expected_revision)
+    svc.check_can_drive(item, a.expect_revision)
     configure_prefect(svc.store.home)
     from milepost.flows.drive import run_drive
 
     own = Service(svc.store, svc.agent, operator=svc.operator, lease_ttl=svc.lease_ttl.total_seconds())
-    s = run_drive(own, item, max_parallel=a.max_parallel, until=a.until, expect_revision=a.expected_revision)
+    s = run_drive(own, item, max_parallel=a.max_parallel, until=a.until, expect_revision=a.expect_revision)
     return {
         "item": s.item,
         "ok": s.ok,
         "message": s.message,
         "gate_runs": s.gate_runs,
+        "cached": s.cached,
         "milestones": {m.name: m.view for m in s.milestones},
         "flow_run": s.flow_run_url or s.flow_run_id,
     }
+
+
+def _out(**props: str) -> dict[str, Any]:
+    """A compact output schema: the answer's top-level fields and their JSON types
+    (``"object|null"`` for either); which ones appear depends on the action."""
+    return {"type": "object", "properties": {k: {"type": v.split("|") if "|" in v else v} for k, v in props.items()}}
+
+
+_ITEM = {"id": "integer", "objective": "string", "state": "string", "plan_status": "string", "readiness": "string",
+         "why": "string", "revision": "integer", "todo": "array", "milestones": "array"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -314,6 +325,7 @@ class ToolSpec:
     model: type[_Args]
     run: Callable[[Service, Any], dict[str, Any]]
     mutates: bool
+    output: dict[str, Any]
 
     @property
     def description(self) -> str:
@@ -323,11 +335,69 @@ class ToolSpec:
 TOOLS: dict[str, ToolSpec] = {
     t.name: t
     for t in (
-        ToolSpec("work_item", WorkItemArgs, work_item, True),
-        ToolSpec("milestone", MilestoneArgs, milestone, True),
-        ToolSpec("wait", WaitArgs, wait, True),
-        ToolSpec("graph", GraphArgs, graph, False),
-        ToolSpec("drive", DriveArgs, drive, True),
+        ToolSpec(
+            "work_item",
+            WorkItemArgs,
+            work_item,
+            True,
+            _out(**_ITEM, items="array", completed="integer", already="boolean", warnings="array"),
+        ),
+        ToolSpec(
+            "milestone",
+            MilestoneArgs,
+            milestone,
+            True,
+            _out(
+                item="integer",
+                revision="integer",
+                milestone="object",
+                next="object|null",
+                why="string",
+                ready="array",
+                milestones="array",
+                passed="boolean",
+                gate="object",
+                note="string",
+                also="array",
+                ok="boolean",
+                message="string",
+                verified="array",
+            ),
+        ),
+        ToolSpec("wait", WaitArgs, wait, True, _out(**_ITEM, woken="array")),
+        ToolSpec(
+            "graph",
+            GraphArgs,
+            graph,
+            False,
+            _out(
+                item="integer",
+                revision="integer",
+                layers="array",
+                critical_path="array",
+                ready="array",
+                next="string|null",
+                blocked="object",
+                stuck="array",
+                stale="array",
+                why="string",
+            ),
+        ),
+        ToolSpec(
+            "drive",
+            DriveArgs,
+            drive,
+            True,
+            _out(
+                item="integer",
+                ok="boolean",
+                message="string",
+                gate_runs="integer",
+                cached="integer",
+                milestones="object",
+                flow_run="string|null",
+            ),
+        ),
     )
 }
 
@@ -362,9 +432,10 @@ def compact_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def tool_list() -> list[dict[str, Any]]:
-    """The tools as MCP lists them: name, description, input schema."""
+    """The tools as MCP lists them: name, description, input and output schemas."""
     return [
-        {"name": t.name, "description": t.description, "inputSchema": compact_schema(t.model)} for t in TOOLS.values()
+        {"name": t.name, "description": t.description, "inputSchema": compact_schema(t.model), "outputSchema": t.output}
+        for t in TOOLS.values()
     ]
 
 
@@ -393,8 +464,37 @@ def _validation_message(tool: str, e: ValidationError) -> str:
     return f"{tool}: invalid {field}: {str(err['msg']).removeprefix('Value error, ')} (found {found})"
 
 
+# The service speaks the CLI's words in its refusals; through the tools they
+# name the tools' own arguments instead (most specific first).
+_TOOL_WORDS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"`milepost reset (\S+) --reason TEXT`"), r"milestone action=reset name=\1 with a reason"),
+    (re.compile(r"`milepost item create OBJECTIVE`"), "work_item action=create (objective or plan)"),
+    (re.compile(r"`milepost item pick ID`"), "work_item action=pick id=ID"),
+    (re.compile(r"`milepost item list`"), "work_item action=list"),
+    (re.compile(r"`milepost add NAME`"), "milestone action=add name=NAME"),
+    (
+        re.compile(r"\(milepost item update (\d+) --plan-status draft\)"),
+        r"(work_item action=update id=\1 plan_status=draft)",
+    ),
+    (re.compile(r"pass --item ID"), "pass item=ID"),
+    (re.compile(r"(?:pass )?--reason TEXT"), "pass reason"),
+    (re.compile(r"reject --reason"), "reject with a reason"),
+    (re.compile(r"reset with --reason"), "reset with a reason"),
+    (re.compile(r"--until TIME"), "until=TIME"),
+    (re.compile(r"needs --resource"), "needs resource"),
+    (re.compile(r"--expect-revision"), "expect_revision"),
+]
+
+
+def tool_words(text: str) -> str:
+    """A refusal's CLI words (`--item ID`, `milepost item create ...`) in the tools' own arguments."""
+    for pattern, words in _TOOL_WORDS:
+        text = pattern.sub(words, text)
+    return text
+
+
 def error_payload(e: MilepostError) -> dict[str, Any]:
-    return {"type": e.kind, "message": e.message, "exit_code": e.exit_code}
+    return {"type": e.kind, "message": tool_words(e.message), "exit_code": e.exit_code}
 
 
 # -- the briefing -------------------------------------------------------------------------

@@ -5,7 +5,8 @@ It uses the SDK's low-level ``Server`` rather than the decorator-based
 ``MCPServer``: the tool list is generated from milepost's own pydantic input
 models (unknown fields are errors, where ``MCPServer`` would drop them
 silently) and compacted to fit the token budget, and every answer is the
-compact JSON the tools return. The server is long-lived: the store is opened
+compact JSON the tools return, also as structured content (each tool
+declares its output schema). The server is long-lived: the store is opened
 on the first call and kept, so a call costs milliseconds, not a process start.
 A refusal comes back as a tool error whose text is the CLI's error document
 (``{"type": ..., "message": ..., "exit_code": ...}``).
@@ -63,7 +64,10 @@ def build_server(
 ) -> tuple[Server[Any], _Session]:
     session = _Session(db, agent, operator)
     tools = [
-        types.Tool(name=t["name"], description=t["description"], input_schema=t["inputSchema"]) for t in tool_list()
+        types.Tool(
+            name=t["name"], description=t["description"], input_schema=t["inputSchema"], output_schema=t["outputSchema"]
+        )
+        for t in tool_list()
     ]
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -84,7 +88,9 @@ def build_server(
         except Exception as e:
             payload = {"type": "internal", "message": f"internal error: {type(e).__name__}: {e}", "exit_code": 1}
             return types.CallToolResult(content=[types.TextContent(type="text", text=_dump(payload))], is_error=True)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=_dump(data))])
+        # The same answer twice, as the protocol asks of a tool with an output
+        # schema: structured (for clients that read it) and as text (for those that do not).
+        return types.CallToolResult(content=[types.TextContent(type="text", text=_dump(data))], structured_content=data)
 
     prompt = types.Prompt(
         name="prime",

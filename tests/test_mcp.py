@@ -40,7 +40,10 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
 async def call(session: ClientSession, tool: str, **args: Any) -> Any:
     r = await session.call_tool(tool, args)
     assert not r.is_error, (tool, args, r.content)
-    return json.loads(r.content[0].text)  # type: ignore[union-attr]
+    data = json.loads(r.content[0].text)  # type: ignore[union-attr]
+    # Structured content too (every tool declares an output schema; the client checks it).
+    assert r.structured_content == data
+    return data
 
 
 async def refused(session: ClientSession, tool: str, **args: Any) -> dict[str, Any]:
@@ -76,6 +79,7 @@ def test_the_tool_list_fits_the_token_budget(refactor: Path, tmp_path: Path) -> 
             assert len(names) <= 8 and tokens < TOKEN_BUDGET
             for t in tools.tools:
                 assert t.description and t.input_schema["additionalProperties"] is False
+                assert t.output_schema is not None and t.output_schema["type"] == "object"
 
     run(go)
 
@@ -144,7 +148,7 @@ def test_bad_arguments_come_back_as_tool_errors_and_change_nothing(refactor: Pat
             assert "action" in e["message"]
             e = await refused(s, "milestone", action="start", name="zzz")
             assert e["type"] == "not_found" and "no milestone 'zzz'" in e["message"]
-            e = await refused(s, "milestone", action="start", name="analyze-a", expected_revision=99)
+            e = await refused(s, "milestone", action="start", name="analyze-a", expect_revision=99)
             assert e["type"] == "stale_revision" and "not 99" in e["message"]
             e = await refused(s, "milestone", action="start", name="extract-a")
             assert e["type"] == "blocked" and "blocked by analyze-a (pending)" in e["message"]
@@ -152,6 +156,11 @@ def test_bad_arguments_come_back_as_tool_errors_and_change_nothing(refactor: Pat
             assert "start needs name" in e["message"]
             e = await refused(s, "nope")
             assert "unknown tool 'nope'" in e["message"]
+            # Refusals name the tools' own arguments, not the CLI's flags.
+            e = await refused(s, "milestone", action="needs_fix", name="analyze-a")
+            assert e["message"] == "needs-fix 'analyze-a' needs a reason: pass reason"
+            e = await refused(s, "wait", action="wait", kind="timer", reason="later")
+            assert "until=TIME" in e["message"] and "--" not in e["message"]
 
     run(go)
     assert fingerprint(refactor) == before
@@ -206,11 +215,11 @@ def test_waits_and_wakes_through_the_wait_tool(refactor: Path, tmp_path: Path) -
         async with server(refactor, tmp_path / "mcp.log") as s:
             item = await call(s, "work_item", action="create", objective="waits on a review")
             waiting = await call(
-                s, "wait", action="wait", kind="external", resource="pr/42", reason="review", expected_revision=1
+                s, "wait", action="wait", kind="external", resource="pr/42", reason="review", expect_revision=1
             )
             assert waiting["readiness"] == "blocked" and "pr/42" in waiting["why"] and waiting["revision"] == 2
             e = await refused(s, "wait", action="wait", kind="timer", reason="later")
-            assert "--until" in e["message"]
+            assert "until=TIME" in e["message"]
             assert await call(s, "wait", action="wake", resource="pr/42") == {"woken": [item["id"]]}
             assert (await call(s, "work_item", action="show"))["readiness"] != "blocked"
 
