@@ -12,6 +12,7 @@ keeps the drive loop fast on graphs of 100,000 milestones.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from milepost.graph import steps
 from milepost.graph.errors import (
     CycleError,
     DuplicateNameError,
+    InputError,
+    InvalidNameError,
     NotFoundError,
     SelfDependencyError,
     TransitionError,
@@ -403,28 +406,53 @@ def _cycle_path(edges: dict[str, list[str]], order: dict[str, int]) -> str:
     return " -> ".join([*nodes, nodes[0]])
 
 
+def milestone_problems(items: Sequence[Milestone]) -> Iterator[tuple[Milestone, InputError]]:
+    """Every problem of a set of milestones that one look at each finds:
+    invalid names, duplicate names, self-deps and unknown deps, in that order
+    (cycles need the whole set to be sound; see :func:`validate_milestones`)."""
+    seen: dict[str, int] = {}
+    for m in items:
+        try:
+            check_name(m.name)
+        except InvalidNameError as e:
+            yield m, e
+        if m.name in seen:
+            yield (
+                m,
+                DuplicateNameError(
+                    f"duplicate milestone name {m.name!r} (entries {seen[m.name]} and {m.id}); names must be unique",
+                    milestone=m.name,
+                ),
+            )
+        else:
+            seen[m.name] = m.id
+    known = ", ".join(itertools.islice(seen, _KNOWN_SHOWN)) + (
+        f", ... ({len(seen)} in all)" if len(seen) > _KNOWN_SHOWN else ""
+    )
+    for m in items:
+        if m.name in m.deps:
+            yield m, SelfDependencyError(f"milestone {m.name!r} lists itself in its deps", milestone=m.name)
+        for d in m.deps:
+            if d not in seen:
+                yield (
+                    m,
+                    UnknownDependencyError(
+                        f"milestone {m.name!r} depends on unknown milestone {d!r}; known: {known}",
+                        milestone=m.name,
+                        dep=d,
+                    ),
+                )
+
+
+_KNOWN_SHOWN = 20  # names listed after an unknown dep (a plan may hold 100,000)
+
+
 def validate_milestones(items: Sequence[Milestone]) -> None:
     """Validate a whole set of milestones (a plan or a stored item): names,
     duplicates, self-deps, unknown deps and cycles, in that order."""
-    seen: dict[str, int] = {}
-    for m in items:
-        check_name(m.name)
-        if m.name in seen:
-            raise DuplicateNameError(
-                f"duplicate milestone name {m.name!r} (entries {seen[m.name]} and {m.id}); names must be unique",
-                milestone=m.name,
-            )
-        seen[m.name] = m.id
-    for m in items:
-        if m.name in m.deps:
-            raise SelfDependencyError(f"milestone {m.name!r} lists itself in its deps", milestone=m.name)
-        for d in m.deps:
-            if d not in seen:
-                raise UnknownDependencyError(
-                    f"milestone {m.name!r} depends on unknown milestone {d!r}; known: {', '.join(seen)}",
-                    milestone=m.name,
-                    dep=d,
-                )
+    for _, problem in milestone_problems(items):
+        raise problem
+    seen = {m.name: m.id for m in items}
     # Kahn's algorithm: whatever is never freed lies on or behind a cycle.
     indeg = {m.name: len(set(m.deps)) for m in items}
     succ: dict[str, list[str]] = {m.name: [] for m in items}

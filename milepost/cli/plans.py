@@ -36,10 +36,11 @@ def plan() -> None:
 @pass_ctx
 def plan_apply(c: Ctx, file: Path) -> None:
     """Validate FILE whole, then create its work item (focused)."""
-    from milepost.planfile import load_plan
+    from milepost.planfile import gc_paused, load_plan
 
-    p = load_plan(file)  # validated before the store is touched
-    it = c.service.apply_plan(p)
+    with gc_paused():  # a large plan is millions of objects, none of them garbage
+        p = load_plan(file)  # validated before the store is touched
+        it = c.service.apply_plan(p)
     c.emit(
         it.model_dump(mode="json"),
         lambda con: con.print(
