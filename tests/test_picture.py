@@ -102,3 +102,24 @@ def test_graph_command_writes_every_format(cli: CLI, workspace: Path) -> None:
         assert r.code == 0 and (workspace / "dag.png").read_bytes()[:4] == b"\x89PNG"
     else:
         assert r.code == 3 and "needs an SVG converter" in r.err
+
+
+def test_json_graph_holds_every_format_in_one_document(cli: CLI, workspace: Path) -> None:
+    import base64
+    import json
+
+    cli("plan", "apply", str(EXAMPLES / "refactor" / "plan.yaml"), check=True)
+    for fmt, starts in (("svg", "<svg"), ("mermaid", "flowchart"), ("dot", "digraph"), ("html", "<!doctype html>")):
+        r = cli("--json", "graph", "--format", fmt, check=True)
+        doc = json.loads(r.out)  # one document, nothing else on stdout
+        assert doc["format"] == fmt and doc["item"] == 1 and doc["revision"] >= 1, doc.keys()
+        assert doc["text"].startswith(starts) and "analyze-a" in doc["text"]
+    doc = cli.json("graph", "--format", "json")
+    assert {"nodes", "edges", "critical_path"} <= doc.keys()  # the graph's own document, as before
+    doc = cli.json("graph", "--format", "svg", "-o", "dag.svg")
+    assert doc["output"] == "dag.svg" and doc["bytes"] == len((workspace / "dag.svg").read_bytes())
+    assert "text" not in doc and doc["media_type"] == "image/svg+xml"
+    if shutil.which("rsvg-convert") or shutil.which("chromium"):
+        doc = cli.json("graph", "--format", "png")
+        assert doc["media_type"] == "image/png" and "text" not in doc
+        assert base64.b64decode(doc["base64"])[:8] == b"\x89PNG\r\n\x1a\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from pathlib import Path
@@ -186,6 +187,10 @@ def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> N
 # -- graph, runs, logs -------------------------------------------------------
 
 
+MEDIA_TYPES = {"json": "application/json", "mermaid": "text/vnd.mermaid", "dot": "text/vnd.graphviz",
+               "svg": "image/svg+xml", "html": "text/html", "png": "image/png"}  # fmt: skip
+
+
 @cli.command()
 @click.argument("item_id", type=ID, required=False)
 @click.option(
@@ -194,7 +199,9 @@ def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> N
     type=click.Choice(["text", "mermaid", "dot", "json", "svg", "png", "html"]),
     default="text",
     show_default=True,
-    help="svg/png/html: a layered left-to-right picture with status colours and the critical path.",
+    help="svg/png/html: a layered left-to-right picture with status colours and the critical path."
+    " With --json, one JSON document holds the drawing: {item, revision, format, media_type, text}"
+    " (png: base64 instead of text), or with -o {item, revision, format, media_type, output, bytes}.",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write to this file (default: stdout).")  # fmt: skip
@@ -203,21 +210,24 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
     """Show the DAG with statuses: layers, critical path, bottlenecks; or as a picture."""
     from milepost.graph import render
 
-    if c.json and fmt in ("text", "json"):
+    if c.json and fmt == "text":
         fmt = "json"
     it, g = c.service.graph(item_id)
     title = f"work item {it.id}: {it.objective}"
-    text: str | None = None
+    drawing: str | bytes
     if fmt == "json":
-        text = json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g)}) + "\n"
+        drawing = json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g)}) + "\n"
+        if c.json and output is None:
+            click.echo(drawing, nl=False)  # the graph's own document
+            return
     elif fmt == "mermaid":
-        text = render.to_mermaid(g)
+        drawing = render.to_mermaid(g)
     elif fmt == "dot":
-        text = render.to_dot(g, f"item {it.id}")
+        drawing = render.to_dot(g, f"item {it.id}")
     elif fmt == "svg":
         from milepost.picture import to_svg
 
-        text = to_svg(g, title)
+        drawing = to_svg(g, title)
     elif fmt == "html":
         from milepost.picture import to_html
 
@@ -226,23 +236,32 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
         sub = (
             f"{it.state.value} · {it.readiness}: {it.readiness_reason} · {done}/{len(g)} done · revision {it.revision}"
         )
-        text = to_html(g, views, title, sub)
+        drawing = to_html(g, views, title, sub)
     elif fmt == "png":
         from milepost.picture import to_png, to_svg
 
-        data = to_png(to_svg(g, title))
-        if output is None:
-            if sys.stdout.isatty():
-                raise InvalidValueError("--format png writes binary data: give -o FILE, or redirect stdout")
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-        else:
-            write_file(output, data)
-        return
+        drawing = to_png(to_svg(g, title))
     else:
         show_graph_text(c.console(), it.id, it.objective, g)
         return
-    if output is None:
-        click.echo(text, nl=False)
+    if output is not None:
+        write_file(output, drawing)
+    if c.json:
+        doc: dict[str, object] = {"item": it.id, "revision": it.revision, "format": fmt, "media_type": MEDIA_TYPES[fmt]}
+        if output is not None:
+            size = len(drawing) if isinstance(drawing, bytes) else len(drawing.encode())
+            doc |= {"output": str(output), "bytes": size}
+        elif isinstance(drawing, bytes):
+            doc["base64"] = base64.b64encode(drawing).decode()
+        else:
+            doc["text"] = drawing
+        click.echo(json.dumps(doc))
+    elif output is not None:
+        return
+    elif isinstance(drawing, bytes):
+        if sys.stdout.isatty():
+            raise InvalidValueError("--format png writes binary data: give -o FILE, redirect stdout, or add --json")
+        sys.stdout.buffer.write(drawing)
+        sys.stdout.buffer.flush()
     else:
-        write_file(output, text)
+        click.echo(drawing, nl=False)
