@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mcp.py
 	$(BIN)/python benchmarks/bench_scaffold.py
 	$(BIN)/python benchmarks/bench_store.py
+	$(BIN)/python benchmarks/bench_plan.py
 
 # Regenerate the README's pictures of the Prefect UI (needs Chromium).
 screenshots: $(STAMP)

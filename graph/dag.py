@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import statistics
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -256,16 +257,46 @@ class WorkGraph:
         counts.sort(key=lambda c: (-c[0], c[1].id))
         return [(m, c) for c, m in counts[:limit] if c > 0]
 
-    def critical_path(self) -> list[Milestone]:
-        """The longest chain of dependent milestones (by count), earliest ids first on ties."""
+    def critical_path(self, durations: Mapping[str, float] | None = None) -> list[Milestone]:
+        """The longest chain of dependent milestones, earliest ids first on
+        ties: by time when any of ``durations`` is known (seconds per
+        milestone, e.g. its gate's last run; see :meth:`path_weights`), else
+        by count."""
         if not self._ms:
             return []
         import networkx as nx
 
         g = self._nx()
         order = list(nx.lexicographical_topological_sort(g, key=lambda n: self._ms[n].id))
-        path = nx.dag_longest_path(g, topo_order=order)
-        return [self._ms[n] for n in path]
+        weights = self.path_weights(durations)
+        if weights is None:
+            return [self._ms[n] for n in nx.dag_longest_path(g, topo_order=order)]
+        # The heaviest chain ending at each milestone (on equal time the longer one).
+        best: dict[str, tuple[float, int, str | None]] = {}
+
+        def rank(n: str) -> tuple[float, int, int]:
+            return best[n][0], best[n][1], -self._ms[n].id
+
+        for n in order:
+            prev = max(self._ms[n].deps, key=rank, default=None)
+            time, count = (best[prev][0], best[prev][1]) if prev is not None else (0.0, 0)
+            best[n] = (time + weights[n], count + 1, prev)
+        end: str | None = max(best, key=rank)
+        path = []
+        while end is not None:
+            path.append(self._ms[end])
+            end = best[end][2]
+        return path[::-1]
+
+    def path_weights(self, durations: Mapping[str, float] | None) -> dict[str, float] | None:
+        """Seconds per milestone for a critical path by time: its duration when
+        known, the median of the known ones for a gated milestone that has
+        none (not run yet), 0 without a gate; None when none is known."""
+        known = {n: float(s) for n, s in (durations or {}).items() if n in self._ms}
+        if not known:
+            return None
+        typical = statistics.median(known.values())
+        return {n: known.get(n, typical if m.gate else 0.0) for n, m in self._ms.items()}
 
     # -- structure ---------------------------------------------------------
 

@@ -104,13 +104,16 @@ def test_log_of_missing_file_says_so_and_prints_stored_tail(item: CLI) -> None:
 
 def test_graph_formats(item: CLI) -> None:
     text = item("graph", check=True).out
-    assert "layer 1" in text and "critical path (2): a -> b" in text
+    assert "layer 1" in text and "critical path (2 milestones by count; no gate has run yet): a -> b" in text
     mer = item("graph", "--format", "mermaid", check=True).out
     assert mer.startswith("flowchart TD") and "m1 --> m2" in mer
     dot = item("graph", "--format", "dot", check=True).out
     assert dot.startswith('digraph "item 1"') and '"a" -> "b";' in dot
     js = item.json("graph")
     assert js["edges"] == [["a", "b"]] and js["layers"] == [["a", "c"], ["b"]] and js["next"] == "a"
+    assert (
+        js["critical_path"] == ["a", "b"] and js["critical_path_by"] == "count" and js["critical_path_seconds"] is None
+    )
 
 
 def test_plan_export_round_trip(item: CLI, workspace: Path) -> None:

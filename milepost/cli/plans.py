@@ -213,10 +213,11 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
     if c.json and fmt == "text":
         fmt = "json"
     it, g = c.service.graph(item_id)
+    durations = c.service.last_durations(it.id)  # the critical path by the gates' last run times
     title = f"work item {it.id}: {it.objective}"
     drawing: str | bytes
     if fmt == "json":
-        drawing = json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g)}) + "\n"
+        drawing = json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g, durations)}) + "\n"
         if c.json and output is None:
             click.echo(drawing, nl=False)  # the graph's own document
             return
@@ -227,7 +228,7 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
     elif fmt == "svg":
         from milepost.picture import to_svg
 
-        drawing = to_svg(g, title)
+        drawing = to_svg(g, title, durations=durations)
     elif fmt == "html":
         from milepost.picture import to_html
 
@@ -236,13 +237,13 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
         sub = (
             f"{it.state.value} · {it.readiness}: {it.readiness_reason} · {done}/{len(g)} done · revision {it.revision}"
         )
-        drawing = to_html(g, views, title, sub)
+        drawing = to_html(g, views, title, sub, durations)
     elif fmt == "png":
         from milepost.picture import to_png, to_svg
 
-        drawing = to_png(to_svg(g, title))
+        drawing = to_png(to_svg(g, title, durations=durations))
     else:
-        show_graph_text(c.console(), it.id, it.objective, g)
+        show_graph_text(c.console(), it.id, it.objective, g, durations)
         return
     if output is not None:
         write_file(output, drawing)
