@@ -35,7 +35,7 @@ bench: $(STAMP)
 # Regenerate the README's pictures of the Prefect UI (needs Chromium).
 screenshots: $(STAMP)
 	MILEPOST_SCREENSHOTS=$(abspath docs/img) MILEPOST_REQUIRE_BROWSER=1 $(BIN)/pytest -q \
-		tests/flows/test_ui.py -k "page or artifact"
+		tests/flows/test_ui.py -k "page or artifact or redrive"
 
 clean:
 	rm -rf $(VENV) demo-workspace build dist *.egg-info
