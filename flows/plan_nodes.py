@@ -153,9 +153,10 @@ def create_nodes(
 # edge, labels on labels. Instead each node starts one step after the nodes it
 # depends on, a column per level of the DAG; a step is a share of the flow
 # run's time so far (wide enough for a label whatever the run's length), and
-# all the steps together at most half of it.
-STEP_SHARE = 0.1
-TAIL_SHARE = 0.5
+# all the steps together at most 30% of it (the UI shows a little past the
+# run's end).
+STEP_SHARE = 0.08
+TAIL_SHARE = 0.3
 MIN_STEP = timedelta(milliseconds=20)
 
 

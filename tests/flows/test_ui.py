@@ -13,6 +13,7 @@ import base64
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ def test_the_flow_run_page_shows_every_milestone(stuck_drive: dict[str, Any], tm
     with browser() as page:
         page.goto(summary.flow_run_url)
         page.wait_for_text("Task Runs", "Failed", f"item-{stuck_drive['item']}")
+        time.sleep(2)  # the graph zooms into place
         page.screenshot(shots / "flow-run-graph.png", 1500, 900)
         assert page.click_text("Task Runs")
         text = page.wait_for_text(*NAMES)
@@ -222,6 +224,7 @@ def test_a_redrive_draws_its_plan_nodes_in_columns_not_a_pile(
     with browser() as page:
         page.goto(again.flow_run_url or "")
         page.wait_for_text("Task Runs", "Failed", "20 Task runs")
+        time.sleep(2)  # the graph zooms into place
         page.screenshot(shots / "redrive-graph.png", 1500, 900)
     assert (shots / "redrive-graph.png").stat().st_size > 40_000
     svc.close()
