@@ -36,7 +36,10 @@ def plan() -> None:
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @pass_ctx
 def plan_apply(c: Ctx, file: Path) -> None:
-    """Validate FILE whole, then create its work item (focused)."""
+    """Validate FILE whole, then create its work item (focused).
+
+    Every problem is reported at once (the first 20), each with the line where
+    it starts and the milestone's name; nothing is written unless all is sound."""
     from milepost.planfile import gc_paused, load_plan
 
     with gc_paused():  # a large plan is millions of objects, none of them garbage
