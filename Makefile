@@ -32,11 +32,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_proofs.py
 	$(BIN)/python benchmarks/bench_scaffold.py
 	$(BIN)/python benchmarks/bench_store.py
+	$(BIN)/python benchmarks/bench_plan.py
 
 # Regenerate the README's pictures of the Prefect UI (needs Chromium).
 screenshots: $(STAMP)
 	MILEPOST_SCREENSHOTS=$(abspath docs/img) MILEPOST_REQUIRE_BROWSER=1 $(BIN)/pytest -q \
-		tests/flows/test_ui.py -k "page or artifact"
+		tests/flows/test_ui.py -k "page or artifact or redrive"
 
 clean:
 	rm -rf $(VENV) demo-workspace build dist *.egg-info

@@ -7,6 +7,7 @@ attempts, last reason)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -30,16 +31,17 @@ PROGRESS_INTERVAL = 1.0
 MAX_PICTURE_BYTES = 4 * 1024 * 1024
 
 
-def _picture(summary: DriveSummary, graph: WorkGraph) -> str:
-    svg = to_svg(graph, f"work item {summary.item}: {summary.objective}")
+def _picture(summary: DriveSummary, graph: WorkGraph, durations: Mapping[str, float] | None) -> str:
+    svg = to_svg(graph, f"work item {summary.item}: {summary.objective}", durations=durations)
     if len(svg) > MAX_PICTURE_BYTES:
         return f"(the DAG is too large to embed here: `milepost graph {summary.item} --format html -o dag.html`)"
     return f"![the milestone DAG of work item {summary.item}]({svg_data_uri(svg)})"
 
 
 class ArtifactReporter(NullReporter):
-    def __init__(self, item: int, total: int) -> None:
+    def __init__(self, item: int, total: int, durations: Callable[[int], Mapping[str, float]] | None = None) -> None:
         self.item = item
+        self.durations = durations  # the gates' last run times, for the picture's critical path
         self.total = max(total, 1)
         self.finished: set[str] = set()
         self._last_update = 0.0
@@ -72,7 +74,7 @@ class ArtifactReporter(NullReporter):
                 "",
                 f"{done} of {len(summary.milestones)} milestones done, {summary.gate_runs} gate runs in this drive.",
                 "",
-                _picture(summary, graph),
+                _picture(summary, graph, self.durations(self.item) if self.durations else None),
             ]
         )
         create_markdown_artifact(markdown=md, key=f"milepost-item-{self.item}-summary", description=verdict)

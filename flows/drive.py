@@ -151,7 +151,7 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     it, g = svc.graph(item_id, proofs=False)
     from milepost.flows.artifacts import ArtifactReporter
 
-    artifacts = ArtifactReporter(item_id, len(g))
+    artifacts = ArtifactReporter(item_id, len(g), svc.last_durations)
     reporter: Reporter = MultiReporter(ctx.reporter, artifacts)
     ctx.reporter.drive_started(it.id, it.objective, len(g), ctx.flow_run_id)
     if until is not None:

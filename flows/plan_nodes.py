@@ -22,7 +22,10 @@ stale               CANCELLED   Stale (inputs changed; not re-proven in this dri
 ==================  ==========  =========================================
 
 Every node is created running and then set to its final state, so it has a
-start and an end: no bar stretches to "now". The done-before nodes are made
+start and an end: no bar stretches to "now". Those times are chosen (see
+:func:`node_times`) so that the UI, which places task runs by start time,
+draws the nodes left to right in the DAG's order, a column per level, instead
+of a pile where they were created. The done-before nodes are made
 when the drive starts, so the gates that depend on them draw their edges;
 the rest when it ends, after every gate, pointing at whatever ran. (Submitted
 as tasks with ``wait_for`` instead, a node behind a cancelled one would be
@@ -32,20 +35,22 @@ not cancelled ones.)
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.objects import State, TaskRunResult
+from prefect.client.schemas.objects import State, TaskRun, TaskRunResult
 from prefect.states import Cancelled, Completed, Failed, Running
+from prefect.utilities.engine import emit_task_run_state_change_event
 
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone
 from milepost.graph.status import DisplayStatus
 
-__all__ = ["STATES", "create_nodes", "node_state", "plan_node"]
+__all__ = ["STATES", "create_nodes", "node_state", "node_times", "plan_node"]
 
 # What each milepost view becomes: (Prefect state type, its name).
 STATES: dict[str, tuple[str, str]] = {
@@ -96,31 +101,87 @@ def create_nodes(
     """Create a plan node for every milestone not in ``known`` (name -> task
     run id of what ran) nor in ``skip``, deps first; with ``only_done`` just the done ones.
     Returns, per node, a completed-looking local state that a gate task can
-    ``wait_for`` (it carries the node's task run id, so the edge is drawn)."""
-    out: dict[str, State[Any]] = {}
+    ``wait_for`` (it carries the node's task run id, so the edge is drawn).
+
+    Each node is one task-run event, as Prefect's own task engine records its
+    task runs (the server's recorder makes the task run from it): sent in the
+    background, with the start and end :func:`node_times` chose (the REST
+    API would stamp them with the moment of the call). One API call per
+    drive reads the flow run's start."""
     ids = dict(known)
+    todo = [
+        m
+        for layer in g.layers()
+        for m in layer
+        if m.name not in ids
+        and not (skip and m.name in skip)
+        and (not only_done or node_state(g, m)[1] == DONE_EARLIER)
+    ]
+    if not todo:
+        return {}
     with get_client(sync_client=True) as client:
-        for layer in g.layers():
-            for m in layer:
-                if m.name in ids or (skip and m.name in skip):
-                    continue
-                kind, name, message = node_state(g, m)
-                if only_done and name != DONE_EARLIER:
-                    continue
-                inputs = [TaskRunResult(id=ids[d]) for d in m.deps if d in ids]
-                run = client.create_task_run(
-                    task=plan_node,
-                    flow_run_id=UUID(flow_run_id),
-                    dynamic_key=f"plan-{m.name}",
-                    name=m.name,
-                    extra_tags=[f"milepost-item:{item}", "milepost-plan-node"],
-                    state=Running(),
-                    task_inputs={"wait_for": inputs},  # type: ignore[dict-item]
-                )
-                client.set_task_run_state(run.id, _FINAL[kind](name=name, message=message), force=True)
-                ids[m.name] = run.id
-                # In memory, with data, so that a task waiting on it resolves it.
-                local: State[Any] = Completed(data=message)
-                local.state_details.task_run_id = run.id
-                out[m.name] = local
+        began = client.read_flow_run(UUID(flow_run_id)).start_time
+    times = node_times(todo, began, only_done=only_done)
+    out: dict[str, State[Any]] = {}
+    for m in todo:
+        kind, name, message = node_state(g, m)
+        start, end = times[m.name]
+        final: State[Any] = _FINAL[kind](name=name, message=message, timestamp=end)
+        run = TaskRun(
+            id=uuid4(),
+            name=m.name,
+            flow_run_id=UUID(flow_run_id),
+            task_key=plan_node.task_key,
+            dynamic_key=f"plan-{m.name}",
+            tags=[f"milepost-item:{item}", "milepost-plan-node"],
+            task_inputs={"wait_for": [TaskRunResult(id=ids[d]) for d in m.deps if d in ids]},
+            expected_start_time=start,
+            start_time=start,
+            end_time=end,
+            total_run_time=end - start,
+            run_count=1,
+        )
+        emit_task_run_state_change_event(run, Running(timestamp=start), final)
+        ids[m.name] = run.id
+        # In memory, with data, so that a task waiting on it resolves it.
+        local: State[Any] = Completed(data=message)
+        local.state_details.task_run_id = run.id
+        out[m.name] = local
     return out
+
+
+# Where plan nodes sit on the time axis of the flow-run graph. The Prefect UI
+# places a task run by its start time (x) and next to its nearest parent (row),
+# moving it to another row when its bar and label would touch a neighbour's;
+# it scales the flow run's whole time to its width. Created one after the
+# other, all of a drive's last plan nodes started "now": a pile at the right
+# edge, labels on labels. Instead each node starts one step after the nodes it
+# depends on, a column per level of the DAG; a step is a share of the flow
+# run's time so far (wide enough for a label whatever the run's length), and
+# all the steps together at most 30% of it (the UI shows a little past the
+# run's end).
+STEP_SHARE = 0.08
+TAIL_SHARE = 0.3
+MIN_STEP = timedelta(milliseconds=20)
+
+
+def node_times(
+    nodes: list[Milestone], began: datetime | None, *, only_done: bool, now: datetime | None = None
+) -> dict[str, tuple[datetime, datetime]]:
+    """(start, end) of each plan node, ``nodes`` in dependency order. The
+    ones done before the drive share out the time between the flow run's
+    start and now (before any gate runs); the others come after now (after
+    every gate), one step per level."""
+    now = now or datetime.now(UTC)
+    began = min(began or now, now)
+    level: dict[str, int] = {}
+    for m in nodes:
+        level[m.name] = 1 + max((level[d] for d in m.deps if d in level), default=0)
+    levels = max(level.values(), default=1)
+    if only_done:
+        step = (now - began) / (levels + 1)
+        origin = began + step / 2
+    else:
+        step = max((now - began) * min(STEP_SHARE, TAIL_SHARE / levels), MIN_STEP)
+        origin = now
+    return {n: (origin + (k - 1) * step, origin + (k - 1) * step + step / 3) for n, k in level.items()}

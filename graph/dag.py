@@ -12,8 +12,10 @@ keeps the drive loop fast on graphs of 100,000 milestones.
 from __future__ import annotations
 
 import heapq
+import itertools
+import statistics
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,8 @@ from milepost.graph import steps
 from milepost.graph.errors import (
     CycleError,
     DuplicateNameError,
+    InputError,
+    InvalidNameError,
     NotFoundError,
     SelfDependencyError,
     TransitionError,
@@ -250,16 +254,46 @@ class WorkGraph:
         counts.sort(key=lambda c: (-c[0], c[1].id))
         return [(m, c) for c, m in counts[:limit] if c > 0]
 
-    def critical_path(self) -> list[Milestone]:
-        """The longest chain of dependent milestones (by count), earliest ids first on ties."""
+    def critical_path(self, durations: Mapping[str, float] | None = None) -> list[Milestone]:
+        """The longest chain of dependent milestones, earliest ids first on
+        ties: by time when any of ``durations`` is known (seconds per
+        milestone, e.g. its gate's last run; see :meth:`path_weights`), else
+        by count."""
         if not self._ms:
             return []
         import networkx as nx
 
         g = self._nx()
         order = list(nx.lexicographical_topological_sort(g, key=lambda n: self._ms[n].id))
-        path = nx.dag_longest_path(g, topo_order=order)
-        return [self._ms[n] for n in path]
+        weights = self.path_weights(durations)
+        if weights is None:
+            return [self._ms[n] for n in nx.dag_longest_path(g, topo_order=order)]
+        # The heaviest chain ending at each milestone (on equal time the longer one).
+        best: dict[str, tuple[float, int, str | None]] = {}
+
+        def rank(n: str) -> tuple[float, int, int]:
+            return best[n][0], best[n][1], -self._ms[n].id
+
+        for n in order:
+            prev = max(self._ms[n].deps, key=rank, default=None)
+            time, count = (best[prev][0], best[prev][1]) if prev is not None else (0.0, 0)
+            best[n] = (time + weights[n], count + 1, prev)
+        end: str | None = max(best, key=rank)
+        path = []
+        while end is not None:
+            path.append(self._ms[end])
+            end = best[end][2]
+        return path[::-1]
+
+    def path_weights(self, durations: Mapping[str, float] | None) -> dict[str, float] | None:
+        """Seconds per milestone for a critical path by time: its duration when
+        known, the median of the known ones for a gated milestone that has
+        none (not run yet), 0 without a gate; None when none is known."""
+        known = {n: float(s) for n, s in (durations or {}).items() if n in self._ms}
+        if not known:
+            return None
+        typical = statistics.median(known.values())
+        return {n: known.get(n, typical if m.gate else 0.0) for n, m in self._ms.items()}
 
     # -- structure ---------------------------------------------------------
 
@@ -451,28 +485,53 @@ def _cycle_path(edges: dict[str, list[str]], order: dict[str, int]) -> str:
     return " -> ".join([*nodes, nodes[0]])
 
 
+def milestone_problems(items: Sequence[Milestone]) -> Iterator[tuple[Milestone, InputError]]:
+    """Every problem of a set of milestones that one look at each finds:
+    invalid names, duplicate names, self-deps and unknown deps, in that order
+    (cycles need the whole set to be sound; see :func:`validate_milestones`)."""
+    seen: dict[str, int] = {}
+    for m in items:
+        try:
+            check_name(m.name)
+        except InvalidNameError as e:
+            yield m, e
+        if m.name in seen:
+            yield (
+                m,
+                DuplicateNameError(
+                    f"duplicate milestone name {m.name!r} (entries {seen[m.name]} and {m.id}); names must be unique",
+                    milestone=m.name,
+                ),
+            )
+        else:
+            seen[m.name] = m.id
+    known = ", ".join(itertools.islice(seen, _KNOWN_SHOWN)) + (
+        f", ... ({len(seen)} in all)" if len(seen) > _KNOWN_SHOWN else ""
+    )
+    for m in items:
+        if m.name in m.deps:
+            yield m, SelfDependencyError(f"milestone {m.name!r} lists itself in its deps", milestone=m.name)
+        for d in m.deps:
+            if d not in seen:
+                yield (
+                    m,
+                    UnknownDependencyError(
+                        f"milestone {m.name!r} depends on unknown milestone {d!r}; known: {known}",
+                        milestone=m.name,
+                        dep=d,
+                    ),
+                )
+
+
+_KNOWN_SHOWN = 20  # names listed after an unknown dep (a plan may hold 100,000)
+
+
 def validate_milestones(items: Sequence[Milestone]) -> None:
     """Validate a whole set of milestones (a plan or a stored item): names,
     duplicates, self-deps, unknown deps and cycles, in that order."""
-    seen: dict[str, int] = {}
-    for m in items:
-        check_name(m.name)
-        if m.name in seen:
-            raise DuplicateNameError(
-                f"duplicate milestone name {m.name!r} (entries {seen[m.name]} and {m.id}); names must be unique",
-                milestone=m.name,
-            )
-        seen[m.name] = m.id
-    for m in items:
-        if m.name in m.deps:
-            raise SelfDependencyError(f"milestone {m.name!r} lists itself in its deps", milestone=m.name)
-        for d in m.deps:
-            if d not in seen:
-                raise UnknownDependencyError(
-                    f"milestone {m.name!r} depends on unknown milestone {d!r}; known: {', '.join(seen)}",
-                    milestone=m.name,
-                    dep=d,
-                )
+    for _, problem in milestone_problems(items):
+        raise problem
+    seen = {m.name: m.id for m in items}
     # Kahn's algorithm: whatever is never freed lies on or behind a cycle.
     indeg = {m.name: len(set(m.deps)) for m in items}
     succ: dict[str, list[str]] = {m.name: [] for m in items}

@@ -12,14 +12,17 @@ from __future__ import annotations
 import base64
 import html
 import itertools
+import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from milepost.errors import EnvironmentProblem
 from milepost.graph.dag import WorkGraph, display_status
+from milepost.graph.render import critical_path
 from milepost.graph.render import fill as colour_of
 from milepost.results import MilestoneView
 
@@ -58,6 +61,7 @@ class Drawing:
     height: float
     title: str = ""
     legend: list[str] = field(default_factory=list)
+    critical: str = ""  # what the critical path was measured in, for the legend
 
 
 class _View:
@@ -76,13 +80,17 @@ class _EdgeView:
         self.pts = list(pts)
 
 
-def layout(g: WorkGraph, title: str = "", running: set[str] | None = None) -> Drawing:
-    """Place every milestone: layers left to right, deps before dependents."""
+def layout(
+    g: WorkGraph, title: str = "", running: set[str] | None = None, durations: Mapping[str, float] | None = None
+) -> Drawing:
+    """Place every milestone: layers left to right, deps before dependents;
+    the critical path by the gates' last ``durations`` when any is known."""
     from grandalf.graphs import Edge, Graph, Vertex
     from grandalf.layouts import SugiyamaLayout
 
     running = running or set()
-    crit = [m.name for m in g.critical_path()]
+    path = critical_path(g, durations)
+    crit = [m.name for m in path.milestones]
     crit_nodes = set(crit)
     crit_edges = set(itertools.pairwise(crit))
     nodes: dict[str, Node] = {}
@@ -160,7 +168,9 @@ def layout(g: WorkGraph, title: str = "", running: set[str] | None = None) -> Dr
     used = {n.status for n in nodes.values()}
     legend = [s for s in LEGEND if s in used]
     title_w = 2 * MARGIN + len(title) * CHAR_W * 1.25  # the title is drawn at 15 px, bold
-    return Drawing(nodes, out_edges, max(width, 360.0, title_w), height, title, legend)
+    note = f"critical path: {path.describe()}" if len(crit) > 1 else ""
+    legend_w = 2 * MARGIN + sum(len(s) * CHAR_W + 34 for s in legend) + 28 + len(note) * CHAR_W
+    return Drawing(nodes, out_edges, max(width, 360.0, title_w, legend_w), height, title, legend, note)
 
 
 def _path(points: list[tuple[float, float]]) -> str:
@@ -175,13 +185,17 @@ def _path(points: list[tuple[float, float]]) -> str:
     return " ".join(d)
 
 
-def to_svg(g: WorkGraph, title: str = "", running: set[str] | None = None) -> str:
-    """The DAG as a standalone SVG document."""
-    dr = layout(g, title, running)
+def to_svg(
+    g: WorkGraph, title: str = "", running: set[str] | None = None, durations: Mapping[str, float] | None = None
+) -> str:
+    """The DAG as a standalone SVG document that scales to its window: as
+    wide as the window up to its own size, never cut off (a viewBox, no
+    fixed width or height)."""
+    dr = layout(g, title, running, durations)
     esc = html.escape
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{dr.width:.0f}" height="{dr.height:.0f}"'
-        f' viewBox="0 0 {dr.width:.0f} {dr.height:.0f}" font-family="{FONT}" font-size="12">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {dr.width:.0f} {dr.height:.0f}" width="100%"'
+        f' style="max-width:{dr.width:.0f}px;height:auto" font-family="{FONT}" font-size="12">',
         "<defs>",
         '<marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="8" markerHeight="8"'
         ' markerUnits="userSpaceOnUse" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#90a4ae"/></marker>',
@@ -216,9 +230,9 @@ def to_svg(g: WorkGraph, title: str = "", running: set[str] | None = None) -> st
         out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" rx="3" fill="{colour_of(status)}"/>')
         out.append(f'<text x="{lx + 16}" y="{ly + 10}" fill="#37474f">{status}</text>')
         lx += int(len(status) * CHAR_W) + 34
-    if any(n.critical for n in dr.nodes.values()):
+    if dr.critical:
         out.append(f'<line x1="{lx}" y1="{ly + 6}" x2="{lx + 22}" y2="{ly + 6}" stroke="#212121" stroke-width="2.4"/>')
-        out.append(f'<text x="{lx + 28}" y="{ly + 10}" fill="#37474f">critical path</text>')
+        out.append(f'<text x="{lx + 28}" y="{ly + 10}" fill="#37474f">{esc(dr.critical)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -227,8 +241,15 @@ def svg_data_uri(svg: str) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
 
 
-def to_html(g: WorkGraph, views: list[MilestoneView], title: str, subtitle: str = "") -> str:
-    """One self-contained page: the picture and a table of milestones."""
+def to_html(
+    g: WorkGraph,
+    views: list[MilestoneView],
+    title: str,
+    subtitle: str = "",
+    durations: Mapping[str, float] | None = None,
+) -> str:
+    """One self-contained page: the picture (as wide as the page, up to its
+    own size) and a table of milestones."""
     esc = html.escape
     rows = []
     for v in views:
@@ -242,13 +263,14 @@ def to_html(g: WorkGraph, views: list[MilestoneView], title: str, subtitle: str 
             f"<td>{v.attempts}/{v.max_attempts}</td><td>{esc(', '.join(v.deps))}</td>"
             f"<td>{esc(v.acceptance)}</td><td>{esc(note)}</td></tr>"
         )
-    svg = to_svg(g)  # the page's heading carries the title
+    svg = to_svg(g, durations=durations)  # the page's heading carries the title
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>
 body {{ font-family: {FONT}; margin: 24px; color: #263238; }}
 h1 {{ font-size: 20px; margin: 0 0 4px; }} p.sub {{ color: #546e7a; margin: 0 0 16px; }}
-.picture {{ overflow-x: auto; border: 1px solid #eceff1; border-radius: 8px; padding: 8px; }}
+.picture {{ border: 1px solid #eceff1; border-radius: 8px; padding: 8px; }}
+.picture svg {{ display: block; }}
 table {{ border-collapse: collapse; margin-top: 20px; font-size: 13px; }}
 th, td {{ border-bottom: 1px solid #eceff1; padding: 6px 10px; text-align: left; vertical-align: top; }}
 th {{ background: #f5f7f8; }}
@@ -271,12 +293,12 @@ th {{ background: #f5f7f8; }}
 
 def to_png(svg: str) -> bytes:
     """Render SVG to PNG with the first converter that works: rsvg-convert
-    (librsvg), a headless Chromium, or ImageMagick."""
+    (librsvg), a headless Chromium, or ImageMagick; at the picture's own size."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "graph.svg"
         dst = Path(tmp) / "graph.png"
-        src.write_text(svg)
         width, height = _size(svg)
+        src.write_text(_sized(svg, width, height))
         candidates: list[list[str]] = []
         if tool := shutil.which("rsvg-convert"):
             candidates.append([tool, "-f", "png", "-o", str(dst), str(src)])
@@ -309,7 +331,10 @@ def to_png(svg: str) -> bytes:
 
 
 def _size(svg: str) -> tuple[int, int]:
-    import re
-
-    m = re.search(r'width="(\d+)" height="(\d+)"', svg)
+    m = re.search(r'viewBox="0 0 (\d+) (\d+)"', svg)
     return (int(m.group(1)), int(m.group(2))) if m else (1200, 800)
+
+
+def _sized(svg: str, width: int, height: int) -> str:
+    """The picture at a fixed size, for converters that do not scale."""
+    return re.sub(r' width="100%" style="[^"]*"', f' width="{width}" height="{height}"', svg, count=1)

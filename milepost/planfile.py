@@ -1,26 +1,56 @@
 """Reading plan files (YAML or JSON) into :class:`~milepost.graph.plan.Plan`,
-with errors that point at the line."""
+with errors that point at the line.
+
+Every problem found is reported at once (up to :data:`MAX_PROBLEMS`): each
+as ``file:line: ...`` naming the line where it starts and a milestone by its
+name, joined with ``; `` into the one line an error is. The error's details
+carry the same problems as data (``problems: [{line, milestone, field,
+message}]``, and ``more``: how many were left out).
+
+YAML is read with PyYAML's libyaml parser when it is there (``CSafeLoader``,
+several times faster), and built into Python data here: each node once (an
+alias shares what its anchor built, so an alias bomb never expands), a key
+given twice in one mapping refused with its line, a node inside itself
+refused, and aliases may add at most :data:`MAX_ALIAS_NODES` nodes to what
+the document holds. An honest plan without aliases has no size limit but the
+file's.
+"""
 
 from __future__ import annotations
 
-import contextlib
+import gc
 import json
+import types
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from pydantic import ValidationError
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from milepost.errors import InputError, PlanFileError
 from milepost.graph.plan import Plan
 
-__all__ = ["dump_plan", "load_plan", "parse_plan"]
+__all__ = ["MAX_ALIAS_NODES", "MAX_PROBLEMS", "dump_plan", "gc_paused", "load_plan", "parse_plan"]
 
 
-# A plan expanded through YAML aliases beyond this many nodes is refused (an
-# alias bomb would otherwise expand into gigabytes).
-MAX_NODES = 200_000
+# Aliases may add at most this many nodes to a document (a shared gate list
+# in each of 100,000 milestones fits; a "billion laughs" does not).
+MAX_ALIAS_NODES = 1_000_000
 MAX_PLAN_BYTES = 64 * 1024 * 1024
+# Problems shown in one error; the rest are counted.
+MAX_PROBLEMS = 20
+
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_MERGE = "tag:yaml.org,2002:merge"
+
+Loc = tuple[str | int, ...]
 
 
 def load_plan(path: Path) -> Plan:
@@ -43,69 +73,175 @@ def load_plan(path: Path) -> Plan:
     return parse_plan(text, str(path))
 
 
-class _PlanLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (the
-    last one would win silently), with the line of the second."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.get(key)
-            except TypeError:
-                continue  # unhashable: the base constructor reports it
-            if first is not None:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first on line {first})", key_node.start_mark
-                )
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
+# -- problems ---------------------------------------------------------------------
 
 
-def _check_nodes(root: yaml.Node) -> None:
-    """Refuse recursive aliases (a node inside itself) and documents that
-    aliases expand beyond MAX_NODES; iterative, so depth costs no stack."""
-    visits = 0
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a plan file: where it starts and what it is."""
+
+    line: int | None
+    message: str  # without the file and line
+    field: str | None = None  # the path in the document, as pydantic writes it: milestones.3.retries
+    milestone: str | None = None
+
+    def segment(self, source: str) -> str:
+        return f"{source}:{self.line}: {self.message}" if self.line else f"{source}: {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "milestone": self.milestone, "field": self.field, "message": self.message}
+
+
+def _refuse(source: str, problems: Sequence[Problem], error: InputError | None = None) -> NoReturn:
+    """Raise one error holding every problem (the first ``MAX_PROBLEMS``),
+    of the first problem's kind (``error``) or a :class:`PlanFileError`."""
+    ordered = sorted(problems, key=lambda p: (p.line is None, p.line or 0))
+    shown, more = ordered[:MAX_PROBLEMS], max(0, len(ordered) - MAX_PROBLEMS)
+    message = "; ".join(p.segment(source) for p in shown)
+    if more:
+        message += f"; and {more} more problem{'s' if more > 1 else ''}"
+    first = shown[0]
+    details: dict[str, Any] = {"field": first.field, **(error.details if error else {})}
+    details |= {"file": source, "line": first.line, "problems": [p.as_dict() for p in shown], "more": more}
+    raise (type(error) if error else PlanFileError)(message, **details) from None
+
+
+# -- YAML ---------------------------------------------------------------------------
+
+
+def _yaml_problem(e: yaml.YAMLError) -> Problem:
+    """A YAML error at the line where the broken thing starts: an unclosed
+    quote or bracket where it opened (the parser's context), anything else
+    where the parser found it."""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    context = getattr(e, "context", None)
+    pmark, cmark = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
+    pline = pmark.line + 1 if pmark is not None else None
+    cline = cmark.line + 1 if cmark is not None else None
+    if "maximum nesting depth" in problem:
+        return Problem(cline or pline, "the document is nested too deeply (at most 1000 levels)")
+    opened = context is not None and (context.startswith("while scanning") or "flow" in context)
+    if opened and cline is not None:
+        found = f"{problem} on line {pline}" if pline and pline != cline else problem
+        return Problem(cline, f"invalid YAML: {context} that starts here: {found}")
+    where = f" ({context} on line {cline})" if context and cline and cline != pline else ""
+    return Problem(pline, f"invalid YAML: {problem}{where}")
+
+
+def _compose(text: str) -> Node | None:
+    loader = _Loader(text)
+    try:
+        node: Node | None = loader.get_single_node()
+        return node
+    finally:
+        loader.dispose()
+
+
+def _build(root: Node) -> Any:
+    """Python data from composed YAML nodes, each node built once (see the
+    module's text for what is refused)."""
+    loader = _Loader("")
+    constructors = loader.yaml_constructors
+    built: dict[int, tuple[Any, int]] = {}  # collections: id -> (value, nodes it expands to)
     open_: set[int] = set()
-    while stack:
-        node, leaving = stack.pop()
-        if leaving:
-            open_.discard(id(node))
-            continue
-        if id(node) in open_:
+    added = 0  # nodes that aliases add to the document
+
+    def scalar(node: Node) -> Any:
+        if node.tag == _STR:
+            return node.value
+        value = (constructors.get(node.tag) or constructors[None])(loader, node)
+        if isinstance(value, types.GeneratorType):  # a collection's tag on a scalar
+            return loader.construct_object(node, deep=True)
+        return value
+
+    def build(node: Node) -> tuple[Any, int]:
+        nonlocal added
+        key = id(node)
+        if key in built:  # reached again: through an alias
+            value, size = built[key]
+            added += size
+            if added > MAX_ALIAS_NODES:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"aliases expand the document by more than {MAX_ALIAS_NODES:,} nodes (an alias bomb?)",
+                    node.start_mark,
+                )
+            return value, size
+        if isinstance(node, ScalarNode):
+            return scalar(node), 1
+        if key in open_:
             raise yaml.composer.ComposerError(
                 None, None, "recursive alias: a node that contains itself", node.start_mark
             )
-        visits += 1
-        if visits > MAX_NODES:
-            raise yaml.composer.ComposerError(
-                None, None, f"the document expands beyond {MAX_NODES} nodes (aliases?)", node.start_mark
+        if node.tag not in (_MAP, _SEQ):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a plan file has no use for the tag {node.tag!r}", node.start_mark
             )
-        children: list[yaml.Node] = []
-        if isinstance(node, yaml.MappingNode):
-            children = [n for kv in node.value for n in kv]
-        elif isinstance(node, yaml.SequenceNode):
-            children = list(node.value)
-        if children:
-            open_.add(id(node))
-            stack.append((node, True))
-            stack.extend((c, False) for c in reversed(children))
+        open_.add(key)
+        size = 1
+        out: Any
+        if isinstance(node, SequenceNode):
+            out = []
+            for child in node.value:
+                value, n = build(child)
+                out.append(value)
+                size += n
+        else:
+            assert isinstance(node, MappingNode)
+            out = {}
+            first: dict[Any, int] = {}
+            for k, _ in node.value:  # keys written here, before merges (`<<: *base`) are folded in
+                if k.tag == _MERGE:
+                    continue
+                if not isinstance(k, ScalarNode):
+                    raise yaml.constructor.ConstructorError(
+                        "while building a mapping", node.start_mark, "found an unhashable key", k.start_mark
+                    )
+                name = scalar(k)
+                line = first.get(name)
+                if line is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {name!r} (first on line {line})", k.start_mark
+                    )
+                first[name] = k.start_mark.line + 1
+            if any(k.tag == _MERGE for k, _ in node.value):
+                loader.flatten_mapping(node)
+            for k, v in node.value:
+                name, n1 = build(k)
+                value, n2 = build(v)
+                out[name] = value  # a key written here wins over a merged one
+                size += n1 + n2
+        open_.discard(key)
+        built[key] = (out, size)
+        return out, size
+
+    return build(root)[0]
 
 
-def _load_yaml(text: str) -> Any:
-    loader = _PlanLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_nodes(node)
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
+def _line_map(root: Node | None) -> dict[Loc, int]:
+    """Every path in the document (keys and list indexes) to its 1-based line."""
+    out: dict[Loc, int] = {}
+    stack: list[tuple[Loc, Node]] = [((), root)] if root is not None else []
+    seen: set[int] = set()
+    while stack:
+        path, node = stack.pop()
+        out.setdefault(path, node.start_mark.line + 1)
+        if id(node) in seen:
+            continue
+        if isinstance(node, MappingNode):
+            seen.add(id(node))
+            for k, v in node.value:
+                if isinstance(k, ScalarNode):
+                    out[(*path, k.value)] = k.start_mark.line + 1
+                    stack.append(((*path, k.value), v))
+        elif isinstance(node, SequenceNode):
+            seen.add(id(node))
+            stack.extend(((*path, i), v) for i, v in enumerate(node.value))
+    return out
+
+
+# -- JSON ---------------------------------------------------------------------------
 
 
 class _DuplicateKey(Exception):
@@ -122,98 +258,204 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def _lines(text: str) -> dict[tuple[Any, ...], int]:
-    """Map every path in the document (keys and list indexes) to its 1-based line."""
-    out: dict[tuple[Any, ...], int] = {}
+def _json_lines(text: str) -> dict[Loc, int]:
+    """Lines of a JSON document's paths (JSON is YAML): only for errors."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return out
+        return _line_map(_compose(text))
+    except (yaml.YAMLError, RecursionError):
+        return {}
 
-    def walk(node: yaml.Node, path: tuple[Any, ...]) -> None:
-        out.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                key = k.value
-                out[(*path, key)] = k.start_mark.line + 1
-                walk(v, (*path, key))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                walk(v, (*path, i))
 
-    if root is not None:
-        # Nested too deeply to point at a line: the message still names the field.
-        with contextlib.suppress(RecursionError):
-            walk(root, ())
-    return out
+# -- the plan -------------------------------------------------------------------------
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused: a large plan is millions of
+    objects, none of them garbage, and each full collection walks them all
+    (it took most of the time of reading and applying 100,000 milestones)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def parse_plan(text: str, source: str = "<plan>") -> Plan:
+    """The plan in ``text`` (YAML or JSON), validated whole; every problem
+    found is reported at once in one :class:`PlanFileError` (or the first
+    problem's own kind), naming ``source`` and the line of each."""
+    with gc_paused():
+        return _parse_plan(text, source)
+
+
+def _parse_plan(text: str, source: str) -> Plan:
     is_json = source.endswith(".json") or text.lstrip().startswith("{")
+    root: Node | None = None
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates) if is_json else _load_yaml(text)
+        if is_json:
+            data = json.loads(text, object_pairs_hook=_no_duplicates)
+        else:
+            root = _compose(text)
+            data = None if root is None else _build(root)
     except json.JSONDecodeError as e:
-        raise PlanFileError(f"{source}:{e.lineno}: invalid JSON: {e.msg}", file=source, line=e.lineno) from None
+        _refuse(source, [Problem(e.lineno, f"invalid JSON: {e.msg}")])
     except _DuplicateKey as e:
-        line = None
-        try:  # JSON is YAML: the YAML loader finds the line of the second key
-            _load_yaml(text)
-        except yaml.MarkedYAMLError as ye:
-            line = ye.problem_mark.line + 1 if ye.problem_mark is not None else None
-        except (yaml.YAMLError, RecursionError):
-            pass
-        where = f"{source}:{line}" if line else source
-        raise PlanFileError(f"{where}: invalid JSON: duplicate key {e.key!r}", file=source, line=line) from None
+        _refuse(source, [Problem(_duplicate_line(text), f"invalid JSON: duplicate key {e.key!r}")])
     except RecursionError:
-        raise PlanFileError(f"{source}: the document is nested too deeply", file=source) from None
+        _refuse(source, [Problem(None, "the document is nested too deeply")])
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        where = f"{source}:{line}" if line else source
-        raise PlanFileError(f"{where}: invalid YAML: {problem}", file=source, line=line) from None
+        _refuse(source, [_yaml_problem(e)])
     if not isinstance(data, dict):
-        raise PlanFileError(
-            f"{source}: a plan file holds one mapping (objective, milestones, ...), found {type(data).__name__}",
-            file=source,
+        _refuse(
+            source,
+            [Problem(None, f"a plan file holds one mapping (objective, milestones, ...), found {type(data).__name__}")],
         )
+
+    def lines() -> dict[Loc, int]:  # only wanted for an error
+        return _json_lines(text) if is_json else _line_map(root)
+
     try:
         plan = Plan.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
+        _refuse(source, _field_problems(e, data, lines()))
+    try:
+        plan.to_milestones()
+    except InputError as e:
+        problems = _plan_problems(plan, lines())
+        if problems:
+            _refuse(source, [p for p, _ in problems], problems[0][1])
+        name = e.details.get("milestone")
+        index = next((i for i, m in enumerate(plan.milestones) if m.name == name), None)
+        line = lines().get(("milestones", index)) if index is not None else None
+        _refuse(source, [Problem(line, e.message, _field("milestones", index), name)], e)
+    return plan
+
+
+def _duplicate_line(text: str) -> int | None:
+    """The line of a JSON document's second key (read again as YAML)."""
+    try:
+        _build(_compose(text) or ScalarNode(_STR, ""))
+    except yaml.MarkedYAMLError as ye:
+        return ye.problem_mark.line + 1 if ye.problem_mark is not None else None
+    except (yaml.YAMLError, RecursionError):
+        pass
+    return None
+
+
+def _field(*path: str | int | None) -> str | None:
+    return None if None in path else ".".join(str(p) for p in path)
+
+
+def _at(lines: dict[Loc, int], path: Loc) -> int | None:
+    """The line of ``path``, or of the nearest enclosing thing that has one."""
+    for cut in range(len(path), -1, -1):
+        line = lines.get(path[:cut])
+        if line is not None:
+            return line
+    return None
+
+
+def _entry(data: Any, *path: str | int) -> Any:
+    for p in path:
+        if not isinstance(data, dict | list):
+            return None
+        try:
+            data = data[p]  # type: ignore[index]
+        except (LookupError, TypeError):
+            return None
+    return data
+
+
+def _named(entry: Any) -> str | None:
+    name = entry.get("name") if isinstance(entry, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _where(loc: Loc, data: Any) -> tuple[str | None, str, Loc]:
+    """Who holds the field at ``loc`` (a milestone by its name), and the
+    field's path inside it: (milestone, words, path)."""
+    if len(loc) >= 2 and loc[0] == "milestones" and isinstance(loc[1], int):
+        entry = _entry(data, "milestones", loc[1])
+        name = _named(entry)
+        who = f"milestone {name!r}" if name else f"milestone #{loc[1] + 1}"
+        rest = loc[2:]
+        if len(rest) >= 2 and rest[0] == "gate" and isinstance(rest[1], int):
+            cmd = _named(_entry(entry, "gate", rest[1]))
+            who += f", gate command {cmd!r}" if cmd else f", gate command {rest[1] + 1}"
+            rest = rest[2:]
+        return name, who, rest
+    if loc[:1] == ("defaults",):
+        return None, "defaults", loc[1:]
+    return None, "", loc
+
+
+def _dotted(path: Loc) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def _field_problems(e: ValidationError, data: Any, lines: dict[Loc, int]) -> list[Problem]:
+    out = []
+    for err in e.errors():
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("command", "list")))
-        lines = _lines(text)
-        line = None
-        for cut in range(len(loc), -1, -1):
-            line = lines.get(loc[:cut])
-            if line is not None:
-                break
-        where = f"{source}:{line}" if line else source
-        field = ".".join(str(p) for p in loc) or "(top level)"
+        milestone, who, rest = _where(loc, data)
+        prefix = f"{who}: " if who else ""
         if err["type"] == "extra_forbidden":
-            allowed = _allowed(loc)
-            msg = f"{where}: unknown field {field!r}; allowed here: {allowed}"
+            msg = f"{prefix}unknown field {_dotted(rest)!r}; allowed here: {_allowed(loc)}"
         else:
             found = err.get("input")
             shown = repr(found) if not isinstance(found, dict | list) else type(found).__name__
             if len(shown) > 80:
                 shown = shown[:77] + "..."
             detail = str(err["msg"]).removeprefix("Value error, ")
-            msg = f"{where}: invalid {field}: {detail[:1].lower()}{detail[1:]} (found {shown})"
-        more = len(e.errors()) - 1
-        if more:
-            msg += f" (and {more} more problem{'s' if more > 1 else ''})"
-        raise PlanFileError(msg, file=source, line=line, field=field) from None
-    try:
-        plan.to_milestones()
-    except InputError as e:
-        # Point at the milestone the problem is about.
-        name = e.details.get("milestone")
-        index = next((i for i, m in enumerate(plan.milestones) if m.name == name), None)
-        line = _lines(text).get(("milestones", index)) if index is not None else None
-        where = f"{source}:{line}" if line else source
-        raise type(e)(f"{where}: {e.message}", **e.details, file=source, line=line) from None
-    return plan
+            what = _dotted(rest) or "entry"
+            msg = f"{prefix}invalid {what}: {detail[:1].lower()}{detail[1:]} (found {shown})"
+        out.append(Problem(_at(lines, loc), msg, ".".join(str(p) for p in loc) or None, milestone))
+    return out
+
+
+def _plan_problems(plan: Plan, lines: dict[Loc, int]) -> list[tuple[Problem, InputError]]:
+    """Every problem of a plan whose fields are sound: each milestone on its
+    own (name, gate commands, ...), then names and deps across milestones.
+    Empty when the only problem needs the whole set (a cycle)."""
+    from milepost.graph.dag import milestone_problems
+    from milepost.graph.errors import DuplicateNameError, InvalidNameError
+    from milepost.graph.models import Milestone
+
+    out: list[tuple[Problem, InputError]] = []
+
+    def add(i: int, e: InputError, *path: str | int) -> None:
+        full = ("milestones", i, *path)
+        out.append((Problem(_at(lines, full), e.message, _field(*full), plan.milestones[i].name), e))
+
+    for i, pm in enumerate(plan.milestones):
+        alone = plan.model_copy(update={"milestones": [pm.model_copy(update={"deps": []})]})
+        try:
+            alone.to_milestones()
+        except InputError as e:
+            bad = e.details.get("name")
+            commands = pm.gate if isinstance(pm.gate, list) else []
+            j = next((j for j, c in enumerate(commands) if bad is not None and c.name == bad), None)
+            if bad == pm.name:
+                add(i, e, "name")
+            elif j is not None:
+                add(i, e, "gate", j, "name")
+            else:
+                add(i, e, *(["gate"] if "gate command" in e.message else []))
+    light = [
+        Milestone(id=i + 1, name=pm.name, deps=list(dict.fromkeys(pm.deps))) for i, pm in enumerate(plan.milestones)
+    ]
+    for m, problem in milestone_problems(light):
+        i = m.id - 1
+        if isinstance(problem, InvalidNameError):
+            continue  # reported with the milestone alone
+        if isinstance(problem, DuplicateNameError):
+            add(i, problem, "name")
+        else:  # a dep that is itself or unknown
+            add(i, problem, "deps", plan.milestones[i].deps.index(problem.details.get("dep", m.name)))
+    return out
 
 
 def _allowed(loc: tuple[Any, ...]) -> str:

@@ -104,13 +104,16 @@ def test_log_of_missing_file_says_so_and_prints_stored_tail(item: CLI) -> None:
 
 def test_graph_formats(item: CLI) -> None:
     text = item("graph", check=True).out
-    assert "layer 1" in text and "critical path (2): a -> b" in text
+    assert "layer 1" in text and "critical path (2 milestones by count; no gate has run yet): a -> b" in text
     mer = item("graph", "--format", "mermaid", check=True).out
     assert mer.startswith("flowchart TD") and "m1 --> m2" in mer
     dot = item("graph", "--format", "dot", check=True).out
     assert dot.startswith('digraph "item 1"') and '"a" -> "b";' in dot
     js = item.json("graph")
     assert js["edges"] == [["a", "b"]] and js["layers"] == [["a", "c"], ["b"]] and js["next"] == "a"
+    assert (
+        js["critical_path"] == ["a", "b"] and js["critical_path_by"] == "count" and js["critical_path_seconds"] is None
+    )
 
 
 def test_plan_export_round_trip(item: CLI, workspace: Path) -> None:
@@ -250,18 +253,30 @@ PLANS = {
     "yaml syntax": ("objective: o\nmilestones:\n  - name: a\n   deps: [b\n", r"plan.yaml:4: invalid YAML"),
     "unknown field": (
         "objective: o\nmilestones:\n  - name: a\n    gates: true\n",
-        r"plan.yaml:4: unknown field 'milestones.0.gates'; allowed here: name, deps, acceptance, gate",
+        r"plan.yaml:4: milestone 'a': unknown field 'gates'; allowed here: name, deps, acceptance, gate",
     ),
     "unknown dep": (
         "objective: o\nmilestones:\n  - name: a\n  - name: b\n    deps: [zz]\n",
-        r"plan.yaml:4: milestone 'b' depends on unknown milestone 'zz'",
+        r"plan.yaml:5: milestone 'b' depends on unknown milestone 'zz'",
     ),
     "duplicate": ("objective: o\nmilestones:\n  - name: a\n  - name: a\n", r"duplicate milestone name 'a'"),
     "negative retries": (
         "objective: o\nmilestones:\n  - name: a\n    retries: -2\n",
-        r"plan.yaml:4: invalid milestones.0.retries: input should be greater than or equal to 0 \(found -2\)",
+        r"plan.yaml:4: milestone 'a': invalid retries: input should be greater than or equal to 0 \(found -2\)",
     ),
     "not a mapping": ("- a\n- b\n", r"a plan file holds one mapping"),
+    "unclosed quote": (  # reported where the quote opened, not at the end of the file
+        'objective: o\nmilestones:\n  - name: a\n    acceptance: "never closed\n  - name: b\n  - name: c\n',
+        r"plan.yaml:4: invalid YAML: while scanning a quoted scalar that starts here: .* on line 7$",
+    ),
+    "bad name": (
+        "objective: o\nmilestones:\n  - name: a\n  - name: Merge\n",
+        r"plan.yaml:4: invalid milestone name 'Merge'",
+    ),
+    "several problems": (
+        "objective: o\nmilestones:\n  - name: a\n    retries: -1\n  - name: merge\n    timeout: 0\n",
+        r"plan.yaml:4: milestone 'a': invalid retries: .*; plan.yaml:6: milestone 'merge': invalid timeout: ",
+    ),
     "bad json": ('{"objective": "o",\n "milestones": [}', r"plan.json:2: invalid JSON"),
 }
 

@@ -176,16 +176,17 @@ class Case:
 
 
 BIG = "99999999999999999999"
+# The classic: nine levels of nine aliases, 9**9 (387 million) strings once expanded.
+BILLION_LAUGHS = (
+    'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    + "".join(f"{c}: &{c} [{','.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+    + "objective: *i\n"
+)
 PLAN_BAD = {
     "recursive alias": ("objective: &a [*a]\n", "recursive alias"),
     "yaml duplicate key": ("objective: x\nobjective: y\n", "duplicate key 'objective'"),
     "json duplicate key": ('{"objective": "x", "objective": "y"}', "duplicate key 'objective'"),
-    "alias bomb": (
-        "a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-        "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
-        "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\nobjective: x\n",
-        "expands beyond",
-    ),
+    "alias bomb": (BILLION_LAUGHS, "alias bomb"),
     "deep nesting": ("[" * 50000 + "]" * 50000, "nested too deeply"),
     "huge retries": ("objective: x\nmilestones: [{name: a, retries: 100000000000000000000}]\n", "retries"),
     "yaml inf timeout": ("objective: x\nmilestones: [{name: a, timeout: .inf}]\n", "finite number"),

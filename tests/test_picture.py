@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import sys
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from milepost.graph import Action, WorkGraph
+from milepost.graph import Action, Milestone, WorkGraph
 from milepost.graph.render import fill
 from milepost.picture import layout, to_html, to_png, to_svg
 from milepost.planfile import load_plan
@@ -102,3 +104,98 @@ def test_graph_command_writes_every_format(cli: CLI, workspace: Path) -> None:
         assert r.code == 0 and (workspace / "dag.png").read_bytes()[:4] == b"\x89PNG"
     else:
         assert r.code == 3 and "needs an SVG converter" in r.err
+
+
+def test_json_graph_holds_every_format_in_one_document(cli: CLI, workspace: Path) -> None:
+    import base64
+    import json
+
+    cli("plan", "apply", str(EXAMPLES / "refactor" / "plan.yaml"), check=True)
+    for fmt, starts in (("svg", "<svg"), ("mermaid", "flowchart"), ("dot", "digraph"), ("html", "<!doctype html>")):
+        r = cli("--json", "graph", "--format", fmt, check=True)
+        doc = json.loads(r.out)  # one document, nothing else on stdout
+        assert doc["format"] == fmt and doc["item"] == 1 and doc["revision"] >= 1, doc.keys()
+        assert doc["text"].startswith(starts) and "analyze-a" in doc["text"]
+    doc = cli.json("graph", "--format", "json")
+    assert {"nodes", "edges", "critical_path"} <= doc.keys()  # the graph's own document, as before
+    doc = cli.json("graph", "--format", "svg", "-o", "dag.svg")
+    assert doc["output"] == "dag.svg" and doc["bytes"] == len((workspace / "dag.svg").read_bytes())
+    assert "text" not in doc and doc["media_type"] == "image/svg+xml"
+    if shutil.which("rsvg-convert") or shutil.which("chromium"):
+        doc = cli.json("graph", "--format", "png")
+        assert doc["media_type"] == "image/png" and "text" not in doc
+        assert base64.b64decode(doc["base64"])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_critical_path_follows_the_slow_gates_and_says_so(cli: CLI, workspace: Path) -> None:
+    """Three quick gates in a chain and one slow gate alone: by count the
+    chain is critical, by the gates' last run times the slow one is."""
+    (workspace / "plan.yaml").write_text(
+        "objective: o\nmilestones:\n"
+        "  - {name: a, gate: 'true'}\n  - {name: b, deps: [a], gate: 'true'}\n  - {name: c, deps: [b], gate: 'true'}\n"
+        "  - {name: slow, gate: 'sleep 0.6'}\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    assert cli.json("graph")["critical_path"] == ["a", "b", "c"]
+    for name in ("a", "b", "c", "slow"):
+        cli("start", name, check=True)
+        cli("done", name, check=True)
+    doc = cli.json("graph")
+    assert doc["critical_path"] == ["slow"] and doc["critical_path_by"] == "time"
+    assert 0.6 <= doc["critical_path_seconds"] < 10
+    text = cli("graph", check=True).out
+    assert re.search(r"critical path \(1 milestone, 0\.\d s by the gates' last runs\): slow", text), text
+    svg = cli.json("graph", "--format", "svg")["text"]
+    assert "critical path: 1 milestone" not in svg  # a path of one milestone draws no line
+    assert 'stroke="#212121" stroke-width="2.5"' in svg  # but its box is marked
+
+
+def test_svg_scales_to_its_window_and_its_legend_says_how_the_path_was_measured() -> None:
+    g = example_graph()
+    svg = to_svg(g, "work item 1")
+    root = ET.fromstring(svg)
+    w, h = (float(v) for v in root.attrib["viewBox"].split()[2:])
+    assert root.attrib["width"] == "100%" and "height" not in root.attrib  # no fixed size to cut it off
+    assert root.attrib["style"] == f"max-width:{w:.0f}px;height:auto"  # never drawn larger than its own size
+    assert "critical path: 5 milestones by count; no gate has run yet" in svg
+    timed = to_svg(g, durations={"analyze-c": 30.0, "extract-c": 40.0, "analyze-a": 1.0})
+    # The gated milestones that have not run count at the median known time (30 s): 30 + 40 + 3 x 30.
+    assert "critical path: 5 milestones, 160.0 s by the gates&#x27; last runs" in timed
+    assert to_png(svg)[:8] == b"\x89PNG\r\n\x1a\n" if shutil.which("rsvg-convert") or shutil.which("chromium") else h
+
+
+def test_the_html_page_fits_a_1500_px_window(tmp_path: Path) -> None:
+    """A wide DAG (its picture is thousands of pixels wide) in a 1500 px
+    headless Chromium: the picture is scaled into the page, nothing is cut
+    off and the page does not scroll sideways."""
+    from milepost.results import MilestoneView
+    from tests.browser import browser, chromium_path
+
+    if chromium_path() is None:
+        pytest.skip("no chromium installed here (CI installs it)")
+    # Twenty layers of three: a picture thousands of pixels wide.
+    g = WorkGraph(
+        [
+            Milestone(
+                id=i + 1, name=f"step-{i // 3:02d}-{'abc'[i % 3]}", deps=[f"step-{i // 3 - 1:02d}-a"] if i >= 3 else []
+            )
+            for i in range(60)
+        ]
+    )
+    natural = layout(g).width
+    assert natural > 2500
+    views = [MilestoneView(**m.model_dump(), view=m.status.value) for m in g]
+    page_file = tmp_path / "dag.html"
+    page_file.write_text(to_html(g, views, "a wide DAG", "60 milestones"))
+    shots = Path(os.environ.get("MILEPOST_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    with browser(1500, 950) as page:
+        page.goto(page_file.as_uri())
+        page.wait_for_text("a wide DAG")
+        box = page.eval("JSON.stringify(document.querySelector('.picture svg').getBoundingClientRect())")
+        scroll = page.eval("[document.documentElement.scrollWidth, window.innerWidth]")
+        page.screenshot(shots / "html-picture.png", 1500, 950)
+    box = json.loads(box)
+    assert scroll[0] <= scroll[1], scroll  # no sideways scrolling
+    assert 1300 < box["width"] <= 1500 - 2 * 24 and box["right"] <= 1500
+    assert box["height"] == pytest.approx(box["width"] * layout(g).height / natural, rel=0.02)  # scaled, not cropped

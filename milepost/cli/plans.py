@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from pathlib import Path
@@ -35,11 +36,15 @@ def plan() -> None:
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @pass_ctx
 def plan_apply(c: Ctx, file: Path) -> None:
-    """Validate FILE whole, then create its work item (focused)."""
-    from milepost.planfile import load_plan
+    """Validate FILE whole, then create its work item (focused).
 
-    p = load_plan(file)  # validated before the store is touched
-    it = c.service.apply_plan(p)
+    Every problem is reported at once (the first 20), each with the line where
+    it starts and the milestone's name; nothing is written unless all is sound."""
+    from milepost.planfile import gc_paused, load_plan
+
+    with gc_paused():  # a large plan is millions of objects, none of them garbage
+        p = load_plan(file)  # validated before the store is touched
+        it = c.service.apply_plan(p)
     c.emit(
         it.model_dump(mode="json"),
         lambda con: con.print(
@@ -197,6 +202,10 @@ def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> N
 # -- graph, runs, logs -------------------------------------------------------
 
 
+MEDIA_TYPES = {"json": "application/json", "mermaid": "text/vnd.mermaid", "dot": "text/vnd.graphviz",
+               "svg": "image/svg+xml", "html": "text/html", "png": "image/png"}  # fmt: skip
+
+
 @cli.command()
 @click.argument("item_id", type=ID, required=False)
 @click.option(
@@ -205,7 +214,9 @@ def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> N
     type=click.Choice(["text", "mermaid", "dot", "json", "svg", "png", "html"]),
     default="text",
     show_default=True,
-    help="svg/png/html: a layered left-to-right picture with status colours and the critical path.",
+    help="svg/png/html: a layered left-to-right picture with status colours and the critical path."
+    " With --json, one JSON document holds the drawing: {item, revision, format, media_type, text}"
+    " (png: base64 instead of text), or with -o {item, revision, format, media_type, output, bytes}.",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write to this file (default: stdout).")  # fmt: skip
@@ -214,21 +225,25 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
     """Show the DAG with statuses: layers, critical path, bottlenecks; or as a picture."""
     from milepost.graph import render
 
-    if c.json and fmt in ("text", "json"):
+    if c.json and fmt == "text":
         fmt = "json"
     it, g = c.service.graph(item_id)
+    durations = c.service.last_durations(it.id)  # the critical path by the gates' last run times
     title = f"work item {it.id}: {it.objective}"
-    text: str | None = None
+    drawing: str | bytes
     if fmt == "json":
-        text = json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g)}) + "\n"
+        drawing = json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g, durations)}) + "\n"
+        if c.json and output is None:
+            click.echo(drawing, nl=False)  # the graph's own document
+            return
     elif fmt == "mermaid":
-        text = render.to_mermaid(g)
+        drawing = render.to_mermaid(g)
     elif fmt == "dot":
-        text = render.to_dot(g, f"item {it.id}")
+        drawing = render.to_dot(g, f"item {it.id}")
     elif fmt == "svg":
         from milepost.picture import to_svg
 
-        text = to_svg(g, title)
+        drawing = to_svg(g, title, durations=durations)
     elif fmt == "html":
         from milepost.picture import to_html
 
@@ -237,23 +252,32 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
         sub = (
             f"{it.state.value} · {it.readiness}: {it.readiness_reason} · {done}/{len(g)} done · revision {it.revision}"
         )
-        text = to_html(g, views, title, sub)
+        drawing = to_html(g, views, title, sub, durations)
     elif fmt == "png":
         from milepost.picture import to_png, to_svg
 
-        data = to_png(to_svg(g, title))
-        if output is None:
-            if sys.stdout.isatty():
-                raise InvalidValueError("--format png writes binary data: give -o FILE, or redirect stdout")
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
+        drawing = to_png(to_svg(g, title, durations=durations))
+    else:
+        show_graph_text(c.console(), it.id, it.objective, g, durations)
+        return
+    if output is not None:
+        write_file(output, drawing)
+    if c.json:
+        doc: dict[str, object] = {"item": it.id, "revision": it.revision, "format": fmt, "media_type": MEDIA_TYPES[fmt]}
+        if output is not None:
+            size = len(drawing) if isinstance(drawing, bytes) else len(drawing.encode())
+            doc |= {"output": str(output), "bytes": size}
+        elif isinstance(drawing, bytes):
+            doc["base64"] = base64.b64encode(drawing).decode()
         else:
-            write_file(output, data)
+            doc["text"] = drawing
+        click.echo(json.dumps(doc))
+    elif output is not None:
         return
+    elif isinstance(drawing, bytes):
+        if sys.stdout.isatty():
+            raise InvalidValueError("--format png writes binary data: give -o FILE, redirect stdout, or add --json")
+        sys.stdout.buffer.write(drawing)
+        sys.stdout.buffer.flush()
     else:
-        show_graph_text(c.console(), it.id, it.objective, g)
-        return
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        write_file(output, text)
+        click.echo(drawing, nl=False)

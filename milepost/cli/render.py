@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from milepost.graph.status import MilestoneStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rich.console import Console
 
     from milepost.graph.dag import WorkGraph
@@ -142,8 +144,11 @@ def show_verify(con: Console, r: VerifyResult) -> None:
 # -- plan files --------------------------------------------------------------
 
 
-def show_graph_text(con: Console, item_id: int, objective: str, g: WorkGraph) -> None:
+def show_graph_text(
+    con: Console, item_id: int, objective: str, g: WorkGraph, durations: Mapping[str, float] | None = None
+) -> None:
     from milepost.graph.dag import display_status
+    from milepost.graph.render import critical_path
 
     con.print(f"[bold]work item {item_id}[/]: {esc(objective)}")
     if not len(g):
@@ -155,8 +160,8 @@ def show_graph_text(con: Console, item_id: int, objective: str, g: WorkGraph) ->
             deps = f"  [dim]<- {', '.join(m.deps)}[/]" if m.deps else ""
             st = display_status(g, m)
             con.print(f"  {styled(st)}{' ' * (12 - len(st))} {m.name}{deps}")
-    path = g.critical_path()
-    con.print(f"critical path ({len(path)}): " + " -> ".join(m.name for m in path))
+    crit = critical_path(g, durations)
+    con.print(f"critical path ({crit.describe()}): " + " -> ".join(m.name for m in crit.milestones))
     bn = g.bottlenecks(3)
     if bn:
         con.print("bottlenecks: " + ", ".join(f"{m.name} ({n} depend on it)" for m, n in bn))

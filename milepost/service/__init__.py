@@ -293,6 +293,12 @@ class Service:
     def milestone_views(self, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:
         return milestones.milestone_views(self.ctx, item)
 
+    def last_durations(self, item: int | None = None) -> dict[str, float]:
+        """Seconds of each milestone's last gate run that passed or failed."""
+        from milepost.service.durations import last_durations
+
+        return last_durations(self.ctx, item)
+
     def runs(self, name: str, item: int | None = None) -> list[GateRun]:
         return milestones.runs(self.ctx, name, item)
 

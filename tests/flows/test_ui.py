@@ -13,6 +13,7 @@ import base64
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ def test_the_flow_run_page_shows_every_milestone(stuck_drive: dict[str, Any], tm
     with browser() as page:
         page.goto(summary.flow_run_url)
         page.wait_for_text("Task Runs", "Failed", f"item-{stuck_drive['item']}")
+        time.sleep(2)  # the graph zooms into place
         page.screenshot(shots / "flow-run-graph.png", 1500, 900)
         assert page.click_text("Task Runs")
         text = page.wait_for_text(*NAMES)
@@ -141,3 +143,88 @@ def test_a_500_milestone_drive_still_draws_in_the_ui(prefect_api: str, service: 
         page.goto(summary.flow_run_url)
         text = page.wait_for_text("500 Task runs", timeout=120)
         assert re.search(r"Completed", text)
+
+
+REDRIVE_PLAN = """objective: a twenty-milestone refactor, driven twice
+milestones:
+  - {name: analyze-a, gate: 'true'}
+  - {name: analyze-b, gate: 'true'}
+  - {name: analyze-c, gate: 'true'}
+  - {name: analyze-d, gate: 'true'}
+  - {name: analyze-e, gate: 'true'}
+  - {name: extract-a, deps: [analyze-a], gate: 'true'}
+  - {name: extract-b, deps: [analyze-b], gate: 'true'}
+  - {name: extract-c, deps: [analyze-c], gate: 'test -f fixed', retries: 0}
+  - {name: extract-d, deps: [analyze-d], gate: 'true'}
+  - {name: extract-e, deps: [analyze-e], gate: 'true'}
+  - {name: merge, deps: [extract-a, extract-b, extract-c, extract-d, extract-e], gate: 'true'}
+  - {name: test-unit, deps: [merge], gate: 'true'}
+  - {name: test-integration, deps: [merge], gate: 'true'}
+  - {name: test-e2e, deps: [merge], gate: 'true'}
+  - {name: docs-api, deps: [test-unit], gate: 'true'}
+  - {name: docs-guide, deps: [test-integration], gate: 'true'}
+  - {name: lint, deps: [merge], gate: 'true'}
+  - {name: package, deps: [test-unit, test-integration, test-e2e, lint], gate: 'true'}
+  - {name: release-notes, deps: [docs-api, docs-guide], gate: 'test -f notes', retries: 0}
+  - {name: ship, deps: [package, release-notes], gate: 'true'}
+"""
+
+
+def _times(api: str, flow_run_id: str) -> tuple[dict[str, tuple[str, str]], set[tuple[str, str]], set[str]]:
+    """(start, end) of every task run of the flow run's graph by label, its
+    edges, and which of them are plan nodes."""
+    graph = api_get(api, f"/flow_runs/{flow_run_id}/graph-v2")
+    labels = {nid: node["label"] for nid, node in graph["nodes"]}
+    times = {node["label"]: (node["start_time"], node["end_time"]) for _, node in graph["nodes"]}
+    edges = {(labels[p["id"]], node["label"]) for _, node in graph["nodes"] for p in node["parents"]}
+    runs = api_post(api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}, "limit": 200})
+    plan = {r["name"] for r in runs if "milepost-plan-node" in r["tags"]}
+    return times, edges, plan
+
+
+def test_a_redrive_draws_its_plan_nodes_in_columns_not_a_pile(
+    prefect_api: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """A 20-milestone plan: the first drive gets extract-c stuck (ten
+    milestones blocked behind it), the re-drive after a fix finds nine done
+    before it and gets release-notes stuck (ship blocked). The plan nodes
+    (task runs made for what a drive did not run) are placed on the UI's time
+    axis a column per DAG level, after what they depend on, not piled where
+    they were made."""
+    from milepost.store import Store
+    from milepost.workspace import init_workspace
+
+    ws = tmp_path_factory.mktemp("redrive") / "ws"
+    ws.mkdir()
+    w = init_workspace(ws)
+    svc = Service(Store.open(w.url, w.home, w.root, create=True))
+    item = svc.apply_plan(parse_plan(REDRIVE_PLAN)).id
+    first = run_drive(svc, item)
+    assert not first.ok and "stuck: extract-c" in first.message
+    (ws / "fixed").touch()
+    svc.act("extract-c", Action.RESET, reason="the file is there now", item=item)
+    again = run_drive(svc, item)
+    assert not again.ok and "stuck: release-notes" in again.message and again.flow_run_id
+    for summary, n_plan in ((first, 10), (again, 10)):
+        assert summary.flow_run_id
+        times, edges, plan = _times(prefect_api, summary.flow_run_id)
+        assert len(times) == 20 and len(plan) == n_plan
+        for parent, child in edges:
+            if parent in plan or child in plan:  # a plan node starts after what it depends on has ended
+                assert times[parent][1] <= times[child][0], (parent, child, times[parent], times[child])
+    # The re-drive: the nine done before it fill the run's first moments, two columns, before any gate.
+    earlier = {n for n in plan if n != "ship"}
+    assert earlier == {f"analyze-{x}" for x in "abcde"} | {f"extract-{x}" for x in "abde"}
+    assert len({times[n][0] for n in earlier if n.startswith("analyze")}) == 1
+    assert len({times[n][0] for n in earlier if n.startswith("extract")}) == 1
+    assert max(times[n][1] for n in earlier) < times["extract-c"][0]
+    assert times["ship"][0] > times["release-notes"][1]  # the blocked one after the stuck one
+    shots = _shots(tmp_path)
+    _need_browser()
+    with browser() as page:
+        page.goto(again.flow_run_url or "")
+        page.wait_for_text("Task Runs", "Failed", "20 Task runs")
+        time.sleep(2)  # the graph zooms into place
+        page.screenshot(shots / "redrive-graph.png", 1500, 900)
+    assert (shots / "redrive-graph.png").stat().st_size > 40_000
+    svc.close()

@@ -14,7 +14,7 @@ from milepost.errors import (
     TransitionError,
     UnknownDependencyError,
 )
-from milepost.graph import Action, Milestone, MilestoneStatus, WorkGraph, validate_milestones
+from milepost.graph import Action, GateCommand, Milestone, MilestoneStatus, WorkGraph, validate_milestones
 
 S = MilestoneStatus
 
@@ -202,6 +202,33 @@ def test_layers_bottlenecks_critical_path() -> None:
     assert [m.name for m in g.critical_path()] == ["analyze-a", "extract-a", "merge", "test", "commit"]
     top = g.bottlenecks(2)
     assert [(m.name, n) for m, n in top] == [("analyze-a", 4), ("analyze-b", 4)]
+
+
+def test_the_critical_path_weighs_the_gates_last_durations_when_known() -> None:
+    g = refactor()
+    by_count = ["analyze-a", "extract-a", "merge", "test", "commit"]
+    assert g.path_weights({}) is None and [m.name for m in g.critical_path({})] == by_count
+    # The slow gates are on branch C: the path goes through them, not through the lowest ids.
+    slow_c = {"analyze-a": 1.0, "analyze-b": 1.0, "analyze-c": 30.0, "extract-a": 2.0, "extract-c": 40.0}
+    assert [m.name for m in g.critical_path(slow_c)] == ["analyze-c", "extract-c", "merge", "test", "commit"]
+    # On equal time the longer chain: merge, test and commit have no gate (0 s) and still belong to it.
+    assert g.path_weights(slow_c)["merge"] == 0.0  # type: ignore[index]
+    gate = [GateCommand(name="gate", run="true")]
+    chain = WorkGraph(
+        [
+            Milestone(id=1, name="a", gate=gate),
+            Milestone(id=2, name="b", deps=["a"], gate=gate),
+            Milestone(id=3, name="slow", gate=gate),
+            Milestone(id=4, name="c", deps=["b"], gate=gate),
+        ]
+    )
+    assert [m.name for m in chain.critical_path()] == ["a", "b", "c"]
+    # A gate's time outweighs a longer chain of quick ones.
+    assert [m.name for m in chain.critical_path({"a": 1.0, "b": 2.0, "c": 1.0, "slow": 10.0})] == ["slow"]
+    # Not run yet: a gated milestone counts as the median of the known ones; unknown names are ignored.
+    weights = chain.path_weights({"a": 1.0, "b": 3.0, "slow": 10.0, "gone": 99.0})
+    assert weights == {"a": 1.0, "b": 3.0, "slow": 10.0, "c": 3.0}
+    assert [m.name for m in chain.critical_path({"a": 4.0, "b": 5.0, "slow": 12.0})] == ["a", "b", "c"]
 
 
 def test_remove() -> None:

@@ -1,0 +1,121 @@
+"""Benchmark: applying a large YAML plan file, and where the time goes.
+
+A plan of N milestones (default 100,000; each with a gate, an acceptance
+text and up to three deps, like bench_store's items) is written as YAML, then,
+in one run, R times each (medians):
+
+* the phases in this process, each on a fresh SQLite store: parsing (libyaml
+  composing the nodes; building the plan's data, with the duplicate-key and
+  alias checks), validating (the plan's models, then the whole milestone
+  set: names, deps, cycles), and ``Service.apply_plan`` (which validates the
+  set again, writes it, and reads the item back);
+* the whole command, ``milepost plan apply FILE``, as a subprocess in a fresh
+  workspace (start-up included).
+
+Target: the whole command under 5 s for 100,000 milestones.
+
+    .venv/bin/python benchmarks/bench_plan.py [--milestones 100000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from milepost.graph.plan import Plan
+from milepost.planfile import _build, _compose, gc_paused
+from milepost.service import Service
+from milepost.store import Store
+from milepost.workspace import init_workspace
+
+TARGET_S = 5.0
+
+
+def plan_text(n: int) -> str:
+    out = [f"objective: {n} milestones", "milestones:"]
+    for i in range(n):
+        out.append(f"  - name: m{i}")
+        if i >= 200:
+            deps = sorted({f"m{i - 1 - k * 37 % i}" for k in range(1 + i % 3)})
+            out.append(f"    deps: [{', '.join(deps)}]")
+        out.append(f"    acceptance: step {i} works")
+        out.append(f"    gate: python3 -m compileall -q src/m{i}.py")
+    return "\n".join(out) + "\n"
+
+
+def phases(path: Path) -> dict[str, float]:
+    t: dict[str, float] = {}
+    root = Path(tempfile.mkdtemp(prefix="milepost-bench-plan-"))
+    ws = init_workspace(root)
+    svc = Service(Store.open(ws.url, ws.home, ws.root, create=True), "bench")
+    with gc_paused():  # as parse_plan and `plan apply` do
+        t0 = time.perf_counter()
+        text = path.read_text(encoding="utf-8")
+        t1 = time.perf_counter()
+        node = _compose(text)
+        t2 = time.perf_counter()
+        assert node is not None
+        data = _build(node)
+        t3 = time.perf_counter()
+        plan = Plan.model_validate(data)
+        t4 = time.perf_counter()
+        plan.to_milestones()
+        t5 = time.perf_counter()
+        svc.apply_plan(plan)
+        t6 = time.perf_counter()
+    svc.close()
+    del text, node, data, plan
+    gc.collect()
+    t["read the file"] = t1 - t0
+    t["compose (libyaml)"] = t2 - t1
+    t["build the data"] = t3 - t2
+    t["plan models"] = t4 - t3
+    t["validate the set"] = t5 - t4
+    t["Service.apply_plan"] = t6 - t5
+    t["in-process total"] = t6 - t0
+    return t
+
+
+def whole_command(path: Path) -> float:
+    exe = Path(sys.executable).parent / "milepost"
+    root = Path(tempfile.mkdtemp(prefix="milepost-bench-plan-cli-"))
+    subprocess.run([str(exe), "init"], cwd=root, check=True, stdout=subprocess.DEVNULL)
+    t0 = time.perf_counter()
+    subprocess.run([str(exe), "plan", "apply", str(path)], cwd=root, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--milestones", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    n = args.milestones
+    path = Path(tempfile.mkdtemp(prefix="milepost-bench-plan-file-")) / "plan.yaml"
+    path.write_text(plan_text(n))
+    size = path.stat().st_size / 1e6
+    print(f"plan apply of a {n}-milestone YAML plan ({size:.1f} MB), medians of {args.repeat}:")
+    samples: dict[str, list[float]] = {}
+    whole: list[float] = []
+    for _ in range(args.repeat):  # interleaved, so both see the same machine
+        for phase, secs in phases(path).items():
+            samples.setdefault(phase, []).append(secs)
+        whole.append(whole_command(path))
+    total = statistics.median(samples["in-process total"])
+    for phase, xs in samples.items():
+        med = statistics.median(xs)
+        share = "" if phase == "in-process total" else f"   {100 * med / total:4.0f}%"
+        print(f"  {phase:<22} {med:7.2f} s{share}")
+    med = statistics.median(whole)
+    verdict = "met" if med < TARGET_S else "MISSED"
+    print(f"  {'milepost plan apply':<22} {med:7.2f} s   (whole command; target < {TARGET_S:g} s: {verdict})")
+
+
+if __name__ == "__main__":
+    main()
