@@ -271,13 +271,17 @@ def wait(svc: Service, a: WaitArgs) -> dict[str, Any]:
 
 
 def graph(svc: Service, a: GraphArgs) -> dict[str, Any]:
+    from milepost.graph.render import critical_path
+
     it, g = svc.graph(a.item)
     nxt = g.next_ready()
+    crit = critical_path(g, svc.last_durations(it.id))  # by the gates' last durations, as the CLI's
     return {
         "item": it.id,
         "revision": it.revision,
         "layers": [[m.name for m in layer] for layer in g.layers()],
-        "critical_path": [m.name for m in g.critical_path()],
+        "critical_path": [m.name for m in crit.milestones],
+        "critical_path_by": crit.describe(),
         "ready": [m.name for m in g.ready()],
         "next": nxt.name if nxt else None,
         "blocked": {m.name: [d.name for d in deps] for m, deps in g.blocked()},
