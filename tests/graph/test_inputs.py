@@ -91,7 +91,7 @@ def test_export_writes_inputs_back_so_applying_again_gives_the_same() -> None:
 
 def test_plan_file_errors_name_the_line_and_the_pattern() -> None:
     text = "objective: x\nmilestones:\n  - name: a\n    gate: 'true'\n    inputs: ['../up']\n"
-    with pytest.raises(PlanFileError, match=r"<plan>:5: invalid milestones\.0\.inputs\.0: escapes the workspace"):
+    with pytest.raises(PlanFileError, match=r"<plan>:5: milestone 'a': invalid inputs\[0\]: escapes the workspace"):
         parse_plan(text)
     with pytest.raises(InvalidValueError, match=r"<plan>:3: milestone 'a' has inputs but no gate"):
         parse_plan("objective: x\nmilestones:\n  - name: a\n    inputs: ['src/**']\n")
