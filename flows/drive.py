@@ -61,6 +61,7 @@ def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = 
     held = dict(loop.session.waiting) if loop is not None else {}
     held.update(check.waiting)
     scope = ctx.scope if ctx.scope is not None else {m.name for m in g}
+    spent = ctx.service.gate_time(it.id)
     ms = []
     for m in g:
         ms.append(
@@ -72,6 +73,8 @@ def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = 
                 attempts=m.attempts,
                 max_attempts=m.max_attempts,
                 duration=ctx.durations.get(m.name, 0.0),
+                total_duration=spent[m.name][0] if m.name in spent else 0.0,
+                last_attempt=spent[m.name][1] if m.name in spent else None,
                 last_reason=m.reason,
                 stale=check.stale.get(m.name),
                 waiting_for_change=held.get(m.name),

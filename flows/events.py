@@ -57,7 +57,9 @@ class MilestoneSummary(BaseModel):
     view: DisplayStatus
     attempts: int
     max_attempts: int
-    duration: float = 0.0
+    duration: float = 0.0  # gate time in this drive
+    total_duration: float = 0.0  # gate time of all its runs, this drive's and earlier ones
+    last_attempt: int | None = None  # the number of its last gate run (one sequence across resets)
     last_reason: str | None = None
     stale: StaleInfo | None = None
     waiting_for_change: str | None = None

@@ -123,7 +123,7 @@ def _milestone(m: Milestone, view: str | None = None, *, full: bool = False) -> 
     if m.deps:
         out["deps"] = m.deps
     if m.attempts or full:
-        out["tries"] = f"{m.attempts}/{m.max_attempts}"
+        out["budget"] = f"{m.attempts}/{m.max_attempts}"  # used/most; attempts are numbered on across resets
     if m.reason and m.status.value in ("needs_fix", "stuck"):
         out["reason"] = m.reason
     if full:
@@ -248,7 +248,8 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
         out["milestone"] = _milestone(d.milestone, "in_review" if d.milestone.awaiting_review else None)
         if d.gate_run is not None:
             run = d.gate_run
-            out["gate"] = {"attempt": run.attempt, "reason": run.reason, "seconds": round(run.duration, 2)}
+            out["gate"] = {"attempt": run.attempt, "outcome": run.outcome.value, "reason": run.reason,
+                           "seconds": round(run.duration, 2)}  # fmt: skip
             if not d.passed:
                 out["gate"]["tail"] = "\n".join(run.tail.rstrip().splitlines()[-15:])
                 out["gate"]["log"] = run.log_path
@@ -543,7 +544,7 @@ def prime(svc: Service, item: int | None = None) -> str:
     if busy:
         lines.append("in progress: " + ", ".join(busy[:10]))
     for m in [m for m in g if m.status is MilestoneStatus.NEEDS_FIX and not m.is_stuck][:5]:
-        lines.append(f"needs_fix: {m.name} ({m.attempts}/{m.max_attempts} tries): {m.reason or ''}".rstrip(": "))
+        lines.append(f"needs_fix: {m.name} (budget {m.attempts}/{m.max_attempts} used): {m.reason or ''}".rstrip(": "))
     stuck = [m for m in g if m.is_stuck]
     for m in stuck[:5]:
         below = g.descendants(m.name)

@@ -282,7 +282,7 @@ th {{ background: #f5f7f8; }}
 <div class="picture">
 {svg}</div>
 <table>
-<thead><tr><th>id</th><th>milestone</th><th>status</th><th>tries</th><th>deps</th><th>acceptance</th>
+<thead><tr><th>id</th><th>milestone</th><th>status</th><th>budget</th><th>deps</th><th>acceptance</th>
 <th>last reason</th></tr></thead>
 <tbody>
 {chr(10).join(rows)}

@@ -48,7 +48,9 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
         )
         total_time += ms.duration
         props = ET.SubElement(case, "properties")
-        for key, value in (("status", ms.view), ("attempts", f"{ms.attempts}/{ms.max_attempts}"), ("id", ms.id)):
+        props_ = (("status", ms.view), ("budget", f"{ms.attempts}/{ms.max_attempts}"), ("id", ms.id),
+                  ("last_attempt", ms.last_attempt or ""), ("total_time", f"{ms.total_duration:.3f}"))  # fmt: skip
+        for key, value in props_:
             ET.SubElement(props, "property", name=str(key), value=str(value))
         view = views[ms.name].view if ms.name in views else display_status(g, m)
         if scope is not None and ms.name not in scope and view is not DisplayStatus.DONE:
@@ -125,13 +127,14 @@ def step_summary(svc: Service, summary: DriveSummary) -> str:
         to_mermaid(g).rstrip(),
         "```",
         "",
-        "| id | milestone | status | tries | time | last reason |",
-        "|---:|---|---|---|---:|---|",
+        "| id | milestone | status | budget | last attempt | time | total | last reason |",
+        "|---:|---|---|---|---:|---:|---:|---|",
     ]
     for m in summary.milestones:
         reason = (m.last_reason or "").replace("|", "\\|").replace("\n", " ")
         lines.append(
-            f"| {m.id} | {m.name} | {m.view} | {m.attempts}/{m.max_attempts} | {m.duration:.1f} s | {reason} |"
+            f"| {m.id} | {m.name} | {m.view} | {m.attempts}/{m.max_attempts} | {m.last_attempt or '-'} |"
+            f" {m.duration:.1f} s | {m.total_duration:.1f} s | {reason} |"
         )
     if summary.flow_run_url:
         lines += ["", f"[Flow run in the Prefect UI]({summary.flow_run_url})"]

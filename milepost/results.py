@@ -111,7 +111,8 @@ class MilestoneView(Milestone):
 
     view: DisplayStatus
     waiting_on: list[str] = Field(default_factory=list)
-    last_run: str | None = None
+    last_run: str | None = None  # the reason of its last gate run
+    last_attempt: int | None = None  # the number of its last gate run (attempts are numbered across resets)
     stale: StaleInfo | None = None
     # A failed milestone the drive will not retry until its inputs change.
     waiting_for_change: str | None = None

@@ -65,7 +65,7 @@ def test_walkthrough_gate_fail_needs_fix_then_stuck(item: CLI) -> None:
     item("start", "b", check=True)
     r = item("done", "b")
     assert r.code == 1
-    assert "b: needs_fix — gate failed: exit 1 (attempt 1 of 2, 1 left); log: " in r.out
+    assert "b: needs_fix — gate failed: exit 1 (attempt 1; budget 1 of 2 used, 1 left); log: " in r.out
     log_path = r.out.split("log: ")[1].split()[0]
     assert Path(log_path).is_file()
     item("start", "b", check=True)
@@ -81,7 +81,14 @@ def test_walkthrough_gate_fail_needs_fix_then_stuck(item: CLI) -> None:
     assert log.code == 0 and log.out.startswith("=== [gate] $ exit 1")
     r = item("reset", "b", "--reason", "fixed the env")
     assert r.code == 0 and "b: stuck -> needs_fix" in r.out
-    assert item.json("list")["milestones"][1]["attempts"] == 0
+    b = item.json("list")["milestones"][1]
+    assert (b["attempts"], b["last_attempt"]) == (0, 2)  # a fresh budget; attempts are numbered on
+    # After the reset: attempt 3 (its log is attempt-3.log), with the budget told apart.
+    item("start", "b", check=True)
+    r = item("done", "b")
+    assert "b: needs_fix — gate failed: exit 1 (attempt 3; budget 1 of 2 used, 1 left)" in r.out
+    assert "attempt-3.log" in r.out
+    assert "attempt 3: exit 1" in item("list").out
 
 
 def test_done_without_gate_and_next_reasons(item: CLI) -> None:

@@ -64,18 +64,23 @@ def show_done(con: Console, r: DoneResult) -> None:
         return
     if m.status is MilestoneStatus.STUCK:
         con.print(
-            f"{m.name}: {styled('stuck')} — gate failed: {esc(run.reason)} (attempt {m.attempts} of"
-            f" {m.max_attempts}, budget spent); reset with `milepost reset {m.name} --reason TEXT`; {where}"
+            f"{m.name}: {styled('stuck')} — gate failed: {esc(run.reason)} (attempt {run.attempt}; budget spent:"
+            f" {budget(m.attempts, m.max_attempts)}); reset with `milepost reset {m.name} --reason TEXT`; {where}"
         )
     else:
         left = m.max_attempts - m.attempts
         con.print(
-            f"{m.name}: {styled(m.status.value)} — gate failed: {esc(run.reason)} (attempt {m.attempts} of"
-            f" {m.max_attempts}, {left} left); {where}"
+            f"{m.name}: {styled(m.status.value)} — gate failed: {esc(run.reason)} (attempt {run.attempt};"
+            f" budget {budget(m.attempts, m.max_attempts)}, {left} left); {where}"
         )
     tail = run.tail.rstrip().splitlines()[-10:]
     for line in tail:
         con.print(f"  [dim]{esc(line)}[/]")
+
+
+def budget(used: int, most: int) -> str:
+    """The retry budget, apart from attempt numbers (which run on across resets): ``1 of 3 used``."""
+    return f"{used} of {most} used"
 
 
 def milestone_table(con: Console, views: list[MilestoneView]) -> None:
@@ -85,13 +90,16 @@ def milestone_table(con: Console, views: list[MilestoneView]) -> None:
         con.print("no milestones yet: `milepost add NAME --gate CMD`")
         return
     t = Table(box=None, header_style="bold")
-    for col in ("id", "name", "status", "tries", "deps", "gate", "inputs", "note"):
+    for col in ("id", "name", "status", "budget", "deps", "gate", "inputs", "note"):
         t.add_column(col, overflow="fold")
     for v in views:
         gate = v.gate[0].run if len(v.gate) == 1 else (f"{len(v.gate)} commands" if v.gate else "-")
         if len(gate) > 40:
             gate = gate[:39] + "…"
-        note = v.reason or v.last_run or ""
+        if v.last_run is not None and v.reason in (None, v.last_run):
+            note = f"attempt {v.last_attempt}: {v.last_run}"  # what its last gate run said
+        else:
+            note = v.reason or ""
         if v.waiting_on:
             note = "waiting on " + ", ".join(v.waiting_on)
         if v.stale is not None:
@@ -173,12 +181,12 @@ def show_summary(con: Console, summary: Any) -> None:
     from rich.table import Table
 
     t = Table(box=None, header_style="bold")
-    for col in ("id", "milestone", "status", "tries", "time", "last reason"):
+    for col in ("id", "milestone", "status", "budget", "last attempt", "time", "total", "last reason"):
         t.add_column(col, overflow="fold")
     for m in summary.milestones:
         reason = m.stale.reason if m.stale is not None else (m.waiting_for_change or m.last_reason or "")
-        t.add_row(str(m.id), m.name, styled(m.view), f"{m.attempts}/{m.max_attempts}", f"{m.duration:.1f} s",
-                  esc(reason))  # fmt: skip
+        t.add_row(str(m.id), m.name, styled(m.view), f"{m.attempts}/{m.max_attempts}", str(m.last_attempt or "-"),
+                  f"{m.duration:.1f} s", f"{m.total_duration:.1f} s", esc(reason))  # fmt: skip
     con.print(t)
     verdict = "[green]ok[/]" if summary.ok else "[red]not done[/]"
     runs = f"{summary.gate_runs} gate run{'s' if summary.gate_runs != 1 else ''}"

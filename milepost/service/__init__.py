@@ -293,6 +293,12 @@ class Service:
     def milestone_views(self, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:
         return milestones.milestone_views(self.ctx, item)
 
+    def gate_time(self, item: int) -> dict[str, tuple[float, int]]:
+        """Per milestone: seconds of all its gate runs, and its last attempt's number."""
+        from milepost.service import durations
+
+        return durations.gate_time(self.ctx, item)
+
     def last_durations(self, item: int | None = None) -> dict[str, float]:
         """Seconds of each milestone's last gate run that passed or failed."""
         from milepost.service.durations import last_durations

@@ -10,7 +10,7 @@ from milepost.service._rows import MILESTONES, RUNS
 from milepost.service._tx import Context
 from milepost.service.items import resolve
 
-__all__ = ["last_durations"]
+__all__ = ["gate_time", "last_durations"]
 
 # Runs that ran to a verdict; an interrupted run's time says nothing of the gate.
 _JUDGED = (Outcome.PASSED.value, Outcome.FAILED.value)
@@ -28,3 +28,17 @@ def last_durations(ctx: Context, item: int | None = None) -> dict[str, float]:
             .order_by(RUNS.c.milestone_id, RUNS.c.attempt)
         )
         return {name: float(duration) for name, duration in rows}  # the last attempt wins
+
+
+def gate_time(ctx: Context, item: int) -> dict[str, tuple[float, int]]:
+    """Per milestone: the seconds of all its gate runs, and its last attempt's number."""
+    from sqlalchemy import func
+
+    with ctx.store.read() as conn:
+        rows = conn.execute(
+            select(MILESTONES.c.name, func.sum(RUNS.c.duration), func.max(RUNS.c.attempt))
+            .join(RUNS, RUNS.c.milestone_id == MILESTONES.c.id)
+            .where(RUNS.c.item_id == item)
+            .group_by(MILESTONES.c.name)
+        )
+        return {name: (float(total or 0.0), int(last or 0)) for name, total, last in rows}

@@ -309,10 +309,10 @@ def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, li
     it, g = read(ctx, item_id)
     check = proofs.check(ctx, item_id, g)
     with ctx.store.read() as conn:
-        last: dict[str, str] = {
-            name: reason
-            for name, reason in conn.execute(
-                select(MILESTONES.c.name, RUNS.c.reason)
+        last: dict[str, tuple[int, str]] = {
+            name: (attempt, reason)
+            for name, attempt, reason in conn.execute(
+                select(MILESTONES.c.name, RUNS.c.attempt, RUNS.c.reason)
                 .join(RUNS, RUNS.c.milestone_id == MILESTONES.c.id)
                 .where(RUNS.c.item_id == item_id)
                 .order_by(RUNS.c.milestone_id, RUNS.c.attempt)
@@ -323,7 +323,8 @@ def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, li
             **m.model_dump(),
             view=display_status(g, m),
             waiting_on=[d.name for d in g.undone_deps(m.name)],
-            last_run=last.get(m.name),
+            last_run=last[m.name][1] if m.name in last else None,
+            last_attempt=last[m.name][0] if m.name in last else None,
             stale=check.stale.get(m.name),
             waiting_for_change=check.waiting.get(m.name),
         )
