@@ -73,7 +73,9 @@ def node_state(g: WorkGraph, m: Milestone) -> tuple[str, str, str]:
     view = display_status(g, m)
     kind, name = STATES.get(view, ("cancelled", view.replace("_", " ").capitalize()))
     if view is DisplayStatus.DONE:
-        message = f"done before this drive (budget {m.attempts} of {m.max_attempts} used)" if m.gate else "done (no gate)"
+        message = (
+            f"done before this drive (budget {m.attempts} of {m.max_attempts} used)" if m.gate else "done (no gate)"
+        )
     elif view is DisplayStatus.BLOCKED:
         waiting = ", ".join(f"{d.name} ({display_status(g, d)})" for d in g.undone_deps(m.name))
         message = f"waiting on {waiting}" if waiting else "blocked"
