@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -18,8 +18,16 @@ from milepost.picture import layout, to_html, to_png, to_svg
 from milepost.planfile import load_plan
 from tests.conftest import CLI, EXAMPLES
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from bench_graph import random_dag
+
+def random_dag(n: int, seed: int = 7) -> list[Milestone]:
+    """A reproducible DAG of ``n`` milestones, each needing up to 3 of the 50 before it."""
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        k = rnd.randint(0, min(i, 3))
+        deps = sorted({f"m{rnd.randrange(max(0, i - 50), i)}" for _ in range(k)}) if i else []
+        out.append(Milestone(id=i + 1, name=f"m{i}", deps=deps))
+    return out
 
 
 def example_graph() -> WorkGraph:

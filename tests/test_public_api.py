@@ -124,6 +124,17 @@ def test_import_milepost_is_cheap(tmp_path: Path) -> None:
     assert "prefect" not in mods and "sqlalchemy" not in mods and "alembic" not in mods
 
 
+def test_the_gate_modules_do_not_import_prefect(tmp_path: Path) -> None:
+    """Every module of gates/ itself (not only the lazy package root), in a fresh interpreter."""
+    root = Path(milepost.__file__).resolve().parent.parent
+    names = sorted(p.stem for p in (root / "gates").glob("*.py") if p.stem != "__init__")
+    assert {"command", "inputs", "supervisor", "outcome"} <= set(names)
+    mods = _modules_after("\n".join(f"import milepost.gates.{n}" for n in names), tmp_path)
+    assert {f"milepost.gates.{n}" for n in names} <= mods  # they did load
+    assert not any(m == "prefect" or m.startswith("prefect.") for m in mods)
+    assert "sqlalchemy" not in mods  # the gates know no store either
+
+
 def test_state_commands_do_not_import_prefect(tmp_path: Path) -> None:
     """init, item create, add, next, list, start, done (with a gate), prime: none imports Prefect or the MCP SDK."""
     code = """

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     ``MILEPOST_DEBUG=1`` adds the Python traceback."""
     args = sys.argv[1:] if argv is None else argv
     as_json = "--json" in args
-    debug = "--debug" in args or os.environ.get("MILEPOST_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+    debug = "--debug" in args or _debug_setting()
     if not args:
         click.echo(cli.get_help(click.Context(cli, info_name="milepost")))
         raise SystemExit(0)
@@ -79,6 +79,18 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _debug_setting() -> bool:
+    """``MILEPOST_DEBUG``, read through the one settings object; a bad value
+    is reported by the command itself (exit 3), not here."""
+    from milepost.errors import SettingsError
+    from milepost.settings import load_settings
+
+    try:
+        return load_settings().debug
+    except SettingsError:
+        return False
 
 
 def _sigterm_interrupts() -> Any:

@@ -30,6 +30,7 @@ from milepost.graph.models import (
     ItemDefaults,
     Milestone,
     PlanArtifact,
+    TodoItem,
     WorkItem,
     WorkRef,
     check_name,
@@ -183,9 +184,23 @@ class Service:
              expect_revision: int | None = None) -> WorkItem:  # fmt: skip
         return items.pick(self.ctx, item, clear_blocker=clear_blocker, reason=reason, expect_revision=expect_revision)
 
-    def update_item(self, item: int | None = None, **changes: Any) -> WorkItem:
-        """Change a work item (see :func:`milepost.service.items.update_item`)."""
-        return items.update_item(self.ctx, item, **changes)
+    def update_item(
+        self,
+        item: int | None = None,
+        *,
+        objective: str | None = None,
+        plan_status: PlanStatus | None = None,
+        todo: list[TodoItem] | None = None,
+        blocked_by: str | None = None,
+        clear_blocked_by: bool = False,
+        recheck_at: datetime | None = None,
+        expect_revision: int | None = None,
+    ) -> WorkItem:
+        """Change a work item; ``todo`` replaces the whole todo list."""
+        return items.update_item(
+            self.ctx, item, objective=objective, plan_status=plan_status, todo=todo, blocked_by=blocked_by,
+            clear_blocked_by=clear_blocked_by, recheck_at=recheck_at, expect_revision=expect_revision,
+        )  # fmt: skip
 
     def complete(self, report: str, *, item: int | None = None,
                  expect_revision: int | None = None) -> CompletionResult:  # fmt: skip
@@ -212,9 +227,12 @@ class Service:
 
     # -- waits ----------------------------------------------------------------------
 
-    def wait_item(self, kind: str, reason: str, **kw: Any) -> WorkItem:
-        """Record the item's active wait (see :func:`milepost.service.waits.wait_item`)."""
-        return waits.wait_item(self.ctx, kind, reason, **kw)
+    def wait_item(self, kind: str, reason: str, *, resource: str | None = None, until: datetime | None = None,
+                  item: int | None = None, expect_revision: int | None = None) -> WorkItem:  # fmt: skip
+        """Record the item's active wait, replacing an earlier one, and the blocker it establishes."""
+        return waits.wait_item(
+            self.ctx, kind, reason, resource=resource, until=until, item=item, expect_revision=expect_revision
+        )
 
     def wake(self, resource: str) -> list[int]:
         return waits.wake(self.ctx, resource)
@@ -235,10 +253,32 @@ class Service:
 
     # -- milestones -----------------------------------------------------------------
 
-    def add_milestone(self, name: str, deps: list[str] | None = None, *,
-                      gate: str | list[GateCommand] | None = None, **kw: Any) -> ActionResult:  # fmt: skip
-        """Add a milestone (see :func:`milepost.service.milestones.add_milestone`)."""
-        return milestones.add_milestone(self.ctx, name, deps, gate=gate, **kw)
+    def add_milestone(
+        self,
+        name: str,
+        deps: list[str] | None = None,
+        *,
+        gate: str | list[GateCommand] | None = None,
+        acceptance: str = "",
+        retries: int | None = None,
+        timeout: float | None = None,
+        review: bool = False,
+        fix: str | None = None,
+        retry_delay: float | None = None,
+        hypothesis: bool = False,
+        inputs: list[str] | None = None,
+        cache: bool = True,
+        flaky: bool = False,
+        item: int | None = None,
+        expect_revision: int | None = None,
+    ) -> ActionResult:
+        """Add a milestone to a draft plan; unset fields take the item's defaults
+        (see :func:`milepost.service.milestones.add_milestone`)."""
+        return milestones.add_milestone(
+            self.ctx, name, deps, gate=gate, acceptance=acceptance, retries=retries, timeout=timeout, review=review,
+            fix=fix, retry_delay=retry_delay, hypothesis=hypothesis, inputs=inputs, cache=cache, flaky=flaky,
+            item=item, expect_revision=expect_revision,
+        )  # fmt: skip
 
     def remove_milestone(self, name: str, *, item: int | None = None,
                          expect_revision: int | None = None) -> ActionResult:  # fmt: skip
@@ -248,8 +288,8 @@ class Service:
             expect_revision: int | None = None) -> ActionResult:  # fmt: skip
         return milestones.act(self.ctx, name, action, reason=reason, item=item, expect_revision=expect_revision)
 
-    def start(self, name: str, **kw: Any) -> ActionResult:
-        return self.act(name, Action.START, **kw)
+    def start(self, name: str, *, item: int | None = None, expect_revision: int | None = None) -> ActionResult:
+        return self.act(name, Action.START, item=item, expect_revision=expect_revision)
 
     def review(self, name: str, approve: bool, *, reason: str | None = None, item: int | None = None,
                expect_revision: int | None = None) -> ActionResult:  # fmt: skip

@@ -13,12 +13,12 @@ import pytest
 
 from milepost.errors import StaleRevisionError
 from milepost.flows.drive import run_drive
-from milepost.flows.events import RecordingReporter
 from milepost.graph import MilestoneStatus
 from milepost.planfile import parse_plan
 from milepost.service import Service
 from tests.conftest import CLI, EXAMPLES
 from tests.flows.conftest import api_get, api_post, flow_run_edges
+from tests.recording import RecordingReporter
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
