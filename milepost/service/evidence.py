@@ -13,6 +13,7 @@ from milepost._schema import utcnow
 from milepost.errors import InvalidValueError
 from milepost.graph.models import Milestone, PlanArtifact, WorkRef, check_text
 from milepost.graph.status import ArtifactStatus
+from milepost.service._find import head, resolve
 from milepost.service._rows import REFS
 from milepost.service._tx import Context, ItemEvent, Tx, write
 
@@ -83,14 +84,10 @@ def add_ref(ctx: Context, kind: str, ref: str, reason: str = "", *, item: int | 
         tx.emit(ItemEvent.REF, reason=f"{kind}: {ref}")
         return WorkRef(kind=kind.strip(), ref=ref.strip(), reason=reason, at=now)
 
-    from milepost.service.items import resolve  # items writes plan.md through this module
-
     return write(ctx, resolve(ctx, item), fn, expect_revision)
 
 
 def refs(ctx: Context, item: int | None = None) -> list[WorkRef]:
-    from milepost.service.items import head, resolve
-
     item_id = resolve(ctx, item)
     with ctx.store.read() as conn:
         head(conn, item_id)

@@ -14,7 +14,6 @@ from milepost.errors import InvalidValueError, NotFoundError, TransitionError
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.item import readiness_view
 from milepost.graph.models import (
-    MAX_ID,
     ItemDefaults,
     Milestone,
     TodoItem,
@@ -35,6 +34,7 @@ from milepost.graph.status import (
 )
 from milepost.results import CompletionResult, ItemSummary
 from milepost.service import _rows as rows
+from milepost.service._find import focused, head, resolve
 from milepost.service._rows import EVENTS, FOCUS, ITEMS, MILESTONES
 from milepost.service._tx import Context, GraphCache, ItemEvent, Loaded, Tx, check_revision, load_graph, write
 from milepost.service.evidence import write_plan_md
@@ -48,6 +48,7 @@ __all__ = [
     "current_items",
     "events",
     "get_item",
+    "head",
     "list_items",
     "pick",
     "read",
@@ -59,34 +60,6 @@ LIST_FILTERS = tuple(f.value for f in ItemFilter)
 
 
 # -- reading --------------------------------------------------------------------
-
-
-def focused(conn: Connection, agent: str) -> int | None:
-    return conn.execute(select(FOCUS.c.item_id).where(FOCUS.c.agent == agent)).scalar()
-
-
-def resolve(ctx: Context, item: int | None) -> int:
-    """``item``, or the acting agent's current item; raises when there is none."""
-    if item is not None:
-        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_ID:
-            raise NotFoundError(f"no work item {item!r}: ids are whole numbers from 1 to {MAX_ID}", item=item)
-        return item
-    with ctx.store.read() as conn:
-        current = focused(conn, ctx.agent)
-    if current is None:
-        raise NotFoundError(
-            f"agent {ctx.agent!r} has no current work item; create one with `milepost item create OBJECTIVE`,"
-            " pick one with `milepost item pick ID`, or pass --item ID",
-            agent=ctx.agent,
-        )
-    return current
-
-
-def head(conn: Connection, item_id: int) -> Row[Any]:
-    row = conn.execute(select(ITEMS).where(ITEMS.c.id == item_id)).first()
-    if row is None:
-        raise NotFoundError(f"no work item {item_id}; see `milepost item list`", item=item_id)
-    return row
 
 
 def graph_of(conn: Connection, row: Row[Any], cache: GraphCache | None) -> Loaded:

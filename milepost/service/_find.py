@@ -1,0 +1,44 @@
+"""Finding a work item: the acting agent's current one, or the one named,
+and its row. Below both :mod:`.items` and :mod:`.evidence` (which write
+each other's files), so neither imports the other to find an item."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Row, select
+
+from milepost.errors import NotFoundError
+from milepost.graph.models import MAX_ID
+from milepost.service._rows import FOCUS, ITEMS
+from milepost.service._tx import Context
+
+__all__ = ["focused", "head", "resolve"]
+
+
+def focused(conn: Connection, agent: str) -> int | None:
+    return conn.execute(select(FOCUS.c.item_id).where(FOCUS.c.agent == agent)).scalar()
+
+
+def resolve(ctx: Context, item: int | None) -> int:
+    """``item``, or the acting agent's current item; raises when there is none."""
+    if item is not None:
+        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_ID:
+            raise NotFoundError(f"no work item {item!r}: ids are whole numbers from 1 to {MAX_ID}", item=item)
+        return item
+    with ctx.store.read() as conn:
+        current = focused(conn, ctx.agent)
+    if current is None:
+        raise NotFoundError(
+            f"agent {ctx.agent!r} has no current work item; create one with `milepost item create OBJECTIVE`,"
+            " pick one with `milepost item pick ID`, or pass --item ID",
+            agent=ctx.agent,
+        )
+    return current
+
+
+def head(conn: Connection, item_id: int) -> Row[Any]:
+    row = conn.execute(select(ITEMS).where(ITEMS.c.id == item_id)).first()
+    if row is None:
+        raise NotFoundError(f"no work item {item_id}; see `milepost item list`", item=item_id)
+    return row
