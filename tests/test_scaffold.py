@@ -92,12 +92,13 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
         {"name": "compileall", "run": "python3 -m compileall -q src/kv/mod_b.py"},
         {"name": "unittest", "run": "python3 -m unittest -q tests/test_mod_b.py tests/test_mod_c.py"},
     ]
-    # Inputs: its module, what it imports, and the tests its gate runs (with their package's __init__).
-    assert ms["kv.mod_b"]["inputs"] == ["src/kv/interfaces.py", "src/kv/mod_b.py", "tests/__init__.py",
-                                        "tests/test_mod_b.py", "tests/test_mod_c.py"]  # fmt: skip
-    assert ms["kv.mod_c"]["inputs"] == ["src/kv/interfaces.py", "src/kv/mod_b.py", "src/kv/mod_c.py",
-                                        "tests/__init__.py", "tests/test_mod_c.py"]  # fmt: skip
-    assert ms["kv.interfaces"]["inputs"] == ["src/kv/interfaces.py", "tests/*.py"]  # every file of tests/
+    # Inputs: its module, its package's __init__ (run by importing it), what it imports, and the tests
+    # its gate runs (with their package's __init__).
+    assert ms["kv.mod_b"]["inputs"] == ["src/kv/__init__.py", "src/kv/interfaces.py", "src/kv/mod_b.py",
+                                        "tests/__init__.py", "tests/test_mod_b.py", "tests/test_mod_c.py"]  # fmt: skip
+    assert ms["kv.mod_c"]["inputs"] == ["src/kv/__init__.py", "src/kv/interfaces.py", "src/kv/mod_b.py",
+                                        "src/kv/mod_c.py", "tests/__init__.py", "tests/test_mod_c.py"]  # fmt: skip
+    assert ms["kv.interfaces"]["inputs"] == ["src/kv/__init__.py", "src/kv/interfaces.py", "tests/*.py"]
     assert ms["all-tests"]["inputs"] == ["src/kv/", "tests/"]  # the package and the tests
     assert ms["kv"]["gate"] == "python3 -m compileall -q src/kv/__init__.py"  # no test imports the package itself
     assert "`python3 -m unittest -q {tests}` left out of 1 milestone whose modules no test exercises: kv" in r.err
@@ -149,9 +150,13 @@ def test_editing_a_leaf_makes_exactly_it_and_its_importers_stale(tmp_path: Path)
         "--gate", "python3 -m compileall -q {tests}", "-o", "plan.yaml", check=True)  # fmt: skip
     plan = plan_of((tmp_path / "plan.yaml").read_text())
     ms = by_name(plan)
-    assert ms["app.top"]["inputs"] == ["src/app/leaf.py", "src/app/mid.py", "src/app/top.py"]
-    assert ms["app.mid"]["inputs"] == ["src/app/leaf.py", "src/app/mid.py", "tests/conftest.py", "tests/test_mid.py"]
-    assert ms["app.other"]["inputs"] == ["src/app/other.py", "tests/conftest.py", "tests/test_other.py"]
+    # Importing a module runs its package's __init__.py first: it is read by every gate, so it is an input.
+    assert ms["app.top"]["inputs"] == ["src/app/__init__.py", "src/app/leaf.py", "src/app/mid.py", "src/app/top.py"]
+    assert ms["app.mid"]["inputs"] == [
+        "src/app/__init__.py", "src/app/leaf.py", "src/app/mid.py", "tests/conftest.py", "tests/test_mid.py"
+    ]  # fmt: skip
+    assert ms["app.other"]["inputs"] == ["src/app/__init__.py", "src/app/other.py", "tests/conftest.py",
+                                         "tests/test_other.py"]  # fmt: skip
     cli("plan", "apply", "plan.yaml", check=True)
     while (nxt := cli.json("next")["milestone"]) is not None:
         cli("start", nxt["name"], check=True)
@@ -368,7 +373,9 @@ def test_tests_are_mapped_by_imports_when_the_tests_folder_is_not_a_package(tmp_
     assert gate["lib.calc"] == "pytest tests/test_calc.py"
     assert gate["lib.nums"] == "pytest tests/test_calc.py"
     assert gate["lib.lonely"] == "pytest tests/unit/test_lonely.py"  # by name
-    assert ms["lib.text"]["inputs"] == ["src/lib/text.py", "tests/conftest.py", "tests/helpers.py", "tests/test_api.py"]
+    assert ms["lib.text"]["inputs"] == [
+        "src/lib/__init__.py", "src/lib/text.py", "tests/conftest.py", "tests/helpers.py", "tests/test_api.py"
+    ]  # fmt: skip
     notes = "\n".join(data["notes"])
     assert "by name only (lib.lonely)" in notes
     assert "not tests (they define none): tests/conftest.py, tests/helpers.py, tests/strategies_test.py" in notes
@@ -490,5 +497,7 @@ def test_tests_inside_the_package_are_tests_not_milestones(tmp_path: Path) -> No
     assert ms["geo.shapes"]["gate"] == "pytest src/geo/test_maps.py src/geo/tests/test_shapes.py"
     assert ms["geo.maps"]["gate"] == "pytest src/geo/test_maps.py"
     # Its test files, their conftest.py: every .py file of src/geo/tests/, written as one pattern.
-    assert ms["geo.shapes"]["inputs"] == ["src/geo/shapes.py", "src/geo/test_maps.py", "src/geo/tests/*.py"]
+    assert ms["geo.shapes"]["inputs"] == [
+        "src/geo/__init__.py", "src/geo/shapes.py", "src/geo/test_maps.py", "src/geo/tests/*.py"
+    ]  # fmt: skip
     assert "1 module of geo are tests or their helpers: no milestones" in data["notes"]

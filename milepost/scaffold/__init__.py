@@ -184,7 +184,9 @@ def scaffold(
     comp_of: dict[str, int] = cond.graph["mapping"]
     reach: dict[int, frozenset[Path]] = {}
     for c in reversed(list(nx.topological_sort(cond))):
-        own = {files[m] for u in cond.nodes[c]["members"] for m in contents[u]}
+        mods = [m for u in cond.nodes[c]["members"] for m in contents[u]]
+        # Importing a module runs its enclosing packages' __init__.py first: they are read too.
+        own = {files[p] for m in mods for p in _enclosing(m) if p in files} | {files[m] for m in mods}
         for d in cond.successors(c):
             own |= reach[d]
         reach[c] = frozenset(own)
@@ -303,6 +305,12 @@ def scaffold(
     reports = [_cycle_report(c, heads[id(c)]) for c in cycles]
     return Scaffold(plan=plan, text=text, cycles=reports, modules=len(code), left_out=left_out, notes=notes,
                     source=where, cycle_lines=cycle_lines)  # fmt: skip
+
+
+def _enclosing(module: str) -> list[str]:
+    """``a.b.c`` -> ``a``, ``a.b``: the packages importing it imports first."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _nodes(units: list[str], cycles: list[Cycle], split: bool) -> list[_Node]:
