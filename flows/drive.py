@@ -107,11 +107,12 @@ def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = 
 def _not_done(g: WorkGraph, left: list[MilestoneSummary]) -> str:
     """What keeps a drive from ok, grouped by view, each name once:
     ``stuck: merge (blocks test, commit); stale: lint (changed since proven: a.py); blocked: test, commit``."""
-    by: dict[DisplayStatus, list[str]] = {}
+    by: dict[str, list[str]] = {}
     told: set[str] = set()  # blocked milestones already named by what blocks them
     for s in left:
         if s.view is DisplayStatus.BLOCKED and s.name in told:
             continue
+        group = s.view.value.replace("_", " ")
         if s.view is DisplayStatus.STUCK:
             below = g.descendants(s.name)
             told.update(below)
@@ -119,14 +120,24 @@ def _not_done(g: WorkGraph, left: list[MilestoneSummary]) -> str:
         elif s.view is DisplayStatus.STALE and s.stale is not None:
             text = f"{s.name} ({s.stale.reason})"
         elif s.waiting_for_change:
-            text = f"{s.name} ({s.waiting_for_change})"
+            group = UNCHANGED
+            text = f"{s.name} (attempt {s.last_attempt})" if s.last_attempt else s.name
+        elif s.view is DisplayStatus.IN_REVIEW:
+            group = "waiting for review"
+            text = s.name
         else:
             text = s.name
-        by.setdefault(s.view, []).append(text)
-    order = [DisplayStatus.STUCK, DisplayStatus.NEEDS_FIX, DisplayStatus.STALE, DisplayStatus.IN_REVIEW]
-    views = order + [v for v in by if v not in order]
-    label = {DisplayStatus.IN_REVIEW: "waiting for review"}
-    return "; ".join(f"{label.get(v, v.value.replace('_', ' '))}: {', '.join(by[v])}" for v in views if v in by)
+        by.setdefault(group, []).append(text)
+    order = ["stuck", "needs fix", UNCHANGED, "stale", "waiting for review"]
+    groups = [k for k in order if k in by] + [k for k in by if k not in order]
+    return "; ".join(f"{k}: {', '.join(by[k])}" for k in groups)
+
+
+# Failed milestones the drive does not retry: their inputs did not change since they failed.
+UNCHANGED = (
+    "failed, inputs unchanged since (not retried until they change; fixed something outside them?"
+    " `milepost reset NAME --reason TEXT`)"
+)
 
 
 def _flow_run_name() -> str:
