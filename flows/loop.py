@@ -277,7 +277,8 @@ class Loop:
                         if not self.session.to_reprove or claimed == self._claimed_at_check:
                             return  # nothing new to re-prove (or nothing of it can run now)
                         self._claimed_at_check = claimed
-                    time.sleep(max(0.05, min(t for t, _ in self.timers) - time.monotonic()))
+                    if self.timers:  # (else: a reclaim or a re-proof made something claimable now)
+                        time.sleep(max(0.05, min(t for t, _ in self.timers) - time.monotonic()))
                     continue
                 timeout = 0.5 if self.timers else 5.0
                 try:
