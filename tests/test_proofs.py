@@ -281,3 +281,15 @@ def test_a_proof_taken_on_an_unreadable_file_reads_as_stale(done_item: Service, 
     by = {v.name: v for v in svc.milestone_views(other)[1]}
     assert by["leaf"].view == "stale" and by["leaf"].stale is not None
     assert "unreadable: src/extra.py (not a regular file)" in by["leaf"].stale.reason
+
+
+def test_a_stale_item_cannot_be_completed_until_it_is_proven_again(done_item: Service, workspace: Path) -> None:
+    from milepost.errors import TransitionError as Refused
+
+    svc = done_item
+    code(workspace, leaf="ok = 1  # edited\n")
+    with pytest.raises(Refused, match=r"cannot complete work item 1: milestones stale .*leaf \(changed since proven"):
+        svc.complete("all done")
+    assert svc.get_item().state == "open"
+    assert svc.verify().ok
+    assert svc.complete("all done").item.state == "completed"

@@ -356,9 +356,16 @@ def update_item(
 def complete(ctx: Context, report: str, *, item: int | None = None,
              expect_revision: int | None = None) -> CompletionResult:  # fmt: skip
     """Close an item with its report: refused while a milestone is not
-    done or the report is empty; clears focus and waits; warns about
-    unfinished todos. Completing a completed item changes nothing."""
+    done, or is stale (done, but its inputs changed since: not proven on the
+    code as it is), or the report is empty; clears focus and waits; warns
+    about unfinished todos. Completing a completed item changes nothing."""
+    from milepost.service import proofs
+
     check_text(report, "the completion report")
+    item_id = resolve(ctx, item)
+    _, g = read(ctx, item_id)
+    # The files are read before the write transaction (it would hold the store's lock meanwhile).
+    stale = proofs.check(ctx, item_id, g).stale
 
     def fn(tx: Tx) -> tuple[bool, str, list[str]]:
         if tx.state is ItemState.COMPLETED:
@@ -374,6 +381,14 @@ def complete(ctx: Context, report: str, *, item: int | None = None,
                 f"cannot complete work item {tx.id}: milestones not done: {listed}",
                 item=tx.id,
                 not_done=[m.name for m in undone],
+            )
+        if stale:
+            listed = "; ".join(f"{name} ({info.reason})" for name, info in stale.items())
+            raise TransitionError(
+                f"cannot complete work item {tx.id}: milestones stale (done, but not proven on the code as it is):"
+                f" {listed}; re-prove them with `milepost verify`",
+                item=tx.id,
+                stale=list(stale),
             )
         tx.conn.execute(
             update(ITEMS)
@@ -393,7 +408,6 @@ def complete(ctx: Context, report: str, *, item: int | None = None,
         warnings = [f"unfinished todo: {t.text}" for t in todos if t.state is not TodoState.COMPLETED]
         return False, f"completed work item {tx.id}", warnings
 
-    item_id = resolve(ctx, item)
     already, message, warnings = write(ctx, item_id, fn, expect_revision)
     return CompletionResult(item=get_item(ctx, item_id), already=already, message=message, warnings=warnings)
 
