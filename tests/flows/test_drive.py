@@ -111,6 +111,13 @@ def test_failing_gate_is_stuck_after_budget_and_other_branches_finish(
     assert shown["after-bad"]["status"] == "pending"
     assert shown["good"]["status"] == "done" and shown["after-good"]["status"] == "done"
     assert "stuck: bad (blocks after-bad)" in r.out
+    # One message per cause, printed once, no prefix repeated ("not done: not done: ..."), and the
+    # blocked milestone named once, by what blocks it.
+    assert r.out.count("stuck: bad (blocks after-bad)") == 1 and "not done: not done" not in r.out
+    assert "blocked: after-bad" not in r.out
+    # The stuck milestone's time: this drive's three attempts, and the total of all its runs.
+    row = next(ln for ln in r.out.splitlines() if ln.split()[:2] == ["1", "bad"])
+    assert " 3 " in row  # its last attempt's number
     fr_id = next(ln for ln in r.out.splitlines() if "flow run:" in ln).rsplit("/", 1)[1]
     fr = api_get(prefect_api, f"/flow_runs/{fr_id}")
     assert fr["state_type"] == "FAILED" and "stuck: bad" in fr["state"]["message"]
