@@ -256,9 +256,11 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
     def fn(tx: Tx) -> DoneResult:
         holder = tx.conn.execute(select(MILESTONES.c.lease_owner).where(MILESTONES.c.id == c.pk)).scalar()
         m = tx.find_pk(c.pk, c.milestone.name)
-        if already_recorded(tx.conn, c):  # a retry after a commit whose answer was lost with its connection
+        if holder is None and already_recorded(tx.conn, c):
+            # Recorded by whoever the lease passed to, or by this very write before its connection dropped.
             return DoneResult(item=tx.id, revision=tx.revision, milestone=m, passed=result.passed,
-                              note=f"attempt {c.attempt} of {m.name!r} was recorded already")  # fmt: skip
+                              note=f"attempt {c.attempt} of {m.name!r} is in the store already;"
+                                   " this outcome is not applied again")  # fmt: skip
         if holder != c.owner:
             return DoneResult(
                 item=tx.id,
