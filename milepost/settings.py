@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
@@ -30,6 +31,12 @@ ENV_PREFIX = "MILEPOST_"
 MAX_LEASE_TTL = 7 * 24 * 3600.0
 # The longest wait any fault setting allows (an hour): past it a user wants to know.
 MAX_WAIT = 3600.0
+
+
+def _wait(default: float, description: str, *, positive: bool = False) -> Any:
+    """A fault bound in seconds: at least 0 (above 0 when ``positive``), at most :data:`MAX_WAIT`."""
+    return Field(default=default, gt=0 if positive else None, ge=None if positive else 0, le=MAX_WAIT,
+                 description=description)  # fmt: skip
 
 
 class Settings(BaseModel):
@@ -49,35 +56,14 @@ class Settings(BaseModel):
         description="seconds a gate's claim stays valid without renewal (renewed every quarter of it)",
     )
     debug: bool = Field(default=False, description="show Python tracebacks of errors")
-    busy_timeout: float = Field(
-        default=30.0,
-        ge=0,
-        le=MAX_WAIT,
-        description="seconds a SQLite write waits for another process's lock before giving up (exit 3)",
-    )
-    db_retry: float = Field(
-        default=30.0,
-        ge=0,
-        le=MAX_WAIT,
-        description="seconds in all a lost database connection is retried (with backoff) before exit 3",
-    )
-    prefect_timeout: float = Field(
-        default=10.0,
-        gt=0,
-        le=MAX_WAIT,
-        description="seconds one request to the Prefect API may take",
-    )
+    busy_timeout: float = _wait(30.0, "seconds a SQLite write waits for another process's lock before exit 3")
+    db_retry: float = _wait(30.0, "seconds in all a lost database connection is retried (with backoff) before exit 3")
+    prefect_timeout: float = _wait(10.0, "seconds one request to the Prefect API may take", positive=True)
     prefect_retries: int = Field(
-        default=2,
-        ge=0,
-        le=10,
-        description="retries of a failed Prefect API request (backoff 2, 4, 8 ... s)",
+        default=2, ge=0, le=10, description="retries of a failed Prefect API request (backoff 2, 4, 8 ... s)"
     )
-    prefect_grace: float = Field(
-        default=10.0,
-        ge=0,
-        le=MAX_WAIT,
-        description="seconds the Prefect API may stay unreachable before a drive stops claiming (exit 3)",
+    prefect_grace: float = _wait(
+        10.0, "seconds the Prefect API may stay unreachable before a drive stops claiming (exit 3)"
     )
 
     @field_validator("lease_ttl", "busy_timeout", "db_retry", "prefect_timeout", "prefect_grace")

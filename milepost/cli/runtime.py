@@ -58,7 +58,9 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
 
     Each gate runs as a Prefect task named after its milestone; failed gates
     retry within their budget, other branches go on. Exits 0 when every
-    milestone is done, 1 otherwise, 130 when interrupted. Uses the workspace's
+    milestone is done, 1 otherwise, 130 when interrupted, 3 when the database
+    or the Prefect API is lost (running gates finish and are recorded, or
+    recovered by the next drive from their files). Uses the workspace's
     Prefect server when `milepost server start` runs, else Prefect's temporary
     server (with its home in .milepost/prefect).
     """

@@ -477,3 +477,25 @@ def test_a_killed_prefect_server_ends_the_drive_within_a_minute_and_costs_no_res
     again = cli("drive", item, "--max-parallel", "2", timeout=300)
     assert again.code == 0, again.err
     check_exactly_once(cli, item, ledger, NAMES)
+
+
+# -- a gate task that dies before it reports, again and again ------------------------------
+
+
+def test_a_milestone_whose_gate_task_keeps_dying_before_it_reports_fails_on_the_third_time(tmp_path: Path) -> None:
+    from milepost.flows.gate_task import GateSpec
+    from milepost.flows.outage import CRASH_LIMIT, crashed_result
+    from milepost.graph.models import GateCommand, Milestone
+    from milepost.results import Claim
+
+    m = Milestone(id=1, name="flaky-worker", gate=[GateCommand(name="gate", run="true")])
+    outcomes = []
+    for attempt in range(1, CRASH_LIMIT + 2):
+        log = tmp_path / f"attempt-{attempt}.log"  # no verdict beside it: the task died first
+        claim = Claim(item=99, pk=4242, milestone=m, attempt=attempt, owner="t", log_path=str(log))
+        spec = GateSpec(claim=claim, commands=m.gate, cwd=str(tmp_path), env={}, log_path=str(log), stop_file="")
+        result = crashed_result(spec)
+        outcomes.append(result.outcome.value)
+        assert "the gate task crashed before reporting" in result.reason
+    # Interrupted (no budget) the first times; from the third on a failed attempt: the budget ends the loop.
+    assert outcomes == ["interrupted"] * (CRASH_LIMIT - 1) + ["failed", "failed"]
