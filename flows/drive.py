@@ -45,6 +45,7 @@ from milepost.flows.plan_nodes import create_nodes
 from milepost.flows.prefect_guard import LaterReporter, PrefectGuard, is_api_error, quiet_prefect
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import WorkItem
+from milepost.retry import retrying
 from milepost.service import Service
 from milepost.settings import load_settings
 
@@ -159,7 +160,7 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
         raise
     finally:
         try:
-            it, g = svc.graph(item_id)
+            it, g = retrying(svc.store, lambda: svc.graph(item_id))
         except EnvironmentProblem as e:
             guard.close(0)  # the store is gone: nothing to sum up
             ctx.error = ctx.error or e

@@ -436,9 +436,17 @@ def test_a_frozen_driver_loses_its_milestone_writes_nothing_for_it_and_every_gat
     assert "internal error" not in frozen_out
     runs = cli.json("runs", "a1", "--item", item)["runs"]
     # Attempt 1 (the frozen driver's) recorded once, by the driver that took it
-    # over and killed its gate; the frozen one recorded nothing when it woke.
-    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "interrupted"), (2, "passed")], runs
-    assert "expired; killed its process group" in runs[0]["reason"], runs
+    # over: killed and run again, or (on a slow machine, the other driver
+    # started late) recovered from its files as it passed. The frozen one
+    # recorded nothing when it woke.
+    if runs[0]["outcome"] == "interrupted":
+        assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "interrupted"), (2, "passed")], runs
+        assert "expired; killed its process group" in runs[0]["reason"], runs
+    else:
+        assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "passed")], runs
+        assert "recovered from attempt-1.log" in runs[0]["reason"], runs
+    figure("frozen driver: the other took the gate over by killing it (1) or recovering it (0)",
+           float(runs[0]["outcome"] == "interrupted"))  # fmt: skip
     check_exactly_once(cli, item, ledger, ["a1", "b1"])
 
 
