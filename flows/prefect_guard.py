@@ -35,6 +35,7 @@ import os
 import queue
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -90,7 +91,10 @@ def _health(api_url: str, timeout: float) -> str | None:
     """None when the API answers its health check, else why not."""
     try:
         with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as r:
-            return None if r.status == 200 else f"HTTP {r.status}"
+            return None if r.status < 500 else f"HTTP {r.status}"
+    except urllib.error.HTTPError as e:
+        # It answered: a refusal (no such route, not signed in) is not a lost API.
+        return None if e.code < 500 else f"HTTP {e.code}"
     except Exception as e:  # any failure to answer is the answer
         return _one_line(e)
 
