@@ -299,7 +299,12 @@ def run_drive(
             except Exception as e:
                 if ctx.error is None and not is_api_error(e):
                     raise
-                if ctx.error is None:
+                if ctx.error is None and ctx.flow_run_id is None:  # the flow run never started
+                    ctx.error = PrefectUnreachableError(
+                        f"cannot reach the Prefect API: {' '.join(str(e).split())}; start the workspace's server"
+                        " (milepost server start) or check PREFECT_API_URL"
+                    )
+                elif ctx.error is None:
                     _api_lost_at_the_end(ctx, e)
             if ctx.flow_run_id and ctx.fault is None:
                 try:

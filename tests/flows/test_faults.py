@@ -450,6 +450,24 @@ def test_a_frozen_driver_loses_its_milestone_writes_nothing_for_it_and_every_gat
     check_exactly_once(cli, item, ledger, ["a1", "b1"])
 
 
+# -- no Prefect API at all --------------------------------------------------------------------
+
+
+def test_a_drive_whose_prefect_api_is_gone_from_the_start_is_exit_3_and_runs_nothing(
+    cli_of: Callable[..., CLI],
+) -> None:
+    cli = cli_of()
+    cli("init", check=True)
+    item, ledger = plan(cli, 0.2)
+    nobody = f"http://127.0.0.1:{_free_port()}/api"
+    r = cli("drive", item, timeout=120, PREFECT_API_URL=nobody)
+    assert r.code == 3, r
+    said = f"milepost: error: cannot reach the Prefect API: Failed to reach API at {nobody}/;"
+    assert errors(r.err) == [said + " start the workspace's server (milepost server start) or check PREFECT_API_URL"]
+    assert ledger.executions() == []
+    assert {m["status"] for m in cli.json("list", "--item", item)["milestones"]} <= {"ready", "blocked"}
+
+
 # -- the Prefect API killed (last: it kills this module's server) ---------------------------
 
 
