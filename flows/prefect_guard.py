@@ -16,7 +16,7 @@ a network cut), so:
   are skipped once the API is known lost (:meth:`PrefectGuard.call`);
 - a prober asks the API's ``/health`` every second; when it has not answered
   for ``MILEPOST_PREFECT_GRACE`` seconds (a restart within that is ridden
-  out), or a call failed after the client's retries, the API is lost: the
+  out; a call that fails, a busy server's 503 say, is a warning), the API is lost: the
   drive starts no new gate (Prefect needs its API to start a task run: the
   task's tag concurrency slots are taken through it), lets the running
   gates finish and records them in the store, then exits 3 naming the API
@@ -139,6 +139,7 @@ class PrefectGuard:
         self._on_lost = on_lost
         self._warn = warn
         self._lock = threading.Lock()
+        self._warned: set[str] = set()
         self._stop = threading.Event()
         self._jobs: queue.Queue[tuple[contextvars.Context, str, Callable[[], Any]] | None] = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="milepost-prefect-later", daemon=True)
@@ -200,17 +201,20 @@ class PrefectGuard:
     # -- calls -----------------------------------------------------------------
 
     def call(self, what: str, fn: Callable[[], T], default: T) -> T:
-        """``fn()``, or ``default`` when the API is lost or the call fails: a
-        failure to reach the API marks it lost; any other is a warning."""
+        """``fn()``, or ``default`` when the API is lost or the call fails
+        (a warning, once per ``what``). Only the prober declares the API lost:
+        a busy server answers a call with 503 now and then, after the client's
+        retries too, and is not gone."""
         if self.lost is not None:
             return default
         try:
             return fn()
         except Exception as e:
-            if is_api_error(e):
-                self.lose(f"{what}: {_one_line(e)}")
-            else:
-                self._warn(f"could not {what}: {_one_line(e)}")
+            with self._lock:
+                first = what not in self._warned
+                self._warned.add(what)
+            if first:
+                self._warn(f"could not {what}: {_one_line(e)}; the drive goes on")
             return default
 
     def later(self, what: str, fn: Callable[[], Any]) -> None:

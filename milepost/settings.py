@@ -60,7 +60,7 @@ class Settings(BaseModel):
     db_retry: float = _wait(30.0, "seconds in all a lost database connection is retried (with backoff) before exit 3")
     prefect_timeout: float = _wait(10.0, "seconds one request to the Prefect API may take", positive=True)
     prefect_retries: int = Field(
-        default=2, ge=0, le=10, description="retries of a failed Prefect API request (backoff 2, 4, 8 ... s)"
+        default=3, ge=0, le=10, description="retries of a failed Prefect API request (backoff 2, 4, 8 ... s)"
     )
     prefect_grace: float = _wait(
         10.0, "seconds the Prefect API may stay unreachable before a drive stops claiming (exit 3)"
