@@ -186,7 +186,7 @@ class PrefectGuard:
     def _probe(self) -> None:
         assert self.url is not None
         failing_since: float | None = None
-        timeout = min(2.0, self.settings.prefect_timeout)
+        timeout = min(5.0, self.settings.prefect_timeout)  # a busy server answers slowly, not never
         while not self._stop.wait(PROBE_SECONDS) and self.lost is None:
             why = _health(self.url, timeout)
             now = time.monotonic()
