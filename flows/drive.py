@@ -306,19 +306,20 @@ def run_drive(
                     )
                 elif ctx.error is None:
                     _api_lost_at_the_end(ctx, e)
-            if ctx.flow_run_id and ctx.fault is None:
-                try:
-                    wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
-                except Exception as e:
-                    if not is_api_error(e):
-                        raise
-                    _api_lost_at_the_end(ctx, e)
+            finally:
+                if ctx.flow_run_id and not isinstance(ctx.fault, PrefectUnreachableError):
+                    try:
+                        wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
+                    except Exception as e:
+                        if not is_api_error(e):
+                            raise
+                        _api_lost_at_the_end(ctx, e)
     finally:
         _CONTEXT = None
     if ctx.error is not None:
         raise ctx.error
     summary = ctx.summary or _summary(ctx, *service.graph(item_id))
-    if ctx.fault is not None:
+    if isinstance(ctx.fault, PrefectUnreachableError):
         summary.message += "; the flow run's record in the Prefect UI is incomplete (the Prefect API stopped answering)"
     summary.duration = time.monotonic() - t0
     summary.flow_run_url = flow_run_url(ctx.flow_run_id)
