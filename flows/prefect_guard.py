@@ -29,6 +29,7 @@ read before Prefect is.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import contextvars
 import logging
 import os
@@ -116,6 +117,13 @@ def quiet_prefect() -> None:
     and milepost's own output say what happened.)"""
     _ABANDONED.set()
     silence_background()
+    # Calls still in flight (a gate task taking its slots, the flow run's final
+    # state) give up after their current try: Prefect's retry loop reads the
+    # setting on every turn, and a server that is gone answers no retry.
+    with contextlib.suppress(Exception):
+        from prefect.settings import get_current_settings
+
+        get_current_settings().client.max_retries = 0
 
 
 def silence_background() -> None:
