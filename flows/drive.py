@@ -37,15 +37,18 @@ from prefect.context import get_run_context
 from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from milepost.errors import StaleRevisionError
+from milepost.errors import EnvironmentProblem, PrefectUnreachableError, StaleRevisionError
 from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter, NullReporter, Reporter
 from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
 from milepost.flows.loop import DriveContext, Loop
 from milepost.flows.plan_nodes import create_nodes
+from milepost.flows.prefect_guard import LaterReporter, PrefectGuard, is_api_error, quiet_prefect
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import WorkItem
 from milepost.graph.status import DisplayStatus
+from milepost.retry import retrying
 from milepost.service import Service
+from milepost.settings import load_settings
 
 __all__ = ["GateSpec", "drive_workgraph", "gate_task", "run_drive", "run_gate_spec"]
 
@@ -165,8 +168,12 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     it, g = svc.graph(item_id, proofs=False)
     from milepost.flows.artifacts import ArtifactReporter
 
-    artifacts = ArtifactReporter(item_id, len(g), svc.last_durations)
-    reporter: Reporter = MultiReporter(ctx.reporter, artifacts)
+    guard = _guard(ctx)
+    # Best effort: the drive never waits on the artifacts (they are sent from the guard's thread).
+    artifacts = guard.call(
+        "create the progress artifact", lambda: ArtifactReporter(item_id, len(g), svc.last_durations), None
+    )
+    reporter: Reporter = MultiReporter(ctx.reporter, LaterReporter(guard, artifacts)) if artifacts else ctx.reporter
     ctx.reporter.drive_started(it.id, it.objective, len(g), ctx.flow_run_id)
     if until is not None:
         ctx.scope = {until, *g.ancestors(until)}
@@ -177,23 +184,38 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     # The whole plan in the flow-run graph: what was done before, now (its
     # gates wait on these), and the rest when the drive ends (below). A stale
     # milestone is not "done earlier": its re-proof is its node.
-    earlier = create_nodes(g, ctx.flow_run_id, item_id, {}, only_done=True, skip=loop.session.to_reprove)
+    flow_run_id = ctx.flow_run_id
+    no_nodes: dict[str, State[Any]] = {}
+    reproving = set(loop.session.to_reprove)
+    earlier = guard.call(
+        "draw the milestones done earlier",
+        lambda: create_nodes(g, flow_run_id, item_id, {}, only_done=True, skip=reproving),
+        no_nodes,
+    )
     loop.by_name.update(earlier)
     ctx.submitted += len(earlier)
     interrupted = False
     crash: str | None = None
     try:
         loop.run()
+        if ctx.fault is not None:
+            raise ctx.fault  # the database or the API was lost: exit 3 naming it
     except KeyboardInterrupt:
         interrupted = True
         raise
     except Exception as e:
         crash = f"the drive failed: {type(e).__name__}: {e}"
-        if isinstance(e, StaleRevisionError):  # the first claim lost to a writer: a refusal, not a crash
+        # The first claim lost to a writer (a refusal), or a lost part (a fault): not a crash.
+        if isinstance(e, StaleRevisionError | EnvironmentProblem):
             ctx.error = e
         raise
     finally:
-        it, g = svc.graph(item_id, proofs=False)
+        try:
+            it, g = retrying(svc.store, lambda: svc.graph(item_id, proofs=False))
+        except EnvironmentProblem as e:
+            guard.close(0)  # the store is gone: nothing to sum up
+            ctx.error = ctx.error or e
+            raise
         summary = _summary(ctx, it, g, interrupted, loop)
         if crash:
             summary.ok = False
@@ -202,11 +224,44 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
         summary.cached = loop.cached
         ctx.summary = summary
         if not interrupted:
-            _finish_plan_nodes(ctx, g, loop, item_id)
-            artifacts.publish(summary, g)
+            guard.call("add the plan's other milestones to the flow-run graph",
+                       lambda: _finish_plan_nodes(ctx, g, loop, item_id), None)  # fmt: skip
+            if artifacts is not None:
+                final = artifacts
+                guard.later("publish the summary artifacts", lambda: final.publish(summary, g))
+        guard.close(guard.bound())
     if summary.ok:
         return Completed(message=summary.message)
     return Failed(message=summary.message)
+
+
+def _guard(ctx: DriveContext) -> PrefectGuard:
+    """Watch the API this flow run talks to (see flows/prefect_guard.py): once
+    it is lost the loop claims nothing more and the drive ends with exit 3."""
+    from prefect.client.orchestration import get_client
+
+    url: str | None
+    try:
+        with get_client(sync_client=True) as client:
+            url = str(client.api_url)
+    except Exception:
+        url = None
+
+    def lost(e: PrefectUnreachableError) -> None:
+        if ctx.fault is None:
+            ctx.fault = e
+        ctx.reporter.warning(e.message)
+
+    return PrefectGuard(url, load_settings(), lost, ctx.reporter.warning).start()
+
+
+def _api_lost_at_the_end(ctx: DriveContext, e: Exception) -> None:
+    """The API failed after the loop (the flow run's final state, the wait for
+    its task runs): the drive's work is recorded; its UI record is not."""
+    if ctx.fault is None:
+        ctx.fault = PrefectUnreachableError(f"the Prefect API stopped answering: {' '.join(str(e).split())}")
+        ctx.reporter.warning(f"{ctx.fault.message}; the flow run's record in the Prefect UI is incomplete")
+    quiet_prefect()
 
 
 def _finish_plan_nodes(ctx: DriveContext, g: WorkGraph, loop: Loop, item_id: int) -> None:
@@ -216,11 +271,8 @@ def _finish_plan_nodes(ctx: DriveContext, g: WorkGraph, loop: Loop, item_id: int
         run_id = getattr(ran, "task_run_id", None) or ran.state_details.task_run_id  # type: ignore[union-attr]
         if run_id is not None:
             known[name] = run_id
-    try:
-        nodes = create_nodes(g, ctx.flow_run_id or "", item_id, known, only_done=False)
-    except Exception as e:  # the picture must never mask the drive's own outcome
-        ctx.reporter.warning(f"could not add the plan's other milestones to the flow-run graph: {e}")
-        return
+    # The picture must never mask the drive's own outcome: run through PrefectGuard.call.
+    nodes = create_nodes(g, ctx.flow_run_id or "", item_id, known, only_done=False)
     ctx.submitted += len(nodes)
 
 
@@ -298,14 +350,31 @@ def run_drive(
         with _sigterm_as_interrupt():
             try:
                 configured(item_id=item_id, max_parallel=max_parallel, until=until, return_state=True)
+            except Exception as e:
+                if ctx.error is None and not is_api_error(e):
+                    raise
+                if ctx.error is None and ctx.flow_run_id is None:  # the flow run never started
+                    ctx.error = PrefectUnreachableError(
+                        f"cannot reach the Prefect API: {' '.join(str(e).split())}; start the workspace's server"
+                        " (milepost server start) or check PREFECT_API_URL"
+                    )
+                elif ctx.error is None:
+                    _api_lost_at_the_end(ctx, e)
             finally:
-                if ctx.flow_run_id:
-                    wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
+                if ctx.flow_run_id and not isinstance(ctx.fault, PrefectUnreachableError):
+                    try:
+                        wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
+                    except Exception as e:
+                        if not is_api_error(e):
+                            raise
+                        _api_lost_at_the_end(ctx, e)
     finally:
         _CONTEXT = None
     if ctx.error is not None:
         raise ctx.error
     summary = ctx.summary or _summary(ctx, *service.graph(item_id, proofs=False))
+    if isinstance(ctx.fault, PrefectUnreachableError):
+        summary.message += "; the flow run's record in the Prefect UI is incomplete (the Prefect API stopped answering)"
     summary.duration = time.monotonic() - t0
     summary.flow_run_url = flow_run_url(ctx.flow_run_id)
     return summary

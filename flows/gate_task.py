@@ -30,6 +30,9 @@ __all__ = ["GateSpec", "TaskKind", "driver_identity", "gate_task", "run_gate_spe
 # Gate output forwarded to the Prefect task-run log (the UI); the whole output
 # stays in the log file.
 MAX_LOG_LINES = 2000
+# A line forwarded is cut here, and output without line ends is forwarded in
+# pieces of this size: the driver never holds more than a chunk of a log.
+MAX_LINE_BYTES = 4096
 STOP_POLL_SECONDS = 0.2
 
 
@@ -96,9 +99,12 @@ def _follow_log(logger: Any, path: Path, done: threading.Event, limit: int) -> N
             chunk = b""
         buf += chunk
         *lines, buf = buf.split(b"\n")
+        if len(buf) > MAX_LINE_BYTES:
+            lines.append(buf)
+            buf = b""
         for line in lines:
             if sent < limit:
-                logger.info(line.decode("utf-8", errors="replace"))
+                logger.info(line[:MAX_LINE_BYTES].decode("utf-8", errors="replace"))
             sent += 1
         if finished and not chunk:
             if buf and sent < limit:

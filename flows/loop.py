@@ -7,6 +7,7 @@ running gate when interrupted. It reports to a :class:`Reporter`; it never print
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import socket
@@ -20,7 +21,8 @@ from typing import Any
 from prefect.client.schemas.objects import State
 from prefect.futures import PrefectFuture
 
-from milepost.errors import StaleRevisionError
+from milepost.errors import EnvironmentProblem, MilepostError
+from milepost.flows import outage
 from milepost.flows.events import DriveSummary, Reporter
 from milepost.flows.gate_task import GateSpec, TaskKind, driver_identity, gate_task
 from milepost.gates._crash import crash_point
@@ -56,18 +58,20 @@ class DriveContext:
     use_cache: bool = True  # a passed run with the same fingerprint may stand in (--no-cache: never)
     scope: set[str] | None = None  # --until: the milestones this drive may run (None: all)
     summary: DriveSummary | None = None
-    error: StaleRevisionError | None = None  # a refusal run_drive re-raises (the flow run only records it)
+    error: MilepostError | None = None  # a refusal or a fault run_drive re-raises (the flow run only records it)
     submitted: int = 0
     flow_run_id: str | None = None
     durations: dict[str, float] = field(default_factory=dict)
+    # The database or the Prefect API was lost: claim nothing more (flows/outage.py).
+    fault: EnvironmentProblem | None = None
 
 
-def read_result(spec: GateSpec) -> GateResult:
+def read_result(spec: GateSpec, future: PrefectFuture[Any] | None = None) -> GateResult:
     try:
         return GateResult.model_validate_json(spec.result_file.read_text())
     except (OSError, ValueError):
-        # The task died before writing its result (a crashed worker).
-        return interrupted_result(spec.claim, datetime.now(UTC), reason="the gate task crashed before reporting")
+        # The task died before writing its result (a crashed worker), or the disk is full.
+        return outage.crashed_result(spec, future)
 
 
 class Loop:
@@ -135,7 +139,10 @@ class Loop:
         return done
 
     def _fill(self) -> None:
-        while len([r for r in self.running.values() if r.kind is TaskKind.GATE]) < self.ctx.max_parallel:
+        while (
+            self.ctx.fault is None
+            and len([r for r in self.running.values() if r.kind is TaskKind.GATE]) < self.ctx.max_parallel
+        ):
             claim = self.session.claim_next(self.ctx.expect_revision)
             self.ctx.expect_revision = None
             if claim is None:
@@ -166,7 +173,7 @@ class Loop:
         return self.session.record(claim, result, release=result.outcome is Outcome.INTERRUPTED)
 
     def _finish(self, r: _Running) -> None:
-        result = read_result(r.spec)
+        result = read_result(r.spec, r.future)
         if r.kind is TaskKind.FIX:
             self.session.record_fix(r.claim, result)
             self.reporter.fix_finished(r.claim, result)
@@ -269,6 +276,8 @@ class Loop:
                 self._due_timers()
                 self._fill()
                 if not self.running:
+                    if self.ctx.fault is not None:
+                        return  # a lost part: the drive ends with it (flows/outage.py)
                     # Before giving up: a driver that died meanwhile may have left work
                     # behind, and the gates that ran may have changed other milestones' inputs.
                     if not self.timers and not self._reclaim():
@@ -286,8 +295,13 @@ class Loop:
                 except queue.Empty:
                     continue
                 r = self.running.pop(key)
-                r.future.wait()
+                with contextlib.suppress(Exception):  # a task that died outside its run (no API): read_result says so
+                    r.future.wait()
                 self._finish(r)
+        except EnvironmentProblem as e:
+            # The store is gone (or locked): the running gates end into their files.
+            outage.finish_running(self, e)
+            raise
         except BaseException:
             self._stop_all()
             raise
@@ -309,8 +323,9 @@ class Loop:
         for r in self.running.values():
             if r.kind is not TaskKind.GATE:
                 continue
-            result = read_result(r.spec) if r.key not in pending else None
-            if result is None or result.outcome is not Outcome.INTERRUPTED:
+            # A gate that ended before the stop counts as it ended (its verdict file says how).
+            result = read_result(r.spec, r.future) if r.spec.result_file.exists() else None
+            if result is None:
                 result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
             done = self._record(r.claim, result)
             self.reporter.gate_finished(r.claim, done)

@@ -98,6 +98,12 @@ def configure_prefect(home: Path, *, quiet_console: bool = True) -> str | None:
     env.setdefault("DO_NOT_TRACK", "1")
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     env.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", STARTUP_TIMEOUT)
+    # Every API call bounded (MILEPOST_PREFECT_TIMEOUT, _RETRIES): see prefect_guard.
+    from milepost.flows.prefect_guard import client_settings
+    from milepost.settings import load_settings
+
+    for name, value in client_settings(load_settings()).items():
+        env.setdefault(name, value)
     if quiet_console:
         # milepost shows its own progress; task-run logs still reach the API and the UI.
         env.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from milepost.gates import log_room
 from milepost.gates._crash import crash_point
 from milepost.gates.inputs import (
     Fingerprint,
@@ -47,6 +48,7 @@ __all__ = [
     "read_tail",
     "recover_result",
     "run_gate",
+    "unwritten_result",
     "verdict",
     "write_result",
 ]
@@ -117,11 +119,11 @@ def _run_one(
     timeout: float | None,
     stop: threading.Event | None,
 ) -> CommandResult:
-    os.write(log_fd, f"=== [{cmd.name}] $ {cmd.run}\n".encode(errors="replace"))
+    log_room.write(log_fd, f"=== [{cmd.name}] $ {cmd.run}\n")
     start_offset = os.lseek(log_fd, 0, os.SEEK_END)
 
     def failed(msg: str) -> CommandResult:
-        os.write(log_fd, f"milepost: {msg}\n".encode(errors="replace"))
+        log_room.write(log_fd, f"milepost: {msg}\n")
         return CommandResult(name=cmd.name, run=cmd.run, outcome=Outcome.FAILED, reason=msg, tail=msg)
 
     if not cwd.is_dir():
@@ -155,7 +157,8 @@ def _run_one(
     tail = read_tail(log_path, start_offset, end_offset)
     outcome, reason = _judge(status, timeout, tail)
     if status.timed_out:
-        os.write(log_fd, f"\nmilepost: {reason}; process group killed\n".encode())
+        log_room.write(log_fd, f"\nmilepost: {reason}; process group killed\n")
+    outcome, reason = log_room.judge(log_fd, log_path, outcome, reason)
     return CommandResult(
         name=cmd.name,
         run=cmd.run,
@@ -311,7 +314,21 @@ def write_result(log_path: Path, result: GateResult) -> None:
         tmp.write_text(result.model_dump_json())
         tmp.replace(path)
     except OSError:
-        pass  # the verdict still reaches the store; only a later recovery would miss it
+        # A full disk: the verdict reaches the store from memory (same process,
+        # unwritten_result); only a later recovery from the files would miss it.
+        _UNWRITTEN[str(path)] = result
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+# Verdicts that could not be written beside their logs, by result file.
+_UNWRITTEN: dict[str, GateResult] = {}
+
+
+def unwritten_result(log_path: Path) -> GateResult | None:
+    """The verdict of an attempt of this process that :func:`write_result`
+    could not write (no room), once."""
+    return _UNWRITTEN.pop(str(attempt_files(log_path)[1]), None)
 
 
 def recover_result(

@@ -28,6 +28,7 @@ gate that fails) are values, never exceptions.
         ├── StoreNotFoundError                  (no store here, or its database is missing or empty)
         ├── StoreDamagedError                   (a database that is not a sound milepost store)
         ├── DatabaseUnreachableError
+        ├── PrefectUnreachableError             (the Prefect API stopped answering under a drive)
         └── SettingsError                       (a bad MILEPOST_* value)
 """
 
@@ -68,6 +69,7 @@ __all__ = [
     "NotOwnerError",
     "PlanError",
     "PlanFileError",
+    "PrefectUnreachableError",
     "SelfDependencyError",
     "SettingsError",
     "StaleRevisionError",
@@ -101,6 +103,10 @@ class StoreNotFoundError(EnvironmentProblem):
 
 class DatabaseUnreachableError(EnvironmentProblem):
     kind = "database_unreachable"
+
+
+class PrefectUnreachableError(EnvironmentProblem):
+    kind = "prefect_unreachable"
 
 
 class StoreDamagedError(EnvironmentProblem):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
@@ -28,6 +29,14 @@ __all__ = ["Settings", "load_settings"]
 ENV_PREFIX = "MILEPOST_"
 # A week: a lease is renewed every quarter of it, so longer makes no sense.
 MAX_LEASE_TTL = 7 * 24 * 3600.0
+# The longest wait any fault setting allows (an hour): past it a user wants to know.
+MAX_WAIT = 3600.0
+
+
+def _wait(default: float, description: str, *, positive: bool = False) -> Any:
+    """A fault bound in seconds: at least 0 (above 0 when ``positive``), at most :data:`MAX_WAIT`."""
+    return Field(default=default, gt=0 if positive else None, ge=None if positive else 0, le=MAX_WAIT,
+                 description=description)  # fmt: skip
 
 
 class Settings(BaseModel):
@@ -47,8 +56,17 @@ class Settings(BaseModel):
         description="seconds a gate's claim stays valid without renewal (renewed every quarter of it)",
     )
     debug: bool = Field(default=False, description="show Python tracebacks of errors")
+    busy_timeout: float = _wait(30.0, "seconds a SQLite write waits for another process's lock before exit 3")
+    db_retry: float = _wait(30.0, "seconds in all a lost database connection is retried (with backoff) before exit 3")
+    prefect_timeout: float = _wait(10.0, "seconds one request to the Prefect API may take", positive=True)
+    prefect_retries: int = Field(
+        default=3, ge=0, le=10, description="retries of a failed Prefect API request (backoff 2, 4, 8 ... s)"
+    )
+    prefect_grace: float = _wait(
+        10.0, "seconds the Prefect API may stay unreachable before a drive stops claiming (exit 3)"
+    )
 
-    @field_validator("lease_ttl")
+    @field_validator("lease_ttl", "busy_timeout", "db_retry", "prefect_timeout", "prefect_grace")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):
@@ -88,6 +106,12 @@ def _accepted(err: ErrorDetails) -> str:
     field = str(err["loc"][0]) if err.get("loc") else ""
     if field == "lease_ttl":
         return f"expected seconds, a number > 0 and at most {MAX_LEASE_TTL:g}"
+    if field in ("busy_timeout", "db_retry", "prefect_grace"):
+        return f"expected seconds, a number >= 0 and at most {MAX_WAIT:g}"
+    if field == "prefect_timeout":
+        return f"expected seconds, a number > 0 and at most {MAX_WAIT:g}"
+    if field == "prefect_retries":
+        return "expected a whole number from 0 to 10"
     if field == "debug":
         return "expected 1/0, true/false, yes/no or on/off"
     return str(err.get("msg", "invalid value"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sqlite3
 import threading
 import zlib
 from collections.abc import Iterator
@@ -49,7 +50,9 @@ TABLES = frozenset(
         "input_manifests",
     }
 )
-BUSY_TIMEOUT_MS = 30_000
+# Seconds a locked SQLite write waits (MILEPOST_BUSY_TIMEOUT), and seconds in
+# all a lost connection is retried (MILEPOST_DB_RETRY): see milepost.retry.
+LOCKED = "database is locked by another process"
 
 
 def mask_url(url: str | URL) -> str:
@@ -65,7 +68,16 @@ class Store:
     store's identity, written when it was created: the evidence on disk is
     filed under it, so two stores never mix their logs."""
 
-    def __init__(self, url: str, home: Path, root: Path) -> None:
+    def __init__(self, url: str, home: Path, root: Path, *, busy_timeout: float | None = None,
+                 retry_for: float | None = None) -> None:  # fmt: skip
+        if busy_timeout is None or retry_for is None:
+            from milepost.settings import load_settings
+
+            settings = load_settings()
+            busy_timeout = settings.busy_timeout if busy_timeout is None else busy_timeout
+            retry_for = settings.db_retry if retry_for is None else retry_for
+        self.busy_timeout = busy_timeout
+        self.retry_for = retry_for
         self.url = url
         self.home = home
         self.root = root
@@ -83,7 +95,7 @@ class Store:
         self._sqlite_file = _sqlite_file(parsed) if self.dialect == "sqlite" else None
         kwargs: dict[str, Any] = {}
         if self.dialect == "sqlite":
-            kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000}
+            kwargs["connect_args"] = {"timeout": busy_timeout}
         elif self.dialect == "postgresql":
             kwargs["connect_args"] = {"connect_timeout": 5}
             kwargs["pool_pre_ping"] = True
@@ -96,7 +108,7 @@ class Store:
         except (ArgumentError, TypeError, ValueError) as e:
             raise EnvironmentProblem(f"invalid database URL {mask_url(url)}: {e}") from None
         if self.dialect == "sqlite":
-            _sqlite_setup(self.engine)
+            _sqlite_setup(self.engine, int(busy_timeout * 1000))
         # The service speaks SQLAlchemy Core on connections: explicit
         # statements, no identity map, no ORM session overhead per statement.
         self._writer_engine = self.engine.execution_options(milepost_write=True)
@@ -179,6 +191,10 @@ class Store:
             if e.connection_invalidated or _is_connect_error(e):
                 raise self._unreachable(e) from None
             raise self._fault(e) from None
+        except sqlite3.Error as e:
+            # Raised by the driver itself where SQLAlchemy does not wrap it: the
+            # BEGIN IMMEDIATE of a write (see _sqlite_setup) waiting on a lock.
+            raise self._fault(e) from None
         except OSError as e:
             raise EnvironmentProblem(f"cannot use database {self.where}: {e.strerror or e}") from None
 
@@ -211,7 +227,9 @@ class Store:
             )
         if "locked" in low:
             return EnvironmentProblem(
-                f"database {self.where} stayed locked by another process: {msg}; try again", database=self.where
+                f"{LOCKED}: {self.where} stayed locked for {self.busy_timeout:g} s (MILEPOST_BUSY_TIMEOUT);"
+                " nothing was changed, try again",
+                database=self.where,
             )
         return EnvironmentProblem(f"database {self.where}: {msg}", database=self.where)
 
@@ -407,14 +425,14 @@ def _is_connect_error(e: DBAPIError) -> bool:
     )
 
 
-def _sqlite_setup(engine: Engine) -> None:
+def _sqlite_setup(engine: Engine, busy_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite's own
         # implicit BEGIN is DEFERRED and cannot be made IMMEDIATE).
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = NORMAL")

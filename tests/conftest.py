@@ -208,48 +208,87 @@ class Postgres:
         return self.url(name)
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres]:
+class PgCluster:
+    """A PostgreSQL cluster of the tests' own (initdb in a temp folder, the
+    server on a free loopback port), which a test may stop and start again."""
+
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        # Not under pytest's tmp dir: that is private to root, and the server runs as postgres.
+        self.base = Path(tempfile.mkdtemp(prefix="milepost-pg-"))
+        self.data = self.base / "data"
+        self.run_as: list[str] = []
+        self.user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
+        if os.geteuid() == 0:
+            # initdb refuses to run as root: run the server as the postgres user.
+            shutil.chown(self.base, "postgres")
+            self.run_as = ["runuser", "-u", "postgres", "--"]
+        self.port = _free_port()
+        subprocess.run(
+            [*self.run_as, str(bindir / "initdb"), "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8"],
+            check=True,
+            capture_output=True,
+        )
+
+    def _ctl(self, *args: str, check: bool = True) -> None:
+        # Not captured: a server it starts would hold the pipe open (its output goes to the -l log).
+        subprocess.run([*self.run_as, str(self.bindir / "pg_ctl"), "-D", str(self.data), *args], check=check,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+    @property
+    def _server_args(self) -> list[str]:
+        opts = f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.base} -c fsync=off"
+        return ["-o", opts, "-l", str(self.base / "log")]
+
+    def _wait_listening(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+
+    def start(self) -> None:
+        self._ctl(*self._server_args, "-w", "start")
+        self._wait_listening()
+
+    def stop(self, mode: str = "fast") -> None:
+        self._ctl("-m", mode, "-w", "stop", check=False)
+
+    def restart(self) -> None:
+        """``pg_ctl -m fast restart``: every connection is cut, the server is back within a second or so."""
+        self._ctl(*self._server_args, "-m", "fast", "-w", "restart")
+        self._wait_listening()
+
+    def remove(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    @property
+    def server(self) -> Postgres:
+        return Postgres("127.0.0.1", self.port, self.user)
+
+
+def pg_cluster() -> PgCluster:
+    """A new, running cluster (skips, or fails under MILEPOST_REQUIRE_POSTGRES=1, without PostgreSQL)."""
     bindir = _pg_bin()
     if bindir is None:
         if os.environ.get("MILEPOST_REQUIRE_POSTGRES") == "1":
             pytest.fail("PostgreSQL is required (MILEPOST_REQUIRE_POSTGRES=1) but pg_ctl was not found")
         pytest.skip("no PostgreSQL server installed here (CI installs one)")
-    # Not under pytest's tmp dir: that is private to root, and the server runs as postgres.
-    base = Path(tempfile.mkdtemp(prefix="milepost-pg-"))
-    data = base / "data"
-    run_as: list[str] = []
-    user = "postgres" if os.geteuid() == 0 else os.environ.get("USER", "postgres")
-    if os.geteuid() == 0:
-        # initdb refuses to run as root: run the server as the postgres user.
-        shutil.chown(base, "postgres")
-        run_as = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    subprocess.run(
-        [*run_as, str(bindir / "initdb"), "-D", str(data), "-U", user, "--auth=trust", "-E", "UTF8"],
-        check=True,
-        capture_output=True,
-    )
-    opts = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={base} -c fsync=off"
-    subprocess.run(
-        [*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(base / "log"), "-w", "start"],
-        check=True,
-        capture_output=True,
-    )
+    cluster = PgCluster(bindir)
+    cluster.start()
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    cluster = pg_cluster()
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        yield Postgres("127.0.0.1", port, user)
+        yield cluster.server
     finally:
-        subprocess.run(
-            [*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True
-        )
-        shutil.rmtree(base, ignore_errors=True)
+        cluster.remove()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -308,6 +308,9 @@ CASES: list[Case] = [
     # environment: settings
     Case("lease ttl not a number", ["list"], 3, env={"MILEPOST_LEASE_TTL": "abc"}, says="MILEPOST_LEASE_TTL"),
     Case("lease ttl negative", ["list"], 3, env={"MILEPOST_LEASE_TTL": "-1"}),
+    Case("db retry not a number", ["list"], 3, env={"MILEPOST_DB_RETRY": "soon"}, says="MILEPOST_DB_RETRY"),
+    Case("busy timeout negative", ["list"], 3, env={"MILEPOST_BUSY_TIMEOUT": "-5"}, says="MILEPOST_BUSY_TIMEOUT"),
+    Case("prefect retries not whole", ["list"], 3, env={"MILEPOST_PREFECT_RETRIES": "1.5"}, says="whole number"),
     Case("lease ttl nan", ["list"], 3, env={"MILEPOST_LEASE_TTL": "nan"}),
     Case("lease ttl inf", ["list"], 3, env={"MILEPOST_LEASE_TTL": "inf"}),
     Case("debug not a boolean", ["list"], 3, env={"MILEPOST_DEBUG": "maybe"}),

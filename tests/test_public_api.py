@@ -38,6 +38,7 @@ def test_all_is_exactly_the_public_surface() -> None:
             "mcp_server",
             "picture",
             "report",
+            "retry",
             "scaffold",
         }
     )
@@ -95,7 +96,7 @@ def test_dependencies_point_one_way() -> None:
         "gates": ("milepost.graph", "milepost.gates"),
         "flows": ("milepost.graph", "milepost.gates", "milepost.flows", "milepost.service", "milepost.results",
                   "milepost.errors", "milepost._text", "milepost.settings", "milepost.picture", "milepost.report",
-                  "milepost.store", "milepost.workspace"),
+                  "milepost.store", "milepost.retry", "milepost.workspace"),
     }  # fmt: skip
     third = {
         "graph": {"pydantic", "networkx"},

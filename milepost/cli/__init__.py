@@ -65,9 +65,11 @@ def main(argv: list[str] | None = None) -> None:
     previous = _sigterm_interrupts()
     try:
         cli.main(args=args, prog_name="milepost", standalone_mode=False)
+        _leave_if_prefect_lost(0)
     except BaseException as e:
         code, payload, message = _classify(e)
         if code is None:
+            _leave_if_prefect_lost(e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1)
             raise
         if debug and not isinstance(e, SystemExit):
             import traceback
@@ -75,7 +77,10 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exception(e, file=sys.stderr)
         if code == 0:
             raise SystemExit(0) from None
-        _fail(as_json, payload, message, code)
+        try:
+            _fail(as_json, payload, message, code)
+        finally:
+            _leave_if_prefect_lost(code)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -91,6 +96,18 @@ def _debug_setting() -> bool:
         return load_settings().debug
     except SettingsError:
         return False
+
+
+def _leave_if_prefect_lost(code: int) -> None:
+    """A drive that lost its Prefect API has said so; Prefect's background
+    services would now spend seconds per event and log line they hold trying
+    to send them at interpreter exit. Leave without those drains (the store
+    has everything; see milepost.flows.prefect_guard)."""
+    guard = sys.modules.get("milepost.flows.prefect_guard")
+    if guard is not None and guard.abandoned():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _sigterm_interrupts() -> Any:

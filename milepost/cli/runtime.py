@@ -64,7 +64,9 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     but their inputs changed since) are re-proven first; a failure whose
     inputs did not change is not retried blindly. Exits 0 when every
     milestone (of --until's scope) is done and none is stale, 1 otherwise,
-    130 when interrupted. Uses the workspace's Prefect server when `milepost
+    130 when interrupted, 3 when the database or the Prefect API is lost
+    (running gates finish and are recorded, or recovered by the next drive
+    from their files). Uses the workspace's Prefect server when `milepost
     server start` runs, else Prefect's temporary server (with its home in
     .milepost/prefect).
     """

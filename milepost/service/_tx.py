@@ -35,6 +35,7 @@ from milepost.graph.models import Milestone
 from milepost.graph.status import Action, ItemState, MilestoneStatus, PlanStatus
 from milepost.graph.steps import Change
 from milepost.results import MilestoneChange
+from milepost.retry import retrying
 from milepost.service import _rows as rows
 from milepost.service._prepared import Record
 from milepost.service._rows import DEPS, MILESTONES
@@ -364,7 +365,8 @@ def write(
     """Run ``fn`` in a write transaction on fresh data (see the module's
     docstring); ``cache`` defaults to the service's own."""
     cache = ctx.cache if cache is None else cache
-    for _ in range(MAX_CAS_RETRIES):
+
+    def attempt() -> T:
         try:
             with ctx.store.write() as conn:
                 found = rows.LOCK_ITEM.rows(conn, item=item_id)
@@ -376,15 +378,18 @@ def write(
                 tx.check_revision(expect_revision)
                 result = fn(tx)
                 tx.commit()
-            tx.keep()
-            return result
-        except LostRace:
-            if cache is not None:
-                cache.drop(item_id)
-            continue
         except BaseException:
             # ``fn`` may have changed the cached graph before it failed.
             if cache is not None:
                 cache.drop(item_id)
             raise
+        tx.keep()
+        return result
+
+    for _ in range(MAX_CAS_RETRIES):
+        try:
+            # A dropped connection (a database restart) is retried on fresh data: milepost.retry.
+            return retrying(ctx.store, attempt)
+        except LostRace:
+            continue
     raise ConcurrentUpdateError(f"work item {item_id} kept changing under this update; try again", item=item_id)

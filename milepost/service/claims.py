@@ -22,6 +22,7 @@ from sqlalchemy import Connection, insert, select, update
 from milepost._schema import utcnow
 from milepost.errors import ConcurrentUpdateError, EnvironmentProblem, TransitionError
 from milepost.gates._crash import crash_point
+from milepost.gates._supervisor_main import process_start
 from milepost.gates.command import GateResult, Outcome, attempt_files, recover_result, run_gate
 from milepost.gates.inputs import Fingerprint, read_manifest
 from milepost.gates.outcome import CachedFrom
@@ -30,11 +31,13 @@ from milepost.graph import steps
 from milepost.graph.models import Milestone
 from milepost.graph.status import Action, MilestoneStatus, transition
 from milepost.results import Claim, DoneResult, GateRun
+from milepost.retry import retrying
 from milepost.service import _rows as rows
 from milepost.service import proofs
 from milepost.service._rows import MILESTONES, REFS, RUNS
 from milepost.service._tx import Context, GraphCache, ItemEvent, Tx, write
 from milepost.service.items import resolve
+from milepost.service.recovery import already_recorded, reclaimable
 
 __all__ = [
     "LeaseKeeper",
@@ -112,7 +115,9 @@ def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = Fal
         )
     attempt = (tx.conn.execute(rows.LAST_ATTEMPT, {"pk": pk}).scalar() or 0) + 1
     log = log_path(tx.ctx, tx.id, m.name, attempt)
-    info: dict[str, Any] = {**host_identity(), "pid": os.getpid(), "log": str(log)}
+    info: dict[str, Any] = {
+        **host_identity(), "pid": os.getpid(), "start": process_start(os.getpid()), "log": str(log)
+    }  # fmt: skip
     if reproof:
         info["reproof"] = True
     tx.conn.execute(
@@ -310,6 +315,11 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
     def fn(tx: Tx) -> DoneResult:
         holder = tx.conn.execute(select(MILESTONES.c.lease_owner).where(MILESTONES.c.id == c.pk)).scalar()
         m = tx.find_pk(c.pk, c.milestone.name)
+        if holder is None and already_recorded(tx.conn, c):
+            # Recorded by whoever the lease passed to, or by this very write before its connection dropped.
+            return DoneResult(item=tx.id, revision=tx.revision, milestone=m, passed=result.passed,
+                              note=f"attempt {c.attempt} of {m.name!r} is in the store already;"
+                                   " this outcome is not applied again")  # fmt: skip
         if holder != c.owner:
             return DoneResult(
                 item=tx.id,
@@ -412,6 +422,10 @@ def _finish_without_gate(tx: Tx, c: Claim, m: Milestone, result: GateResult, ver
 
 def record_fix(ctx: Context, claim: Claim, result: GateResult) -> None:
     """Keep a fix hook's run as evidence of the work item (a work ref)."""
+    retrying(ctx.store, lambda: _record_fix(ctx, claim, result))
+
+
+def _record_fix(ctx: Context, claim: Claim, result: GateResult) -> None:
     with ctx.store.write() as conn:
         conn.execute(
             insert(REFS).values(
@@ -450,12 +464,11 @@ def reclaim_expired(ctx: Context, item: int, owner: str, cache: GraphCache | Non
     the attempt ran on another machine, lease expiry is the only fence:
     that machine's gate supervisor killed the gate when its driver died."""
     now = utcnow()
-    with ctx.store.read() as conn:
-        found = conn.execute(_expired(item, now)).all()
+    found = retrying(ctx.store, lambda: reclaimable(ctx, item, now))
     out = []
-    for r in found:
+    for r, gone in found:
         recorded = _reclaim(ctx, item, r.id, r.name, r.lease_owner, r.lease_info, owner, now, release=True,
-                            cache=cache)  # fmt: skip
+                            cache=cache, gone=gone)  # fmt: skip
         if recorded is not None:
             out.append(recorded)
     return out
@@ -475,8 +488,10 @@ def _reclaim_for_done(ctx: Context, item: int, name: str, owner: str) -> DoneRes
 
 
 def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: dict[str, Any] | None, owner: str,
-             now: datetime, *, release: bool, cache: GraphCache | None = None) -> DoneResult | None:  # fmt: skip
-    """Take over one expired lease, fence its attempt, record it (see
+             now: datetime, *, release: bool, cache: GraphCache | None = None,
+             gone: bool = False) -> DoneResult | None:  # fmt: skip
+    """Take over one expired lease (or, with ``gone``, the live lease of a
+    holder proven dead), fence its attempt, record it (see
     :func:`reclaim_expired`). None when another driver got there first."""
     until = utcnow() + ctx.lease_ttl
     with ctx.store.write() as conn:
@@ -485,7 +500,7 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
             .where(
                 MILESTONES.c.id == pk,
                 MILESTONES.c.lease_owner == old_owner,
-                MILESTONES.c.lease_expires < now,
+                *([] if gone else [MILESTONES.c.lease_expires < now]),
                 MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
             )
             .values(lease_owner=owner, lease_expires=until)

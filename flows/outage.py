@@ -1,0 +1,90 @@
+"""When a part fails under a drive.
+
+- **The store or the Prefect API is lost** (:func:`finish_running`): the drive
+  starts no new gate, lets the running ones end on their own (they write
+  their verdicts into the files beside their logs), records each one when
+  the store can still take it (one try each), and ends with the fault, which
+  the CLI reports as exit 3 naming the part. What it could not record, the
+  next drive recovers from the files without running a passed gate again
+  (``service.recovery``).
+- **A gate task dies before it reports** (:func:`crashed_result`): its attempt
+  is ``interrupted`` (no budget spent) the first times; the same milestone
+  crashing again and again in one drive (a full disk, a broken worker) is a
+  failed attempt from the :data:`CRASH_LIMIT`-th time on, so the budget
+  ends the loop: never an endless round of reclaims.
+"""
+
+from __future__ import annotations
+
+import queue
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from milepost.errors import EnvironmentProblem
+from milepost.flows.gate_task import GateSpec, TaskKind
+from milepost.flows.prefect_guard import task_failure
+from milepost.gates.command import GateResult, Outcome, unwritten_result
+from milepost.service import interrupted_result
+
+if TYPE_CHECKING:
+    from milepost.flows.loop import Loop
+
+__all__ = ["CRASH_LIMIT", "crashed_result", "finish_running"]
+
+CRASH_LIMIT = 3
+CRASHED = "the gate task crashed before reporting"
+# (item, milestone key) -> gate tasks of it that died before reporting, in this process.
+_CRASHES: dict[tuple[int, int], int] = {}
+
+
+def crashed_result(spec: GateSpec, future: Any = None) -> GateResult:
+    """The result of an attempt whose task ended without a verdict file: the
+    verdict it kept in memory when the file could not be written (a full
+    disk), else a crash (see the module)."""
+    kept = unwritten_result(Path(spec.log_path))
+    if kept is not None:
+        return kept
+    detail = task_failure(future)
+    why = f"{CRASHED}: {detail}" if detail else CRASHED
+    key = (spec.claim.item, spec.claim.pk)
+    if spec.kind is TaskKind.GATE:
+        _CRASHES[key] = _CRASHES.get(key, 0) + 1
+        if _CRASHES[key] >= CRASH_LIMIT:
+            now = datetime.now(UTC)
+            reason = f"{why} ({_CRASHES[key]} times in this drive: counted as a failed attempt)"
+            return GateResult(outcome=Outcome.FAILED, reason=reason, tail=reason, started_at=now, finished_at=now,
+                              log_path=spec.log_path)  # fmt: skip
+    return interrupted_result(spec.claim, datetime.now(UTC), reason=why)
+
+
+def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
+    """The store or the API is gone (``fault``): see the module. Returns when
+    every running gate and fix has ended."""
+    from milepost.flows.loop import read_result
+
+    if loop.ctx.fault is None:
+        loop.ctx.fault = fault
+    store = loop.ctx.service.store
+    store.retry_for = 0.0  # the drive is ending: one try per record from here on
+    if loop.running:
+        names = ", ".join(sorted({r.claim.milestone.name for r in loop.running.values()}))
+        loop.reporter.warning(f"{fault.message}; no new gate is started, waiting for {names} to finish")
+    while loop.running:
+        try:
+            key = loop.done_q.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        r = loop.running.pop(key, None)
+        if r is None or r.kind is not TaskKind.GATE:
+            continue
+        result = read_result(r.spec, r.future)
+        try:
+            done = loop._record(r.claim, result)
+        except EnvironmentProblem:
+            loop.reporter.warning(
+                f"{r.claim.milestone.name} (attempt {r.claim.attempt}) ended: {result.reason}; not recorded,"
+                f" the next drive recovers it from {Path(r.spec.log_path).name} and the files beside it"
+            )
+            continue
+        loop.reporter.gate_finished(r.claim, done)

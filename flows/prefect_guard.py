@@ -1,0 +1,252 @@
+"""Prefect is the engine and the window; the store is the truth.
+
+A drive talks to the Prefect API besides running its gates: the flow run's
+states, the plan nodes, the progress and summary artifacts, the wait for the
+server to hold every task run. None of that may cost a proven result or hold
+the drive for minutes when the API goes away (a killed ``prefect server``,
+a network cut), so:
+
+- every request of Prefect's client is bounded: ``MILEPOST_PREFECT_TIMEOUT``
+  seconds per request and ``MILEPOST_PREFECT_RETRIES`` retries (Prefect's
+  own default, 5 retries with backoff 2, 4 ... 32 s, held a drive about a
+  minute per call, seven minutes in all): :func:`client_settings`, applied
+  to the environment before Prefect is imported;
+- artifacts are best effort, sent from a background thread the drive never
+  waits on (:meth:`PrefectGuard.later`); plan nodes and the end's waiting
+  are skipped once the API is known lost (:meth:`PrefectGuard.call`);
+- a prober asks the API's ``/health`` every second; when it has not answered
+  for ``MILEPOST_PREFECT_GRACE`` seconds (a restart within that is ridden
+  out; a call that fails, a busy server's 503 say, is a warning), the API is lost: the
+  drive starts no new gate (Prefect needs its API to start a task run: the
+  task's tag concurrency slots are taken through it), lets the running
+  gates finish and records them in the store, then exits 3 naming the API
+  (:class:`~milepost.errors.PrefectUnreachableError`).
+
+Nothing here imports Prefect at module level: :func:`client_settings` is
+read before Prefect is.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import contextvars
+import logging
+import os
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from milepost.errors import PrefectUnreachableError
+from milepost.flows.events import NullReporter
+from milepost.results import Claim, DoneResult
+from milepost.settings import Settings
+
+__all__ = ["PrefectGuard", "abandoned", "client_settings", "is_api_error", "quiet_prefect", "task_failure"]
+
+T = TypeVar("T")
+PROBE_SECONDS = 1.0
+
+
+def client_settings(settings: Settings) -> dict[str, str]:
+    """Prefect's client settings that bound each of its API calls."""
+    return {
+        "PREFECT_API_REQUEST_TIMEOUT": f"{settings.prefect_timeout:g}",
+        "PREFECT_CLIENT_MAX_RETRIES": str(settings.prefect_retries),
+    }
+
+
+def is_api_error(e: BaseException) -> bool:
+    """Whether ``e`` says the Prefect API could not be reached (or failed on
+    its side), as opposed to a bug. (Prefect's client is httpx; its errors are
+    told by name so that milepost does not import it.)"""
+    kinds = {c.__name__ for c in type(e).__mro__ if c.__module__.startswith("httpx")}
+    if "HTTPStatusError" in kinds:
+        return int(getattr(getattr(e, "response", None), "status_code", 0)) >= 500
+    if "TransportError" in kinds or isinstance(e, OSError | TimeoutError):
+        return True
+    return "Failed to reach API" in str(e)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(f"{type(e).__name__}: {e}".split())
+
+
+def task_failure(future: Any) -> str | None:
+    """What ended a task's future, from this process only (asking a future for
+    its ``state`` may call the API): the exception its thread raised, or the
+    message of the state it returned."""
+    wrapped = getattr(future, "wrapped_future", None)
+    if not isinstance(wrapped, concurrent.futures.Future) or not wrapped.done():
+        return None
+    e = wrapped.exception(timeout=0)
+    message = _one_line(e) if e is not None else getattr(wrapped.result(timeout=0), "message", None)
+    return " ".join(str(message).split())[:300] if message else None
+
+
+def _health(api_url: str, timeout: float) -> str | None:
+    """None when the API answers its health check, else why not."""
+    try:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as r:
+            return None if r.status < 500 else f"HTTP {r.status}"
+    except urllib.error.HTTPError as e:
+        # It answered: a refusal (no such route, not signed in) is not a lost API.
+        return None if e.code < 500 else f"HTTP {e.code}"
+    except Exception as e:  # any failure to answer is the answer
+        return _one_line(e)
+
+
+# Set once an API of this process was lost: Prefect's background services
+# then hold events and logs they can never send, and would try each for
+# seconds at interpreter exit. The CLI leaves without those drains.
+_ABANDONED = threading.Event()
+
+
+def abandoned() -> bool:
+    """Whether this process lost its Prefect API (see ``_ABANDONED``)."""
+    return _ABANDONED.is_set()
+
+
+def quiet_prefect() -> None:
+    """Once the API is gone, Prefect's background services (events, logs)
+    fail on every item; they must not fill the user's terminal. (The store
+    and milepost's own output say what happened.)"""
+    _ABANDONED.set()
+    silence_background()
+    # Calls still in flight (a gate task taking its slots, the flow run's final
+    # state) give up after their current try: Prefect's retry loop reads the
+    # setting on every turn, and a server that is gone answers no retry.
+    with contextlib.suppress(Exception):
+        from prefect.settings import get_current_settings
+
+        get_current_settings().client.max_retries = 0
+
+
+def silence_background() -> None:
+    """Prefect's background services' errors off the terminal: milepost says
+    what happened to the API itself (the drive's warning, exit 3)."""
+    logging.raiseExceptions = False  # the API log handler's "--- Error logging to API ---"
+    for name in ("prefect._internal", "prefect._internal.concurrency", "prefect.events", "prefect.client"):
+        logger = logging.getLogger(name)
+        logger.disabled = True  # (a level would not do: loggers cache what they may emit)
+
+
+class PrefectGuard:
+    """Watches the Prefect API of one drive and runs its best-effort calls."""
+
+    def __init__(self, api_url: str | None, settings: Settings, on_lost: Callable[[PrefectUnreachableError], None],
+                 warn: Callable[[str], None]) -> None:  # fmt: skip
+        self.url = api_url
+        self.settings = settings
+        self.lost: PrefectUnreachableError | None = None
+        self.lost_at: float | None = None
+        self._on_lost = on_lost
+        self._warn = warn
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+        self._stop = threading.Event()
+        self._jobs: queue.Queue[tuple[contextvars.Context, str, Callable[[], Any]] | None] = queue.Queue()
+        self._worker = threading.Thread(target=self._work, name="milepost-prefect-later", daemon=True)
+        self._prober = threading.Thread(target=self._probe, name="milepost-prefect-probe", daemon=True)
+
+    def start(self) -> PrefectGuard:
+        if os.environ.get("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL") == "CRITICAL":  # the CLI's quiet console
+            silence_background()
+        self._worker.start()
+        if self.url:
+            self._prober.start()
+        return self
+
+    def bound(self) -> float:
+        """The longest one API call may take: every try times out, with the
+        client's backoff (2, 4 ... s) between them."""
+        tries = self.settings.prefect_retries + 1
+        return tries * self.settings.prefect_timeout + sum(2.0**n for n in range(1, tries))
+
+    def close(self, wait: float) -> None:
+        """Stop probing; give what is queued up to ``wait`` seconds, then leave it."""
+        self._stop.set()
+        self._jobs.put(None)
+        self._worker.join(timeout=wait)
+
+    # -- loss ----------------------------------------------------------------
+
+    def lose(self, why: str) -> None:
+        """The API is gone (``why``): said once, acted on by the drive."""
+        with self._lock:
+            if self.lost is not None:
+                return
+            where = f"the Prefect API at {self.url}" if self.url else "the Prefect API"
+            self.lost = PrefectUnreachableError(
+                f"{where} stopped answering ({why}): no gate was started after that, the running ones finished"
+                " and are recorded in the store; the flow run's record in the Prefect UI is incomplete."
+                " Start the server again (milepost server start) and drive again",
+                api=self.url or "",
+            )
+            self.lost_at = time.monotonic()
+        quiet_prefect()
+        self._on_lost(self.lost)
+
+    def _probe(self) -> None:
+        assert self.url is not None
+        failing_since: float | None = None
+        timeout = min(5.0, self.settings.prefect_timeout)  # a busy server answers slowly, not never
+        while not self._stop.wait(PROBE_SECONDS) and self.lost is None:
+            why = _health(self.url, timeout)
+            now = time.monotonic()
+            if why is None:
+                failing_since = None
+                continue
+            if failing_since is None:
+                failing_since = now - PROBE_SECONDS  # it answered a second ago at best
+            if now - failing_since >= self.settings.prefect_grace:
+                self.lose(f"no answer for {now - failing_since:.0f} s: {why}")
+
+    # -- calls -----------------------------------------------------------------
+
+    def call(self, what: str, fn: Callable[[], T], default: T) -> T:
+        """``fn()``, or ``default`` when the API is lost or the call fails
+        (a warning, once per ``what``). Only the prober declares the API lost:
+        a busy server answers a call with 503 now and then, after the client's
+        retries too, and is not gone."""
+        if self.lost is not None:
+            return default
+        try:
+            return fn()
+        except Exception as e:
+            with self._lock:
+                first = what not in self._warned
+                self._warned.add(what)
+            if first:
+                self._warn(f"could not {what}: {_one_line(e)}; the drive goes on")
+            return default
+
+    def later(self, what: str, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the background thread, in this thread's context (the
+        flow run's), as :meth:`call` would; the caller never waits."""
+        if self.lost is None:
+            self._jobs.put((contextvars.copy_context(), what, fn))
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            context, what, fn = job
+            context.run(self.call, what, fn, None)
+
+
+class LaterReporter(NullReporter):
+    """A reporter whose callbacks run on the guard's background thread
+    (the artifacts: see :class:`~milepost.flows.artifacts.ArtifactReporter`)."""
+
+    def __init__(self, guard: PrefectGuard, inner: NullReporter) -> None:
+        self.guard = guard
+        self.inner = inner
+
+    def gate_finished(self, claim: Claim, done: DoneResult) -> None:
+        self.guard.later("update the progress artifact", lambda: self.inner.gate_finished(claim, done))
