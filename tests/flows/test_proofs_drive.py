@@ -74,6 +74,7 @@ def views(cli: CLI, item: int | None = None) -> dict[str, str]:
     return {m["name"]: m["view"] for m in cli.json(*args)["milestones"]}
 
 
+@pytest.mark.timeout(1200)  # seven drives and two verifies, each a real process
 def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CLI], tmp_path: Path) -> None:
     root, cli = repo
     ledger = tmp_path / "ledger.txt"
@@ -134,7 +135,7 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     # 5. No blind retries: the same inputs would fail the same way.
     r = cli("drive")
     assert r.code == 1 and ran(ledger, seen) == []
-    assert "waiting for a change" in r.out
+    assert "not retried until they change" in r.out
     v = cli("--json", "verify")  # the same answer without Prefect: still red, nothing run
     assert v.code == 1 and ran(ledger, seen) == []
 
