@@ -293,3 +293,18 @@ def test_a_stale_item_cannot_be_completed_until_it_is_proven_again(done_item: Se
     assert svc.get_item().state == "open"
     assert svc.verify().ok
     assert svc.complete("all done").item.state == "completed"
+
+
+def test_a_gate_that_rewrites_its_own_inputs_leaves_its_milestone_stale_and_says_so(
+    any_service: Service, workspace: Path
+) -> None:
+    svc = any_service
+    code(workspace, leaf="ok = 1\n")
+    fmt = "objective: fmt\nmilestones:\n  - {name: fmt, gate: 'echo \"# formatted\" >> src/leaf.py', inputs: [src/leaf.py]}\n"
+    svc.apply_plan(parse_plan(fmt))
+    svc.start("fmt")
+    r = svc.done("fmt")
+    assert r.passed and r.gate_run is not None and r.gate_run.rewrote == ["src/leaf.py"]
+    [v] = svc.milestone_views()[1]
+    assert v.view == "stale" and v.stale is not None
+    assert v.stale.reason == "changed since proven: src/leaf.py; its own gate changes its inputs"
