@@ -300,7 +300,8 @@ def test_a_gate_that_rewrites_its_own_inputs_leaves_its_milestone_stale_and_says
 ) -> None:
     svc = any_service
     code(workspace, leaf="ok = 1\n")
-    fmt = "objective: fmt\nmilestones:\n  - {name: fmt, gate: 'echo \"# formatted\" >> src/leaf.py', inputs: [src/leaf.py]}\n"
+    gate = "echo \"# formatted\" >> src/leaf.py"
+    fmt = f"objective: fmt\nmilestones:\n  - {{name: fmt, gate: '{gate}', inputs: [src/leaf.py]}}\n"
     svc.apply_plan(parse_plan(fmt))
     svc.start("fmt")
     r = svc.done("fmt")
