@@ -137,6 +137,12 @@ def readiness_view(item: WorkItem, g: WorkGraph, *, after_open: bool = False) ->
     if nxt is not None:
         return ReadinessView(Readiness.RUNNABLE, RS.MILESTONE_READY, f"next: {nxt.name}")
     if g.all_done():
+        stale = g.stale()
+        if stale:
+            listed = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+            return ReadinessView(
+                Readiness.RUNNABLE, RS.STALE, f"every milestone is done, but stale: {listed}; re-prove them (verify)"
+            )
         return ReadinessView(
             Readiness.RUNNABLE, RS.AWAITING_REPORT, "every milestone is done: complete it with a report"
         )

@@ -219,6 +219,7 @@ class ReadinessState(StrEnum):
     PLANNING = "planning"
     MILESTONE_READY = "milestone_ready"
     AWAITING_REPORT = "awaiting_report"
+    STALE = "stale"  # every milestone is done, some on inputs that changed since: re-prove them
     IN_PROGRESS = "in_progress"
     REVIEW = "review"
     STUCK = "stuck"

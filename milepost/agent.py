@@ -191,7 +191,7 @@ def work_item(svc: Service, a: WorkItemArgs) -> dict[str, Any]:
         it = svc.create_item(_need(a.objective, "objective (or plan)", "create"))
         return _item(it, svc)
     if a.action == "show":
-        return _item(svc.get_item(a.id), svc)
+        return _item(svc.graph(a.id)[0], svc)  # readiness knows the stale milestones
     if a.action == "list":
         items = svc.list_items((a.filter or ItemFilter.OPEN).value)
         return {

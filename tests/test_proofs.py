@@ -300,7 +300,7 @@ def test_a_gate_that_rewrites_its_own_inputs_leaves_its_milestone_stale_and_says
 ) -> None:
     svc = any_service
     code(workspace, leaf="ok = 1\n")
-    gate = "echo \"# formatted\" >> src/leaf.py"
+    gate = 'echo "# formatted" >> src/leaf.py'
     fmt = f"objective: fmt\nmilestones:\n  - {{name: fmt, gate: '{gate}', inputs: [src/leaf.py]}}\n"
     svc.apply_plan(parse_plan(fmt))
     svc.start("fmt")
@@ -309,3 +309,14 @@ def test_a_gate_that_rewrites_its_own_inputs_leaves_its_milestone_stale_and_says
     [v] = svc.milestone_views()[1]
     assert v.view == "stale" and v.stale is not None
     assert v.stale.reason == "changed since proven: src/leaf.py; its own gate changes its inputs"
+
+
+def test_readiness_says_when_every_milestone_is_done_but_some_are_stale(done_item: Service, workspace: Path) -> None:
+    svc = done_item
+    it, _ = svc.graph()
+    assert it.readiness_state == "awaiting_report"
+    code(workspace, leaf="ok = 1  # edited\n")
+    it, _ = svc.graph()
+    assert it.readiness == "runnable" and it.readiness_state == "stale"
+    assert it.readiness_reason == "every milestone is done, but stale: leaf, user; re-prove them (verify)"
+    assert svc.milestone_views()[0].readiness_state == "stale"

@@ -324,11 +324,7 @@ class Service:
     def graph(self, item: int | None = None, *, proofs: bool = True) -> tuple[WorkItem, WorkGraph]:
         """The item and its whole graph; with ``proofs`` the stale milestones
         are marked (their inputs are read: see :meth:`check_proofs`)."""
-        item_id = items.resolve(self.ctx, item)
-        it, g = items.read(self.ctx, item_id)
-        if proofs:
-            self.check_proofs(item_id, g)
-        return it, g
+        return items.read(self.ctx, items.resolve(self.ctx, item), proofs=proofs)
 
     def milestone_views(self, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:
         return milestones.milestone_views(self.ctx, item)

@@ -5,7 +5,7 @@ evidence (work refs) and their plan.md artifact. Functions of a
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Row, insert, select, update
 
@@ -38,6 +38,9 @@ from milepost.service._find import focused, head, resolve
 from milepost.service._rows import EVENTS, FOCUS, ITEMS, MILESTONES
 from milepost.service._tx import Context, GraphCache, ItemEvent, Loaded, Tx, check_revision, load_graph, write
 from milepost.service.evidence import write_plan_md
+
+if TYPE_CHECKING:
+    from milepost.service.proofs import Check
 
 __all__ = [
     "LIST_FILTERS",
@@ -86,7 +89,26 @@ def work_item(conn: Connection, row: Row[Any], graph: WorkGraph) -> WorkItem:
     return item
 
 
-def read(ctx: Context, item_id: int) -> tuple[WorkItem, WorkGraph]:
+def read(ctx: Context, item_id: int, *, proofs: bool = False) -> tuple[WorkItem, WorkGraph]:
+    """The item (with its derived readiness) and its whole graph; with
+    ``proofs`` the inputs are read first, so the stale milestones are marked
+    and the readiness knows them (see :mod:`milepost.service.proofs`)."""
+    it, g, _ = read_checked(ctx, item_id) if proofs else (*_read(ctx, item_id), None)
+    return it, g
+
+
+def read_checked(ctx: Context, item_id: int) -> tuple[WorkItem, WorkGraph, Check]:
+    """:func:`read` with the inputs looked at, and what they said."""
+    from milepost.service import proofs
+
+    with ctx.store.read() as conn:
+        row = head(conn, item_id)
+        graph = graph_of(conn, row, ctx.cache).graph
+        check = proofs.check(ctx, item_id, graph)
+        return work_item(conn, row, graph), graph, check
+
+
+def _read(ctx: Context, item_id: int) -> tuple[WorkItem, WorkGraph]:
     with ctx.store.read() as conn:
         row = head(conn, item_id)
         graph = graph_of(conn, row, ctx.cache).graph

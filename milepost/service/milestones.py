@@ -25,7 +25,7 @@ from milepost.results import ActionResult, DryRun, GateRun, MilestoneView, NextR
 from milepost.service._rows import DEPS, EVENTS, MILESTONES, RUNS
 from milepost.service._rows import gate_run as gate_run_of
 from milepost.service._tx import Context, ItemEvent, Tx, unknown_milestone, write
-from milepost.service.items import create_item, head, insert_milestones, read, resolve
+from milepost.service.items import create_item, head, insert_milestones, read, read_checked, resolve
 
 if TYPE_CHECKING:
     from milepost.graph.plan import Plan
@@ -303,11 +303,9 @@ def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, li
     """Every milestone with its view: ready/blocked folded in, and, for those
     with inputs, stale (done on files that changed since) or waiting for a
     change (failed on files that did not change since)."""
-    from milepost.service import proofs
 
     item_id = resolve(ctx, item)
-    it, g = read(ctx, item_id)
-    check = proofs.check(ctx, item_id, g)
+    it, g, check = read_checked(ctx, item_id)
     with ctx.store.read() as conn:
         last: dict[str, tuple[int, str]] = {
             name: (attempt, reason)
