@@ -50,6 +50,8 @@ from milepost.service import Service
 __all__ = ["GateSpec", "drive_workgraph", "gate_task", "run_drive", "run_gate_spec"]
 
 _CONTEXT: DriveContext | None = None
+# How long a drive waits at its end for its artifacts (made while the flow run ends).
+PUBLISH_TIMEOUT = 60.0
 
 
 def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = False,
@@ -134,7 +136,7 @@ def _flow_run_name() -> str:
     ctx = _CONTEXT
     objective = ""
     if ctx is not None and item is not None:
-        objective = ctx.service.get_item(item).objective
+        objective = ctx.objective if ctx.objective is not None else ctx.service.get_item(item).objective
     short = (objective[:60] + "…") if len(objective) > 60 else objective
     return f"item-{item}: {short}" if short else f"item-{item}"
 
@@ -151,7 +153,7 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     it, g = svc.graph(item_id, proofs=False)
     from milepost.flows.artifacts import ArtifactReporter
 
-    artifacts = ArtifactReporter(item_id, len(g), svc.last_durations)
+    artifacts = ArtifactReporter(item_id, len(g), ctx.flow_run_id, svc.last_durations)
     reporter: Reporter = MultiReporter(ctx.reporter, artifacts)
     ctx.reporter.drive_started(it.id, it.objective, len(g), ctx.flow_run_id)
     if until is not None:
@@ -187,9 +189,12 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
         summary.gate_runs = loop.gate_runs
         summary.cached = loop.cached
         ctx.summary = summary
-        if not interrupted:
-            _finish_plan_nodes(ctx, g, loop, item_id)
-            artifacts.publish(summary, g)
+        try:
+            if not interrupted:
+                _finish_plan_nodes(ctx, g, loop, item_id)
+                ctx.publishing = artifacts.publish_later(summary, g, ctx.reporter.warning)
+        finally:
+            artifacts.close()
     if summary.ok:
         return Completed(message=summary.message)
     return Failed(message=summary.message)
@@ -259,15 +264,20 @@ def run_drive(
     wait_timeout: float = 120.0,
     expect_revision: int | None = None,
     use_cache: bool = True,
+    wait_recorded: bool = True,
 ) -> DriveSummary:
-    """Run ``drive_workgraph`` for one item and return its summary. Waits until
-    the Prefect server has recorded every task run of the flow run before
-    returning (a temporary server loses what it has not recorded at exit).
+    """Run ``drive_workgraph`` for one item and return its summary. With
+    ``wait_recorded`` it waits until the Prefect server has recorded every
+    task run of the flow run before returning: Prefect's temporary server
+    loses what it has not recorded when this process exits. A server that
+    outlives the drive records them anyway, seconds later (it records task
+    runs from their events more slowly than a drive makes them), so there the
+    wait only delays the drive's end.
     With ``expect_revision`` the drive refuses (StaleRevisionError) unless the
     item is at that revision: checked before Prefect starts and again by the
     first claim, in its transaction."""
     global _CONTEXT
-    service.check_can_drive(item_id, expect_revision)
+    objective = service.check_can_drive(item_id, expect_revision)
     ctx = DriveContext(
         service=service,
         reporter=reporter or NullReporter(),
@@ -275,6 +285,7 @@ def run_drive(
         until=until,
         expect_revision=expect_revision,
         use_cache=use_cache,
+        objective=objective,
     )
     _CONTEXT = ctx
     t0 = time.monotonic()
@@ -285,7 +296,9 @@ def run_drive(
             try:
                 configured(item_id=item_id, max_parallel=max_parallel, until=until, return_state=True)
             finally:
-                if ctx.flow_run_id:
+                if ctx.publishing is not None:
+                    ctx.publishing.join(PUBLISH_TIMEOUT)
+                if ctx.flow_run_id and wait_recorded:
                     wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
     finally:
         _CONTEXT = None

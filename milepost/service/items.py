@@ -124,16 +124,18 @@ def get_item(ctx: Context, item: int | None = None) -> WorkItem:
     return read(ctx, resolve(ctx, item))[0]
 
 
-def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = None) -> WorkItem:
+def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = None) -> str:
     """Refuse (before any Prefect start-up) to drive an item that is not
-    open, belongs to another agent, or is no longer at ``expect_revision``."""
+    open, belongs to another agent, or is no longer at ``expect_revision``.
+    Returns its objective (one row read, not the item's milestones)."""
 
     with ctx.store.read() as conn:
-        tx = Tx(ctx, conn, head(conn, item_id), None)  # read only: for its checks
+        row = head(conn, item_id)
+        tx = Tx(ctx, conn, row, None)  # read only: for its checks
         tx.check_owner()
         check_revision(tx.id, tx.revision, expect_revision)
         tx.check_open()
-    return get_item(ctx, item_id)
+    return str(row.objective)
 
 
 def list_items(ctx: Context, filter: str = "all", limit: int | None = None) -> list[ItemSummary]:
