@@ -150,6 +150,21 @@ COUNTS = Prepared(
 )
 LEASE = select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == bindparam("pk"))
 LAST_ATTEMPT = select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == bindparam("pk"))
+# A gate's claim and its record (every milestone of a drive; see claims.py).
+LEASE_ROW = Prepared(LEASE)
+LAST_ATTEMPT_OF = Prepared(select(func.max(RUNS.c.attempt).label("last")).where(RUNS.c.milestone_id == bindparam("pk")))
+TAKE_LEASE = Prepared(
+    update(MILESTONES)
+    .where(MILESTONES.c.id == bindparam("pk"))
+    .values(lease_owner=bindparam("owner"), lease_expires=bindparam("expires"), lease_info=bindparam("info"))
+)
+DROP_LEASE = Prepared(
+    update(MILESTONES)
+    .where(MILESTONES.c.id == bindparam("pk"), MILESTONES.c.lease_owner == bindparam("owner"))
+    .values(lease_owner=None, lease_expires=None, lease_info=None)
+)
+ADD_RUN = Prepared(insert(RUNS).values({c.name: bindparam(c.name) for c in RUNS.c if c.name != "id"}))
+ADD_REF = Prepared(insert(REFS).values({f: bindparam(f) for f in ("item_id", "kind", "ref", "reason", "at")}))
 
 
 def plain(values: Mapping[str, Any]) -> dict[str, Any]:
