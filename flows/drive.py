@@ -42,6 +42,7 @@ from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter,
 from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
 from milepost.flows.loop import DriveContext, Loop
 from milepost.flows.plan_nodes import create_nodes
+from milepost.gates.supervisor import supervisor
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import WorkItem
 from milepost.graph.status import DisplayStatus
@@ -289,6 +290,8 @@ def run_drive(
     )
     _CONTEXT = ctx
     t0 = time.monotonic()
+    if task_runner == "thread":
+        supervisor()  # its gates run here: the supervisor starts up while the flow run does
     try:
         runner = _task_runner(task_runner, max_parallel, dask_address)
         configured = drive_workgraph.with_options(task_runner=runner)
