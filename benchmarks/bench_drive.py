@@ -169,9 +169,6 @@ def whole_process(ws: Any, n: int, repeat: int) -> None:
 
 
 def in_process(args: argparse.Namespace, ws: Any) -> None:
-    from prefect import flow, task
-    from prefect.cache_policies import NO_CACHE
-
     from milepost.flows.drive import run_drive
     from milepost.planfile import parse_plan
     from milepost.service import Service
@@ -179,24 +176,16 @@ def in_process(args: argparse.Namespace, ws: Any) -> None:
 
     n = args.n
 
-    @task(cache_policy=NO_CACHE, persist_result=False)
-    def sh(cmd: str) -> int:
-        return subprocess.run(["/bin/sh", "-c", cmd], check=False).returncode
-
-    @flow(name="hand-written")
-    def hand(count: int, how: str) -> None:
-        for i in range(count):
-            named = sh.with_options(task_run_name=f"m{i}")
-            if how == "call":
-                named("true")
-            else:
-                named.submit("true").wait()
+    # The same hand-written flow as the whole-process comparison runs.
+    defined: dict[str, Any] = {"__name__": "hand_written"}
+    exec(HAND_SCRIPT, defined)
+    hand = defined["hand"]
 
     def milepost_once() -> float:
         svc = Service(Store.open(ws.url, ws.home, ws.root, create=True))
         item = svc.apply_plan(parse_plan(plan_text(n))).id
         t0 = time.perf_counter()
-        s = run_drive(svc, item)
+        s = run_drive(svc, item, wait_recorded=False)  # as `drive` with a server of its own
         dt = time.perf_counter() - t0
         assert s.ok, s.message
         svc.close()
