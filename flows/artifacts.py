@@ -7,6 +7,7 @@ attempts, last reason)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import threading
 from collections.abc import Callable, Mapping
@@ -27,6 +28,12 @@ __all__ = ["ArtifactReporter"]
 PROGRESS_INTERVAL = 1.0
 # Past this the picture stays out of the artifact (`milepost graph --format svg` draws it).
 MAX_PICTURE_BYTES = 4 * 1024 * 1024
+
+
+def _import_quietly(*names: str) -> None:
+    for name in names:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
 
 
 def _picture(summary: DriveSummary, graph: WorkGraph, durations: Mapping[str, float] | None) -> str:
@@ -50,6 +57,9 @@ class ArtifactReporter(NullReporter):
         self.total = max(total, 1)
         self.finished: set[str] = set()
         self.progress = _Progress(item, self.flow_run_id)
+        # The picture's layout and critical path import grandalf and networkx
+        # (most of drawing it): import them while the gates run, not at the end.
+        threading.Thread(target=_import_quietly, args=("grandalf.layouts", "networkx"), daemon=True).start()
 
     @property
     def progress_id(self) -> UUID | None:
