@@ -26,7 +26,17 @@ from milepost.gates.supervisor import host_identity
 from milepost.graph.models import GateCommand
 from milepost.results import Claim
 
-__all__ = ["GATE_TASKS", "GateSpec", "TaskKind", "driver_identity", "gate_task", "run_gate_spec", "task_run_name"]
+__all__ = [
+    "GATE_TASKS",
+    "GateSpec",
+    "SpecBox",
+    "TaskKind",
+    "driver_identity",
+    "gate_task",
+    "run_boxed_spec",
+    "run_gate_spec",
+    "task_run_name",
+]
 
 # Gate output forwarded to the Prefect task-run log (the UI); the whole output
 # stays in the log file.
@@ -235,12 +245,30 @@ def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:
     return Failed(name=name, message=what + ("; retry budget spent" if last else ""))
 
 
-gate_task = task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_prints=False)(run_gate_spec)
+class SpecBox:
+    """A gate task's parameter: its :class:`GateSpec` in a box Prefect does
+    not open. Before it runs a task, Prefect walks the task's parameters
+    (for futures to wait on and to record as inputs), a pydantic model field
+    by field and twice: for a spec with its milestone that cost milliseconds
+    per gate. The spec holds no future (a gate's deps go in ``wait_for``)."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: GateSpec) -> None:
+        self.spec = spec
+
+
+def run_boxed_spec(box: SpecBox) -> State[Any]:
+    """The body of :data:`gate_task` (module level, for Dask's pickle)."""
+    return run_gate_spec(box.spec)
+
+
+gate_task = task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_prints=False)(run_boxed_spec)
 
 
 def task_run_name(parameters: dict[str, Any]) -> str:
     """A gate task run's name: its milestone's (a fix hook's: ``fix NAME``)."""
-    spec: GateSpec = parameters["spec"]
+    spec: GateSpec = parameters["box"].spec
     name = spec.claim.milestone.name
     return name if spec.kind is TaskKind.GATE else f"fix {name}"
 

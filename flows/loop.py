@@ -23,7 +23,7 @@ from prefect.futures import PrefectFuture
 
 from milepost.errors import StaleRevisionError
 from milepost.flows.events import DriveSummary, Reporter
-from milepost.flows.gate_task import GATE_TASKS, GateSpec, TaskKind, driver_identity
+from milepost.flows.gate_task import GATE_TASKS, GateSpec, SpecBox, TaskKind, driver_identity
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, write_result
 from milepost.gates.inputs import describe_changes
@@ -123,7 +123,7 @@ class Loop:
         # Named after the milestone (``task_run_name``), and without tags:
         # Prefect asks the API for the tags' concurrency slots before every
         # tagged task run (a round trip per gate). Its task (gate or fix) says what it runs.
-        future: PrefectFuture[Any] = GATE_TASKS[kind].submit(spec, wait_for=deps)  # type: ignore[call-overload]
+        future: PrefectFuture[Any] = GATE_TASKS[kind].submit(SpecBox(spec), wait_for=deps)  # type: ignore[call-overload]
         if kind is TaskKind.GATE:
             self.by_name[name] = future
             self.session.leases.add(claim)
