@@ -2,19 +2,26 @@
 
 Side by side in one run, against one real ``prefect server`` on loopback:
 
-* milepost's ``drive`` of N independent milestones whose gates are ``true``;
-* a hand-written Prefect flow running the same ``true`` commands as tasks
-  (one task run per command, named, submitted and awaited one at a time);
-* a plain ``subprocess.run`` loop of the same commands;
-* doit (a task runner without a server or a UI) running the same commands as
-  tasks, to show what Prefect costs and what it buys.
+1. In this process, N independent milestones whose gates are ``true``:
 
-Reports the median milliseconds per milestone of each over R repeats and the
-ratio milepost / hand-written flow (target <= 1.25). Then drives a wide DAG of
-sleeping gates with enough parallelism and reports the gates' wall time over
-the DAG's critical-path time (target <= 1.3).
+   * milepost's ``drive`` (``run_drive``);
+   * a hand-written Prefect flow running the same ``true`` commands as named
+     tasks, two ways: each task called directly, and each ``submit().wait()``;
+   * a plain ``subprocess.run`` loop of the same commands;
+   * doit (a task runner without a server or a UI) running the same commands
+     as tasks, to show what Prefect costs and what it buys.
 
-    .venv/bin/python benchmarks/bench_drive.py [--n 40] [--repeat 3]
+2. Whole processes, for each size of ``--sizes`` (default 40 and 200):
+   ``milepost drive`` against the hand-written flow as a script (both ways),
+   interleaved, R times each; a fresh item is applied before each drive
+   (not timed). Reported: the medians, milepost over the faster hand-written
+   way (target <= 1.15, issue 19), and the spread, the slowest run over the
+   median (target <= 1.3).
+
+Then it drives a wide DAG of sleeping gates with enough parallelism and
+reports the gates' wall time over the DAG's critical-path time (target <= 1.3).
+
+    .venv/bin/python benchmarks/bench_drive.py [--n 40] [--repeat 3] [--sizes 40,200] [--whole-repeat 5]
 """
 
 from __future__ import annotations
@@ -29,15 +36,51 @@ import time
 from pathlib import Path
 from typing import Any
 
+RATIO_TARGET = 1.15
+SPREAD_TARGET = 1.3
+
+# The hand-written flow of the whole-process comparison: the same `true`
+# commands as named tasks, called directly (argv[2] == "call") or each
+# submitted and awaited (argv[2] == "submit").
+HAND_SCRIPT = """
+import subprocess, sys
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+@task(cache_policy=NO_CACHE, persist_result=False)
+def sh(cmd: str) -> int:
+    return subprocess.run(["/bin/sh", "-c", cmd], check=False).returncode
+
+@flow(name="hand-written")
+def hand(count: int, how: str) -> None:
+    for i in range(count):
+        named = sh.with_options(task_run_name=f"m{i}")
+        if how == "call":
+            named("true")
+        else:
+            named.submit("true").wait()
+
+if __name__ == "__main__":
+    hand(int(sys.argv[1]), sys.argv[2])
+"""
+
+
+def plan_text(n: int, objective: str = "bench") -> str:
+    return f"objective: {objective}\nmilestones:\n" + "".join(f"  - {{name: m{i}, gate: 'true'}}\n" for i in range(n))
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sizes", default="40,200", help="milestones per whole-process comparison (comma-separated)")
+    ap.add_argument("--whole-repeat", type=int, default=5)
     ap.add_argument("--width", type=int, default=4)
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--sleep", type=float, default=1.0)
+    ap.add_argument("--only", choices=["inproc", "whole", "parallel"], action="append", help="run only these parts")
     args = ap.parse_args()
+    parts = set(args.only or ["inproc", "whole", "parallel"])
 
     root = Path(tempfile.mkdtemp(prefix="milepost-bench-"))
     from milepost.flows.server import server_start, server_stop
@@ -51,18 +94,81 @@ def main() -> None:
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "CRITICAL"
     os.environ["DO_NOT_TRACK"] = "1"
     try:
-        run(args, ws)
-        from prefect._internal.concurrency.services import QueueService
+        if "whole" in parts:
+            # First, while this process has not imported Prefect (its threads would compete).
+            for n in (int(x) for x in args.sizes.split(",") if x):
+                whole_process(ws, n, args.whole_repeat)
+        if "inproc" in parts:
+            in_process(args, ws)
+        if "parallel" in parts:
+            parallel(args, ws)
+        if {"inproc", "parallel"} & parts:
+            from prefect._internal.concurrency.services import QueueService
 
-        QueueService.drain_all(timeout=10, at_exit=False)  # flush logs and events while the server is up
+            QueueService.drain_all(timeout=10, at_exit=False)  # flush logs and events while the server is up
     finally:
         server_stop(ws.home)
 
 
-def run(args: argparse.Namespace, ws) -> None:  # type: ignore[no-untyped-def]
-    from prefect import flow, task
-    from prefect.cache_policies import NO_CACHE
+def _spread(xs: list[float]) -> float:
+    return max(xs) / statistics.median(xs)
 
+
+def whole_process(ws: Any, n: int, repeat: int) -> None:
+    """``milepost drive`` and the hand-written flow as whole processes, interleaved."""
+    exe = Path(sys.executable).parent / "milepost"
+    script = Path(tempfile.mkdtemp(prefix="milepost-bench-hand-")) / "hand.py"
+    script.write_text(HAND_SCRIPT)
+    plan = script.with_name("plan.yaml")
+    plan.write_text(plan_text(n))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
+    subprocess.run([str(exe), "init"], cwd=ws.root, env=env, check=True, stdout=subprocess.DEVNULL)
+
+    def timed(cmd: list[str]) -> float:
+        t0 = time.perf_counter()
+        subprocess.run(cmd, cwd=ws.root, env=env, check=True, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - t0
+
+    def milepost_once() -> float:
+        out = subprocess.run(
+            [str(exe), "--json", "plan", "apply", str(plan)], cwd=ws.root, env=env, check=True, capture_output=True
+        )
+        import json
+
+        item = json.loads(out.stdout)["id"]
+        return timed([str(exe), "drive", str(item)])
+
+    runs: dict[str, list[float]] = {
+        "milepost drive": [],
+        "hand-written, task calls": [],
+        "hand-written, submit().wait()": [],
+    }
+    do = {
+        "milepost drive": milepost_once,
+        "hand-written, task calls": lambda: timed([sys.executable, str(script), str(n), "call"]),
+        "hand-written, submit().wait()": lambda: timed([sys.executable, str(script), str(n), "submit"]),
+    }
+    for f in do.values():  # warm the page cache and the server's tables
+        f()
+    for _ in range(repeat):
+        for name, f in do.items():
+            runs[name].append(f())
+    print(
+        f"whole process, {n} milestones with `true` gates, interleaved, median of {repeat} (spread: slowest / median):"
+    )
+    for name, xs in runs.items():
+        med = statistics.median(xs)
+        print(f"  {name:<30} {med:7.2f} s  {med * 1000 / n:6.1f} ms/milestone  spread {_spread(xs):.2f}")
+    mp = statistics.median(runs["milepost drive"])
+    hand = min(statistics.median(runs[k]) for k in runs if k != "milepost drive")
+    ok = "met" if mp / hand <= RATIO_TARGET else "MISSED"
+    print(f"  milepost / faster hand-written {mp / hand:7.2f}x   (target <= {RATIO_TARGET}: {ok})")
+    sp = _spread(runs["milepost drive"])
+    ok = "met" if sp <= SPREAD_TARGET else "MISSED"
+    print(f"  milepost spread                {sp:7.2f}    (target <= {SPREAD_TARGET}: {ok})")
+
+
+def in_process(args: argparse.Namespace, ws: Any) -> None:
     from milepost.flows.drive import run_drive
     from milepost.planfile import parse_plan
     from milepost.service import Service
@@ -70,29 +176,24 @@ def run(args: argparse.Namespace, ws) -> None:  # type: ignore[no-untyped-def]
 
     n = args.n
 
-    @task(cache_policy=NO_CACHE, persist_result=False)
-    def sh(cmd: str) -> int:
-        return subprocess.run(["/bin/sh", "-c", cmd], check=False).returncode
-
-    @flow(name="hand-written")
-    def hand(count: int) -> None:
-        for i in range(count):
-            sh.with_options(task_run_name=f"m{i}").submit("true").wait()
+    # The same hand-written flow as the whole-process comparison runs.
+    defined: dict[str, Any] = {"__name__": "hand_written"}
+    exec(HAND_SCRIPT, defined)
+    hand = defined["hand"]
 
     def milepost_once() -> float:
         svc = Service(Store.open(ws.url, ws.home, ws.root, create=True))
-        plan = "objective: bench\nmilestones:\n" + "".join(f"  - {{name: m{i}, gate: 'true'}}\n" for i in range(n))
-        item = svc.apply_plan(parse_plan(plan)).id
+        item = svc.apply_plan(parse_plan(plan_text(n))).id
         t0 = time.perf_counter()
-        s = run_drive(svc, item)
+        s = run_drive(svc, item, wait_recorded=False)  # as `drive` with a server of its own
         dt = time.perf_counter() - t0
         assert s.ok, s.message
         svc.close()
         return dt
 
-    def hand_once() -> float:
+    def hand_once(how: str) -> float:
         t0 = time.perf_counter()
-        hand(n)
+        hand(n, how)
         return time.perf_counter() - t0
 
     def doit_once() -> float:
@@ -119,22 +220,36 @@ def run(args: argparse.Namespace, ws) -> None:  # type: ignore[no-untyped-def]
 
     # Warm up both paths once (first flow of a process pays for imports and client set-up).
     milepost_once()
-    hand_once()
-    mp, hw, pl, dt = [], [], [], []
+    hand_once("call")
+    mp, hc, hs, pl, dt = [], [], [], [], []
     for _ in range(args.repeat):
         mp.append(milepost_once())
-        hw.append(hand_once())
+        hc.append(hand_once("call"))
+        hs.append(hand_once("submit"))
         pl.append(plain_once())
         dt.append(doit_once())
-    m_mp, m_hw, m_pl, m_dt = (statistics.median(x) * 1000 / n for x in (mp, hw, pl, dt))
-    print(f"drive overhead, {n} milestones with `true` gates, median of {args.repeat} (ms per milestone):")
-    print(f"  milepost drive           {m_mp:8.1f}")
-    print(f"  hand-written Prefect flow{m_hw:8.1f}")
-    print(f"  plain subprocess loop    {m_pl:8.1f}")
-    print(f"  doit, same commands      {m_dt:8.1f}   ({m_dt * n / 1000:.2f} s for all {n}; no server, no UI)")
-    print(f"  milepost / hand-written  {m_mp / m_hw:8.2f}x   (target <= 1.25)")
+    m_mp, m_hc, m_hs, m_pl, m_dt = (statistics.median(x) * 1000 / n for x in (mp, hc, hs, pl, dt))
+    m_hw = min(m_hc, m_hs)
+    print(
+        f"in process, {n} milestones with `true` gates, median of {args.repeat}"
+        " (ms per milestone, flow start and end included):"
+    )
+    print(f"  milepost drive                 {m_mp:8.1f}   spread {_spread(mp):.2f}")
+    print(f"  hand-written, task calls       {m_hc:8.1f}   spread {_spread(hc):.2f}")
+    print(f"  hand-written, submit().wait()  {m_hs:8.1f}   spread {_spread(hs):.2f}")
+    print(f"  plain subprocess loop          {m_pl:8.1f}")
+    print(f"  doit, same commands            {m_dt:8.1f}   ({m_dt * n / 1000:.2f} s for all {n}; no server, no UI)")
+    ok = "met" if m_mp / m_hw <= RATIO_TARGET else "MISSED"
+    print(f"  milepost / faster hand-written {m_mp / m_hw:8.2f}x   (target <= {RATIO_TARGET}: {ok})")
 
-    # Parallel efficiency: layers x width sleeping gates, each layer depending on the one before.
+
+def parallel(args: argparse.Namespace, ws: Any) -> None:
+    """Parallel efficiency: layers x width sleeping gates, each layer depending on the one before."""
+    from milepost.flows.drive import run_drive
+    from milepost.planfile import parse_plan
+    from milepost.service import Service
+    from milepost.store import Store
+
     w, layers, sl = args.width, args.layers, args.sleep
     lines = []
     for layer in range(layers):

@@ -6,17 +6,16 @@ attempts, last reason)."""
 
 from __future__ import annotations
 
-import time
+import contextlib
+import importlib
+import json
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import UUID
 
-from prefect.artifacts import (
-    create_markdown_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
-)
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.client.schemas.actions import ArtifactCreate, ArtifactUpdate
 
 from milepost.flows.events import DriveSummary, NullReporter
 from milepost.graph.dag import WorkGraph
@@ -31,6 +30,12 @@ PROGRESS_INTERVAL = 1.0
 MAX_PICTURE_BYTES = 4 * 1024 * 1024
 
 
+def _import_quietly(*names: str) -> None:
+    for name in names:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
 def _picture(summary: DriveSummary, graph: WorkGraph, durations: Mapping[str, float] | None) -> str:
     svg = to_svg(graph, f"work item {summary.item}: {summary.objective}", durations=durations)
     if len(svg) > MAX_PICTURE_BYTES:
@@ -39,32 +44,38 @@ def _picture(summary: DriveSummary, graph: WorkGraph, durations: Mapping[str, fl
 
 
 class ArtifactReporter(NullReporter):
-    def __init__(self, item: int, total: int, durations: Callable[[int], Mapping[str, float]] | None = None) -> None:
+    """The drive's artifacts, attached to its flow run. They are made by
+    threads of their own with clients of their own, so the drive never waits
+    on the API for them: the progress artifact by :class:`_Progress`, the
+    summary by :meth:`publish_later` while the flow run ends."""
+
+    def __init__(self, item: int, total: int, flow_run_id: str,
+                 durations: Callable[[int], Mapping[str, float]] | None = None) -> None:  # fmt: skip
         self.item = item
+        self.flow_run_id = UUID(flow_run_id)
         self.durations = durations  # the gates' last run times, for the picture's critical path
         self.total = max(total, 1)
         self.finished: set[str] = set()
-        self._last_update = 0.0
-        created = create_progress_artifact(
-            progress=0.0, key=f"milepost-item-{item}-progress", description=f"work item {item}: milestones done"
-        )
-        # Called from a sync flow, Prefect's async_dispatch returns the id, not a coroutine.
-        self.progress_id: UUID | None = created if isinstance(created, UUID) else None
+        self.progress = _Progress(item, self.flow_run_id)
+        # The picture's layout and critical path import grandalf and networkx
+        # (most of drawing it): import them while the gates run, not at the end.
+        threading.Thread(target=_import_quietly, args=("grandalf.layouts", "networkx"), daemon=True).start()
+
+    @property
+    def progress_id(self) -> UUID | None:
+        return self.progress.id
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         if done.milestone.status.is_done:
             self.finished.add(done.milestone.name)
-        # One API call per milestone would cost as much as the task run itself:
-        # update at most once a second (publish() sets the final value).
-        now = time.monotonic()
-        if self.progress_id is not None and now - self._last_update >= PROGRESS_INTERVAL:
-            self._last_update = now
-            update_progress_artifact(self.progress_id, progress=100.0 * len(self.finished) / self.total)
+        self.progress.set(100.0 * len(self.finished) / self.total)
 
     def publish(self, summary: DriveSummary, graph: WorkGraph) -> None:
+        self._publish(summary, graph, self.durations(self.item) if self.durations else None)
+
+    def _publish(self, summary: DriveSummary, graph: WorkGraph, durations: Mapping[str, float] | None) -> None:
         done = sum(1 for m in summary.milestones if m.status is MilestoneStatus.DONE)
-        if self.progress_id is not None:
-            update_progress_artifact(self.progress_id, progress=100.0 * done / self.total)
+        progress_id = self.progress.stop()
         verdict = "all done" if summary.ok else "not all done"
         md = "\n".join(
             [
@@ -74,10 +85,9 @@ class ArtifactReporter(NullReporter):
                 "",
                 f"{done} of {len(summary.milestones)} milestones done, {summary.gate_runs} gate runs in this drive.",
                 "",
-                _picture(summary, graph, self.durations(self.item) if self.durations else None),
+                _picture(summary, graph, durations),
             ]
         )
-        create_markdown_artifact(markdown=md, key=f"milepost-item-{self.item}-summary", description=verdict)
         rows: list[dict[str, Any]] = [
             {
                 "id": m.id,
@@ -89,4 +99,90 @@ class ArtifactReporter(NullReporter):
             }
             for m in summary.milestones
         ]
-        create_table_artifact(table=rows, key=f"milepost-item-{self.item}-milestones", description="milestones")
+        with get_client(sync_client=True) as client:
+            if progress_id is not None:
+                client.update_artifact(progress_id, ArtifactUpdate(data=100.0 * done / self.total))
+            self._create(client, "markdown", f"milepost-item-{self.item}-summary", verdict, md)
+            self._create(client, "table", f"milepost-item-{self.item}-milestones", "milestones", json.dumps(rows))
+
+    def _create(self, client: SyncPrefectClient, kind: str, key: str, description: str, data: Any) -> UUID:
+        made = ArtifactCreate(type=kind, key=key, description=description, flow_run_id=self.flow_run_id, data=data)
+        return client.create_artifact(made).id
+
+    def publish_later(self, summary: DriveSummary, graph: WorkGraph, warn: Callable[[str], None]) -> threading.Thread:
+        """:meth:`publish` in a thread, so that drawing the picture (its
+        layout's imports are most of it) and the API calls overlap the flow
+        run's end; join the thread before the process exits. The store is
+        read here, in the caller's thread."""
+        durations = self.durations(self.item) if self.durations else None
+
+        def run() -> None:
+            try:
+                self._publish(summary, graph, durations)
+            except Exception as e:  # the artifacts must never mask the drive's own outcome
+                warn(f"could not publish the drive's artifacts: {type(e).__name__}: {e}")
+
+        thread = threading.Thread(target=run, name="milepost-artifacts", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        """Stop the progress thread without waiting (after :meth:`publish`, or instead of it)."""
+        self.progress.stop(timeout=0)
+
+
+class _Progress:
+    """The progress artifact, kept by a thread with a client of its own:
+    created when the drive starts, then set to the latest value at most once
+    a second. A call per milestone would cost as much as the task run itself,
+    and made in the loop it would hold every gate up for an API round trip.
+    Best effort: an API that fails or hangs costs the picture of progress,
+    never the drive."""
+
+    def __init__(self, item: int, flow_run_id: UUID) -> None:
+        self.item = item
+        self.flow_run_id = flow_run_id
+        self.id: UUID | None = None
+        self._value: float | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="milepost-progress", daemon=True)
+        self._thread.start()
+
+    def set(self, value: float) -> None:
+        with self._lock:
+            self._value = value
+        self._wake.set()
+
+    def _take(self) -> float | None:
+        with self._lock:
+            value, self._value = self._value, None
+        return value
+
+    def _run(self) -> None:
+        with contextlib.suppress(Exception), get_client(sync_client=True) as client:
+            made = ArtifactCreate(
+                type="progress",
+                key=f"milepost-item-{self.item}-progress",
+                description=f"work item {self.item}: milestones done",
+                flow_run_id=self.flow_run_id,
+                data=0.0,
+            )
+            self.id = client.create_artifact(made).id
+            while not self._stop.is_set():
+                self._wake.wait()
+                self._wake.clear()
+                value = self._take()
+                if value is not None and not self._stop.is_set():
+                    with contextlib.suppress(Exception):
+                        client.update_artifact(self.id, ArtifactUpdate(data=value))
+                self._stop.wait(PROGRESS_INTERVAL)
+
+    def stop(self, timeout: float = 10.0) -> UUID | None:
+        """End the thread (waiting at most ``timeout`` for a call under way);
+        the artifact's id, if it was made."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+        return self.id

@@ -42,7 +42,8 @@ from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter,
 from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
 from milepost.flows.loop import DriveContext, Loop
 from milepost.flows.plan_nodes import create_nodes
-from milepost.flows.prefect_guard import LaterReporter, PrefectGuard, is_api_error, quiet_prefect
+from milepost.flows.prefect_guard import PrefectGuard, is_api_error, quiet_prefect
+from milepost.gates.supervisor import supervisor
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import WorkItem
 from milepost.graph.status import DisplayStatus
@@ -53,6 +54,8 @@ from milepost.settings import load_settings
 __all__ = ["GateSpec", "drive_workgraph", "gate_task", "run_drive", "run_gate_spec"]
 
 _CONTEXT: DriveContext | None = None
+# How long a drive waits at its end for its artifacts (made while the flow run ends).
+PUBLISH_TIMEOUT = 60.0
 
 
 def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = False,
@@ -151,7 +154,7 @@ def _flow_run_name() -> str:
     ctx = _CONTEXT
     objective = ""
     if ctx is not None and item is not None:
-        objective = ctx.service.get_item(item).objective
+        objective = ctx.objective if ctx.objective is not None else ctx.service.get_item(item).objective
     short = (objective[:60] + "…") if len(objective) > 60 else objective
     return f"item-{item}: {short}" if short else f"item-{item}"
 
@@ -169,11 +172,10 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     from milepost.flows.artifacts import ArtifactReporter
 
     guard = _guard(ctx)
-    # Best effort: the drive never waits on the artifacts (they are sent from the guard's thread).
-    artifacts = guard.call(
-        "create the progress artifact", lambda: ArtifactReporter(item_id, len(g), svc.last_durations), None
-    )
-    reporter: Reporter = MultiReporter(ctx.reporter, LaterReporter(guard, artifacts)) if artifacts else ctx.reporter
+    # Best effort: the artifacts are made by threads of their own (bounded
+    # calls, failures swallowed); the drive never waits on them.
+    artifacts = ArtifactReporter(item_id, len(g), ctx.flow_run_id, svc.last_durations)
+    reporter: Reporter = MultiReporter(ctx.reporter, artifacts)
     ctx.reporter.drive_started(it.id, it.objective, len(g), ctx.flow_run_id)
     if until is not None:
         ctx.scope = {until, *g.ancestors(until)}
@@ -223,13 +225,15 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
         summary.gate_runs = loop.gate_runs
         summary.cached = loop.cached
         ctx.summary = summary
-        if not interrupted:
-            guard.call("add the plan's other milestones to the flow-run graph",
-                       lambda: _finish_plan_nodes(ctx, g, loop, item_id), None)  # fmt: skip
-            if artifacts is not None:
-                final = artifacts
-                guard.later("publish the summary artifacts", lambda: final.publish(summary, g))
-        guard.close(guard.bound())
+        try:
+            if not interrupted:
+                guard.call("add the plan's other milestones to the flow-run graph",
+                           lambda: _finish_plan_nodes(ctx, g, loop, item_id), None)  # fmt: skip
+                if guard.lost is None:
+                    ctx.publishing = artifacts.publish_later(summary, g, ctx.reporter.warning)
+        finally:
+            artifacts.close()
+            guard.close(guard.bound())
     if summary.ok:
         return Completed(message=summary.message)
     return Failed(message=summary.message)
@@ -325,15 +329,20 @@ def run_drive(
     wait_timeout: float = 120.0,
     expect_revision: int | None = None,
     use_cache: bool = True,
+    wait_recorded: bool = True,
 ) -> DriveSummary:
-    """Run ``drive_workgraph`` for one item and return its summary. Waits until
-    the Prefect server has recorded every task run of the flow run before
-    returning (a temporary server loses what it has not recorded at exit).
+    """Run ``drive_workgraph`` for one item and return its summary. With
+    ``wait_recorded`` it waits until the Prefect server has recorded every
+    task run of the flow run before returning: Prefect's temporary server
+    loses what it has not recorded when this process exits. A server that
+    outlives the drive records them anyway, seconds later (it records task
+    runs from their events more slowly than a drive makes them), so there the
+    wait only delays the drive's end.
     With ``expect_revision`` the drive refuses (StaleRevisionError) unless the
     item is at that revision: checked before Prefect starts and again by the
     first claim, in its transaction."""
     global _CONTEXT
-    service.check_can_drive(item_id, expect_revision)
+    objective = service.check_can_drive(item_id, expect_revision)
     ctx = DriveContext(
         service=service,
         reporter=reporter or NullReporter(),
@@ -341,9 +350,12 @@ def run_drive(
         until=until,
         expect_revision=expect_revision,
         use_cache=use_cache,
+        objective=objective,
     )
     _CONTEXT = ctx
     t0 = time.monotonic()
+    if task_runner == "thread":
+        supervisor()  # its gates run here: the supervisor starts up while the flow run does
     try:
         runner = _task_runner(task_runner, max_parallel, dask_address)
         configured = drive_workgraph.with_options(task_runner=runner)
@@ -361,7 +373,9 @@ def run_drive(
                 elif ctx.error is None:
                     _api_lost_at_the_end(ctx, e)
             finally:
-                if ctx.flow_run_id and not isinstance(ctx.fault, PrefectUnreachableError):
+                if ctx.publishing is not None:
+                    ctx.publishing.join(PUBLISH_TIMEOUT)
+                if ctx.flow_run_id and wait_recorded and not isinstance(ctx.fault, PrefectUnreachableError):
                     try:
                         wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
                     except Exception as e:

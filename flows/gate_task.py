@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,17 @@ from milepost.gates.supervisor import host_identity
 from milepost.graph.models import GateCommand
 from milepost.results import Claim
 
-__all__ = ["GateSpec", "TaskKind", "driver_identity", "gate_task", "run_gate_spec"]
+__all__ = [
+    "GATE_TASKS",
+    "GateSpec",
+    "SpecBox",
+    "TaskKind",
+    "driver_identity",
+    "gate_task",
+    "run_boxed_spec",
+    "run_gate_spec",
+    "task_run_name",
+]
 
 # Gate output forwarded to the Prefect task-run log (the UI); the whole output
 # stays in the log file.
@@ -83,37 +94,109 @@ def _driver_gone(driver: dict[str, Any]) -> bool:
     return start is None or (driver.get("start") is not None and start != driver["start"])
 
 
-def _follow_log(logger: Any, path: Path, done: threading.Event, limit: int) -> None:
-    """Forward the log file's lines to the task-run logger as they are written."""
-    sent = 0
-    pos = 0
-    buf = b""
-    while True:
-        finished = done.is_set()
-        try:
-            with open(path, "rb") as f:
-                f.seek(pos)
-                chunk = f.read(1 << 16)
-                pos += len(chunk)
-        except FileNotFoundError:
-            chunk = b""
-        buf += chunk
-        *lines, buf = buf.split(b"\n")
-        if len(buf) > MAX_LINE_BYTES:
-            lines.append(buf)
-            buf = b""
-        for line in lines:
-            if sent < limit:
-                logger.info(line[:MAX_LINE_BYTES].decode("utf-8", errors="replace"))
-            sent += 1
-        if finished and not chunk:
-            if buf and sent < limit:
-                logger.info(buf.decode("utf-8", errors="replace"))
-            if sent > limit:
-                logger.warning(f"{sent - limit} more lines not forwarded; the whole output is in {path}")
-            return
-        if not chunk:
-            done.wait(0.2)
+class _Watched:
+    """One running gate task, as the :class:`_Monitor` sees it: when to stop
+    its gate, and its log's lines still to forward to the task-run logger."""
+
+    def __init__(self, spec: GateSpec, logger: Any, limit: int) -> None:
+        self.spec = spec
+        self.stopped = threading.Event()  # run_gate stops the running command's whole group
+        self.logger = logger
+        self.path = Path(spec.log_path)
+        self.limit = limit
+        self.sent = 0
+        self.pos = 0
+        self.buf = b""
+        self.lock = threading.Lock()
+
+    def check(self) -> None:
+        if not self.stopped.is_set() and (os.path.exists(self.spec.stop_file) or _driver_gone(self.spec.driver)):
+            self.stopped.set()
+
+    def forward(self) -> bool:
+        """Send the log's new complete lines; True when there was anything new."""
+        with self.lock:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(self.pos)
+                    chunk = f.read(1 << 16)
+            except FileNotFoundError:
+                return False
+            self.pos += len(chunk)
+            self.buf += chunk
+            *lines, self.buf = self.buf.split(b"\n")
+            if len(self.buf) > MAX_LINE_BYTES:  # output without line ends: forwarded in pieces
+                lines.append(self.buf)
+                self.buf = b""
+            for line in lines:
+                if self.sent < self.limit:
+                    self.logger.info(line[:MAX_LINE_BYTES].decode("utf-8", errors="replace"))
+                self.sent += 1
+            return bool(chunk)
+
+    def finish(self) -> None:
+        """The gate ended: forward the rest (an unterminated last line too)."""
+        while self.forward():
+            pass
+        with self.lock:
+            if self.buf and self.sent < self.limit:
+                self.logger.info(self.buf[:MAX_LINE_BYTES].decode("utf-8", errors="replace"))
+            if self.sent > self.limit:
+                more = self.sent - self.limit
+                self.logger.warning(f"{more} more lines not forwarded; the whole output is in {self.path}")
+
+
+class _Monitor:
+    """One thread per process watches every running gate task: it stops a
+    gate when its driver asks (the stop file) or is gone, and forwards the
+    gate's output to its task-run log as it is written, both every
+    ``STOP_POLL_SECONDS``. (Two threads per gate cost two thread starts and
+    joins per milestone, a scheduling round trip each on a busy machine.)"""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.watched: set[_Watched] = set()
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        threading.Thread(target=self._run, name="milepost-gate-monitor", daemon=True).start()
+
+    def add(self, w: _Watched) -> None:
+        with self.lock:
+            self.watched.add(w)
+        self.wake.set()
+
+    def remove(self, w: _Watched) -> None:
+        with self.lock:
+            self.watched.discard(w)
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                now = list(self.watched)
+            if not now:
+                self.wake.wait()
+                self.wake.clear()
+                continue
+            time.sleep(STOP_POLL_SECONDS)
+            for w in now:
+                try:
+                    w.check()
+                    w.forward()
+                except Exception:  # a log line lost to the UI is no reason to stop watching
+                    continue
+
+
+_MONITOR: _Monitor | None = None
+_MONITOR_LOCK = threading.Lock()
+
+
+def _monitor() -> _Monitor:
+    """This process's gate monitor (a forked or spawned worker starts its own)."""
+    global _MONITOR
+    with _MONITOR_LOCK:
+        if _MONITOR is None or _MONITOR.pid != os.getpid():
+            _MONITOR = _Monitor()
+        return _MONITOR
 
 
 def run_gate_spec(spec: GateSpec) -> State[Any]:
@@ -123,21 +206,10 @@ def run_gate_spec(spec: GateSpec) -> State[Any]:
     log_path = Path(spec.log_path)
     if spec.cached:
         return _task_state(spec, GateResult.model_validate_json(spec.result_file.read_text()))
-    finished = threading.Event()
-    stopped = threading.Event()
-
-    def watchdog() -> None:
-        while not finished.wait(STOP_POLL_SECONDS):
-            if os.path.exists(spec.stop_file) or _driver_gone(spec.driver):
-                stopped.set()  # run_gate stops the running command's whole group
-                return
-
-    # The run logger is bound to this task run's context: take it here, use it in the thread.
-    logger = get_run_logger()
-    follower = threading.Thread(target=_follow_log, args=(logger, log_path, finished, MAX_LOG_LINES), daemon=True)
-    guard = threading.Thread(target=watchdog, daemon=True)
-    follower.start()
-    guard.start()
+    # The run logger is bound to this task run's context: take it here, use it in the monitor's thread.
+    watched = _Watched(spec, get_run_logger(), MAX_LOG_LINES)
+    monitor = _monitor()
+    monitor.add(watched)
     try:
         result = run_gate(
             spec.commands,
@@ -145,15 +217,14 @@ def run_gate_spec(spec: GateSpec) -> State[Any]:
             default_cwd=Path(spec.cwd),
             env=spec.env,
             default_timeout=spec.timeout,
-            stop=stopped,
+            stop=watched.stopped,
             inputs=spec.inputs,
             root=Path(spec.cwd),
         )
     finally:
-        finished.set()
-        follower.join(timeout=10)
-        guard.join(timeout=5)
-    if stopped.is_set() and not result.passed:
+        monitor.remove(watched)
+        watched.finish()
+    if watched.stopped.is_set() and not result.passed:
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
         write_result(log_path, result)
     return _task_state(spec, result)
@@ -180,4 +251,38 @@ def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:
     return Failed(name=name, message=what + ("; retry budget spent" if last else ""))
 
 
-gate_task = task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_prints=False)(run_gate_spec)
+class SpecBox:
+    """A gate task's parameter: its :class:`GateSpec` in a box Prefect does
+    not open. Before it runs a task, Prefect walks the task's parameters
+    (for futures to wait on and to record as inputs), a pydantic model field
+    by field and twice: for a spec with its milestone that cost milliseconds
+    per gate. The spec holds no future (a gate's deps go in ``wait_for``)."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: GateSpec) -> None:
+        self.spec = spec
+
+
+def run_boxed_spec(box: SpecBox) -> State[Any]:
+    """The body of :data:`gate_task` (module level, for Dask's pickle)."""
+    return run_gate_spec(box.spec)
+
+
+gate_task = task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_prints=False)(run_boxed_spec)
+
+
+def task_run_name(parameters: dict[str, Any]) -> str:
+    """A gate task run's name: its milestone's (a fix hook's: ``fix NAME``)."""
+    spec: GateSpec = parameters["box"].spec
+    name = spec.claim.milestone.name
+    return name if spec.kind is TaskKind.GATE else f"fix {name}"
+
+
+# Configured once: ``with_options`` builds a new task (it reads the function's
+# source), which cost as much as a task run's own bookkeeping per milestone.
+# (Prefect's type for a callable name wants a classmethod on it; it calls any callable with ``parameters``.)
+GATE_TASKS = {
+    kind: gate_task.with_options(name=kind.value, task_run_name=task_run_name)  # type: ignore[arg-type]
+    for kind in TaskKind
+}

@@ -11,6 +11,7 @@ import contextlib
 import os
 import queue
 import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from prefect.futures import PrefectFuture
 from milepost.errors import EnvironmentProblem, MilepostError
 from milepost.flows import outage
 from milepost.flows.events import DriveSummary, Reporter
-from milepost.flows.gate_task import GateSpec, TaskKind, driver_identity, gate_task
+from milepost.flows.gate_task import GATE_TASKS, GateSpec, SpecBox, TaskKind, driver_identity
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, write_result
 from milepost.gates.inputs import describe_changes
@@ -64,6 +65,8 @@ class DriveContext:
     durations: dict[str, float] = field(default_factory=dict)
     # The database or the Prefect API was lost: claim nothing more (flows/outage.py).
     fault: EnvironmentProblem | None = None
+    publishing: threading.Thread | None = None  # the artifacts, made while the flow run ends
+    objective: str | None = None  # for the flow run's name
 
 
 def read_result(spec: GateSpec, future: PrefectFuture[Any] | None = None) -> GateResult:
@@ -121,10 +124,10 @@ class Loop:
         # leave it NotReady forever, so it waits on nothing (it is submitted
         # only after the attempt finished anyway).
         deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind is TaskKind.GATE else []
-        run_name = name if kind is TaskKind.GATE else f"fix {name}"
-        tags = [f"milepost-item:{self.item}", f"attempt:{claim.attempt}", f"milepost-{kind.value}"]
-        configured = gate_task.with_options(name=kind.value, task_run_name=run_name, tags=tags)
-        future: PrefectFuture[Any] = configured.submit(spec, wait_for=deps)  # type: ignore[call-overload]
+        # Named after the milestone (``task_run_name``), and without tags:
+        # Prefect asks the API for the tags' concurrency slots before every
+        # tagged task run (a round trip per gate). Its task (gate or fix) says what it runs.
+        future: PrefectFuture[Any] = GATE_TASKS[kind].submit(SpecBox(spec), wait_for=deps)  # type: ignore[call-overload]
         if kind is TaskKind.GATE:
             self.by_name[name] = future
             self.session.leases.add(claim)

@@ -185,7 +185,51 @@ class Job:
         }
 
 
+# ``posix_spawn`` starts a command without running Python in a forked child
+# (vfork and exec in C): the gate starts in a fraction of the time a fork and
+# the child's set-up in Python took. The fork below is the fallback.
+_POSIX_SPAWN = hasattr(os, "posix_spawn") and hasattr(os, "POSIX_SPAWN_OPEN")
+_HOME: int | None = None  # the supervisor's own folder, to come back to after a gate's
+
+
 def spawn(req: dict[str, Any]) -> tuple[int | None, str | None]:
+    """Start one command in a new session, its output appended to its log.
+    Returns (pid, error)."""
+    global _POSIX_SPAWN, _HOME
+    if not _POSIX_SPAWN:
+        return spawn_forked(req)
+    argv = req["argv"]
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    if _HOME is None:
+        _HOME = os.open(".", os.O_RDONLY)
+    try:
+        os.chdir(req["cwd"])  # one thread here: the gate's folder for the moment of the spawn
+        try:
+            pid = os.posix_spawn(
+                argv[0], argv, req.get("env") or {}, file_actions=actions, setsid=True,
+                setsigdef=(*IGNORED, signal.SIGCHLD),
+            )  # fmt: skip
+        finally:
+            os.fchdir(_HOME)
+    except NotImplementedError:  # no setsid in this C library's posix_spawn
+        _POSIX_SPAWN = False
+        return spawn_forked(req)
+    except (OSError, ValueError) as e:
+        with contextlib.suppress(OSError):
+            fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, f"milepost: cannot start the command: {e}\n".encode(errors="replace"))
+            finally:
+                os.close(fd)
+        return None, str(e) or type(e).__name__
+    return pid, None
+
+
+def spawn_forked(req: dict[str, Any]) -> tuple[int | None, str | None]:
     """Fork and exec one command in a new session. Returns (pid, error)."""
     argv = req["argv"]
     env = req.get("env") or {}

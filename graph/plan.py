@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictBool, Tag
 
 from milepost.graph.dag import validate_milestones
 from milepost.graph.errors import DuplicateNameError, InvalidValueError
@@ -112,6 +112,22 @@ class Plan(_Strict):
     milestones: list[PlanMilestone] = Field(
         default_factory=list, description="the milestones, in any order; ids follow this order"
     )
+    # What check() validated (of which milestone list), kept for one take_milestones().
+    _checked: tuple[list[PlanMilestone], list[Milestone]] | None = PrivateAttr(default=None)
+
+    def check(self) -> None:
+        """Validate the milestone set whole (:meth:`to_milestones`) and keep
+        the result for :meth:`take_milestones`: a plan read from a file is
+        validated once, not again when it is applied."""
+        self._checked = (self.milestones, self.to_milestones())
+
+    def take_milestones(self) -> list[Milestone]:
+        """The milestones :meth:`check` validated (handed out once), or
+        :meth:`to_milestones` now."""
+        checked, self._checked = self._checked, None
+        if checked is not None and checked[0] is self.milestones:
+            return checked[1]
+        return self.to_milestones()
 
     def to_milestones(self) -> list[Milestone]:
         """The plan's milestones with ids in file order, validated whole:

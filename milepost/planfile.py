@@ -44,11 +44,39 @@ MAX_PLAN_BYTES = 64 * 1024 * 1024
 # Problems shown in one error; the rest are counted.
 MAX_PROBLEMS = 20
 
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _STR = "tag:yaml.org,2002:str"
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
 _MERGE = "tag:yaml.org,2002:merge"
+_Base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The safe loader's implicit resolvers (YAML 1.1) by a plain scalar's first
+# character, the wildcard ones appended: what PyYAML's resolve() looks up per scalar.
+_WILD = tuple(_Base.yaml_implicit_resolvers.get(None, []))
+_BY_FIRST = {k: (*v, *_WILD) for k, v in _Base.yaml_implicit_resolvers.items() if k is not None}
+assert not _Base.yaml_path_resolvers, "the loader below resolves no paths"
+
+
+class _Loader(_Base):  # type: ignore[valid-type,misc]
+    """The safe loader with PyYAML's tag resolution (the same tags) done
+    without the list it builds per scalar, and without the bookkeeping of
+    path resolvers, which the safe loader has none of: libyaml asks for both
+    once for each of a plan's million nodes."""
+
+    def descend_resolver(self, current_node: Node | None, current_index: Any) -> None:
+        pass  # no path resolvers (the safe loader has none), so no path to keep
+
+    def ascend_resolver(self) -> None:
+        pass
+
+    def resolve(self, kind: type[Node], value: str | None, implicit: tuple[bool, bool]) -> str:
+        if kind is ScalarNode:
+            if implicit[0]:
+                for tag, regexp in _BY_FIRST.get(value[:1], _WILD):  # type: ignore[index]
+                    if regexp.match(value):
+                        return str(tag)
+            return _STR
+        return _SEQ if kind is SequenceNode else _MAP
+
 
 Loc = tuple[str | int, ...]
 
@@ -181,9 +209,14 @@ def _build(root: Node) -> Any:
         open_.add(key)
         size = 1
         out: Any
+        # (A string scalar, most of a plan's nodes, is its own value: built inline.)
         if isinstance(node, SequenceNode):
             out = []
             for child in node.value:
+                if type(child) is ScalarNode and child.tag == _STR:
+                    out.append(child.value)
+                    size += 1
+                    continue
                 value, n = build(child)
                 out.append(value)
                 size += n
@@ -191,8 +224,11 @@ def _build(root: Node) -> Any:
             assert isinstance(node, MappingNode)
             out = {}
             first: dict[Any, int] = {}
+            names = []
+            merging = False
             for k, _ in node.value:  # keys written here, before merges (`<<: *base`) are folded in
                 if k.tag == _MERGE:
+                    merging = True
                     continue
                 if not isinstance(k, ScalarNode):
                     raise yaml.constructor.ConstructorError(
@@ -205,13 +241,23 @@ def _build(root: Node) -> Any:
                         None, None, f"duplicate key {name!r} (first on line {line})", k.start_mark
                     )
                 first[name] = k.start_mark.line + 1
-            if any(k.tag == _MERGE for k, _ in node.value):
+                names.append(name)
+            if merging:
                 loader.flatten_mapping(node)
-            for k, v in node.value:
-                name, n1 = build(k)
-                value, n2 = build(v)
-                out[name] = value  # a key written here wins over a merged one
-                size += n1 + n2
+                for k, v in node.value:
+                    name, n1 = build(k)
+                    value, n2 = build(v)
+                    out[name] = value  # a key written here wins over a merged one
+                    size += n1 + n2
+            else:
+                for name, (_, v) in zip(names, node.value, strict=True):
+                    if type(v) is ScalarNode and v.tag == _STR:
+                        out[name] = v.value
+                        size += 2
+                        continue
+                    value, n2 = build(v)
+                    out[name] = value
+                    size += 1 + n2
         open_.discard(key)
         built[key] = (out, size)
         return out, size
@@ -322,7 +368,7 @@ def _parse_plan(text: str, source: str) -> Plan:
     except ValidationError as e:
         _refuse(source, _field_problems(e, data, lines()))
     try:
-        plan.to_milestones()
+        plan.check()
     except InputError as e:
         problems = _plan_problems(plan, lines())
         if problems:

@@ -47,7 +47,7 @@ def test_the_demo_runs_and_its_prefect_runs_stay_with_the_workspace(tmp_path: Pa
         # The bad edit's drive fails naming what is stuck; the drive after the reset completes.
         assert [fr["state_type"] for fr in flow_runs] == ["FAILED", "COMPLETED"]
         task_runs = api_post(api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [fr["id"] for fr in flow_runs]}}})
-        gates = [t for t in task_runs if "milepost-gate" in t["tags"]]
+        gates = [t for t in task_runs if "milepost-plan-node" not in t["tags"] and not t["name"].startswith("fix ")]
         assert len(gates) == gate_runs  # not one gate's task run lost with the temporary server
         # The rest are the plan's other milestones, drawn in the flow-run graph (done earlier, blocked).
         assert {t["state_name"] for t in task_runs if "milepost-plan-node" in t["tags"]} >= {"Done earlier"}

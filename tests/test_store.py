@@ -257,3 +257,35 @@ def test_concurrent_claims_never_hand_out_one_milestone_twice(any_service: Servi
         t.join()
     assert sorted(claimed) == sorted(f"m{i}" for i in range(12))
     assert all(m.status is S.IN_PROGRESS for m in svc.get_item(item).milestones)
+
+
+def test_a_plan_applies_as_it_reads_back(any_service: Service) -> None:
+    """``plan apply`` returns the item from what it wrote (validated once,
+    inserted in batches): the same item, field for field, as reading it back."""
+    from milepost.planfile import parse_plan
+
+    plan = parse_plan(
+        "objective: as written\n"
+        "plan_status: ready\n"
+        "defaults: {retries: 1, timeout: 30, inputs: ['src/**']}\n"
+        "milestones:\n"
+        "  - {name: a, gate: 'true', acceptance: first}\n"
+        "  - name: b\n"
+        "    deps: [a]\n"
+        "    gate:\n"
+        "      - {name: one, run: 'echo 1', env: {X: '1'}, timeout: 5}\n"
+        "      - {run: 'echo 2', cwd: sub}\n"
+        "    review: true\n"
+        "    retries: 3\n"
+        "  - {name: c, deps: [a, b], hypothesis: true, fix: make fix, retry_delay: 2.5, flaky: true, cache: false}\n"
+        "  - {name: d, deps: [c, a], inputs: [], gate: 'false', timeout: 600}\n"
+    )
+    made = any_service.apply_plan(plan)
+    assert made.model_dump(mode="json") == any_service.get_item(made.id).model_dump(mode="json")
+    assert [m.deps for m in made.milestones] == [[], ["a"], ["a", "b"], ["c", "a"]]
+    # A plan built in code (not read from a file) is validated when applied.
+    again = any_service.apply_plan(plan.model_copy(update={"objective": "again"}))
+    assert (
+        again.model_dump(mode="json")["milestones"]
+        == any_service.get_item(again.id).model_dump(mode="json")["milestones"]
+    )

@@ -46,7 +46,7 @@ def plan_apply(c: Ctx, file: Path) -> None:
         p = load_plan(file)  # validated before the store is touched
         it = c.service.apply_plan(p)
     c.emit(
-        it.model_dump(mode="json"),
+        it.model_dump(mode="json") if c.json else None,
         lambda con: con.print(
             f"created work item {it.id} from {file}: {len(it.milestones)} milestones,"
             f" plan {it.plan_status.value} (current)"

@@ -52,10 +52,13 @@ from milepost.cli.render import (
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Write a JUnit XML report: a test case per milestone (for CI).")  # fmt: skip
 @click.option("--no-cache", is_flag=True, help="Run every gate, even where a passed run on the same inputs exists.")
+@click.option("--wait-recorded", is_flag=True,
+              help="Before exiting, wait until the Prefect server has recorded every task run of the drive"
+                   " (always so with Prefect's temporary server; use it before `milepost server stop`).")  # fmt: skip
 @revision_option
 @pass_ctx
 def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask_address: str | None,
-          until: str | None, dry_run: bool, junit: Path | None, no_cache: bool,
+          until: str | None, dry_run: bool, junit: Path | None, no_cache: bool, wait_recorded: bool,
           expect_revision: int | None) -> None:  # fmt: skip
     """Drive a work item through its DAG as a Prefect flow.
 
@@ -98,6 +101,7 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
         summary = run_drive(
             svc, item, max_parallel=max_parallel, until=until, task_runner=task_runner, dask_address=dask_address,
             reporter=reporter, expect_revision=expect_revision, use_cache=not no_cache,
+            wait_recorded=wait_recorded or api is None,  # the temporary server stops with this process
         )  # fmt: skip
     finally:
         if live is not None:

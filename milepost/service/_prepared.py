@@ -84,6 +84,24 @@ class _Compiled:
             return out
         return {n: (p(params[n]) if p is not None and params[n] is not None else params[n]) for n, p in binds.items()}
 
+    def args_many(self, params: Sequence[Mapping[str, Any]], same: Mapping[str, Any]) -> list[Any]:
+        """:meth:`args` of many rows, column by column; the values in ``same``
+        (one for every row) go through their processor once."""
+        names = list(self.order) if self.order is not None else list(self.binds)
+        count = len(params)
+        columns: list[Sequence[Any]] = []
+        for n in names:
+            p = self.binds[n]
+            if n in same or n in self.fixed:
+                v = same[n] if n in same else self.fixed[n]
+                columns.append([p(v) if p is not None and v is not None else v] * count)
+                continue
+            vs = [row[n] for row in params]
+            columns.append([None if v is None else p(v) for v in vs] if p is not None else vs)
+        if self.order is not None:
+            return list(zip(*columns, strict=True))
+        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
     def records(self, description: Sequence[Sequence[Any]], found: Sequence[Sequence[Any]]) -> list[Record]:
         procs = self.processors(description)
         return [
@@ -132,11 +150,14 @@ class Prepared:
         finally:
             cur.close()
 
-    def run_many(self, conn: Connection, params: Sequence[Mapping[str, Any]]) -> None:
+    def run_many(
+        self, conn: Connection, params: Sequence[Mapping[str, Any]], same: Mapping[str, Any] | None = None
+    ) -> None:
+        """Run a statement once per row of ``params``; ``same``: values every row shares."""
         c = self._compiled(conn)
         cur = _cursor(conn)
         try:
-            cur.executemany(c.sql, [c.args(p) for p in params])
+            cur.executemany(c.sql, c.args_many(params, same or {}))
         except conn.dialect.loaded_dbapi.Error as e:
             raise _wrapped(conn, cur, c.sql, e) from e
         finally:

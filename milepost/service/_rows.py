@@ -9,7 +9,6 @@ bind parameters, and compiled once per dialect (see :mod:`._prepared`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from enum import Enum
 from typing import Any
 
@@ -94,6 +93,17 @@ BUMP_REVISION = Prepared(
     .where(ITEMS.c.id == bindparam("item"), ITEMS.c.revision == bindparam("old"))
     .values(revision=bindparam("new"), updated_at=bindparam("now"))
 )
+# New milestones and their deps, written in batches (``plan apply`` of 100,000
+# milestones): each row's values through the columns' processors, one
+# ``executemany``; the new rows' keys read back by their ids (``seq``).
+NEW_MILESTONE_FIELDS = (*sorted(DEFINITION_FIELDS), "awaiting_review", "item_id", "seq", "created_at", "updated_at")
+ADD_MILESTONES = Prepared(insert(MILESTONES).values({f: bindparam(f) for f in NEW_MILESTONE_FIELDS}))
+ADD_DEPS = Prepared(insert(DEPS).values({f: bindparam(f) for f in ("milestone_id", "dep_id", "item_id", "position")}))
+NEW_KEYS = Prepared(
+    select(MILESTONES.c.seq, MILESTONES.c.id).where(
+        MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.seq.between(bindparam("lo"), bindparam("hi"))
+    )
+)
 EVENT_FIELDS = ("item_id", "milestone", "action", "from_status", "to_status", "reason", "agent", "revision", "at")
 ADD_EVENTS = Prepared(insert(EVENTS).values({f: bindparam(f) for f in EVENT_FIELDS}))
 # ``next`` at any size: the lowest-id ready milestones by indexed scans in id
@@ -140,6 +150,21 @@ COUNTS = Prepared(
 )
 LEASE = select(MILESTONES.c.lease_owner, MILESTONES.c.lease_expires).where(MILESTONES.c.id == bindparam("pk"))
 LAST_ATTEMPT = select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == bindparam("pk"))
+# A gate's claim and its record (every milestone of a drive; see claims.py).
+LEASE_ROW = Prepared(LEASE)
+LAST_ATTEMPT_OF = Prepared(select(func.max(RUNS.c.attempt).label("last")).where(RUNS.c.milestone_id == bindparam("pk")))
+TAKE_LEASE = Prepared(
+    update(MILESTONES)
+    .where(MILESTONES.c.id == bindparam("pk"))
+    .values(lease_owner=bindparam("owner"), lease_expires=bindparam("expires"), lease_info=bindparam("info"))
+)
+DROP_LEASE = Prepared(
+    update(MILESTONES)
+    .where(MILESTONES.c.id == bindparam("pk"), MILESTONES.c.lease_owner == bindparam("owner"))
+    .values(lease_owner=None, lease_expires=None, lease_info=None)
+)
+ADD_RUN = Prepared(insert(RUNS).values({c.name: bindparam(c.name) for c in RUNS.c if c.name != "id"}))
+ADD_REF = Prepared(insert(REFS).values({f: bindparam(f) for f in ("item_id", "kind", "ref", "reason", "at")}))
 
 
 def plain(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,14 +192,25 @@ def milestone_state(m: Milestone) -> dict[str, Any]:
     return plain(m.model_dump(include=set(STATE_FIELDS)))
 
 
-def milestone_row(m: Milestone, item_id: int, now: datetime) -> dict[str, Any]:
-    """A new milestone's row."""
+def milestone_row(m: Milestone) -> dict[str, Any]:
+    """A new milestone's row (the fields of :data:`NEW_MILESTONE_FIELDS` but
+    those all the milestones of an item share: ``item_id``, the times)."""
     return {
-        **m.model_dump(include=set(DEFINITION_FIELDS), mode="json"),
-        "item_id": item_id,
+        "acceptance": m.acceptance,
+        "attempts": m.attempts,
+        "awaiting_review": m.awaiting_review,
+        "cache": m.cache,
+        "fix": m.fix,
+        "flaky": m.flaky,
+        "gate": [c.model_dump(mode="json") for c in m.gate],
+        "inputs": list(m.inputs),
+        "name": m.name,
+        "retries": m.retries,
+        "retry_delay": m.retry_delay,
+        "review": m.review,
+        "status": m.status.value,
+        "timeout": m.timeout,
         "seq": m.id,
-        "created_at": now,
-        "updated_at": now,
     }
 
 

@@ -103,7 +103,7 @@ def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = Fal
     and whether it re-proves a done milestone, so a driver that reclaims it
     can fence it and hand it back the right way."""
     now = utcnow()
-    lease = tx.conn.execute(rows.LEASE, {"pk": pk}).one()
+    lease = rows.LEASE_ROW.rows(tx.conn, pk=pk)[0]
     if held_elsewhere(lease, owner):
         if expired(lease, now):
             raise ExpiredLease  # its attempt must be fenced and recorded first
@@ -113,18 +113,14 @@ def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = Fal
             milestone=m.name,
             holder=lease.lease_owner,
         )
-    attempt = (tx.conn.execute(rows.LAST_ATTEMPT, {"pk": pk}).scalar() or 0) + 1
+    attempt = (rows.LAST_ATTEMPT_OF.rows(tx.conn, pk=pk)[0]["last"] or 0) + 1
     log = log_path(tx.ctx, tx.id, m.name, attempt)
     info: dict[str, Any] = {
         **host_identity(), "pid": os.getpid(), "start": process_start(os.getpid()), "log": str(log)
     }  # fmt: skip
     if reproof:
         info["reproof"] = True
-    tx.conn.execute(
-        update(MILESTONES)
-        .where(MILESTONES.c.id == pk)
-        .values(lease_owner=owner, lease_expires=now + tx.ctx.lease_ttl, lease_info=info)
-    )
+    rows.TAKE_LEASE.run(tx.conn, pk=pk, owner=owner, expires=now + tx.ctx.lease_ttl, info=info)
     return Claim(item=tx.id, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log), reproof=reproof)
 
 
@@ -181,11 +177,7 @@ def renew(conn: Connection, ctx: Context, c: Claim) -> None:
 
 
 def drop_lease(conn: Connection, c: Claim) -> None:
-    conn.execute(
-        update(MILESTONES)
-        .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
-        .values(lease_owner=None, lease_expires=None, lease_info=None)
-    )
+    rows.DROP_LEASE.run(conn, pk=c.pk, owner=c.owner)
 
 
 # -- done: the gate runs here ---------------------------------------------------------
@@ -313,7 +305,7 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
     written (the note says so)."""
 
     def fn(tx: Tx) -> DoneResult:
-        holder = tx.conn.execute(select(MILESTONES.c.lease_owner).where(MILESTONES.c.id == c.pk)).scalar()
+        holder = rows.LEASE_ROW.rows(tx.conn, pk=c.pk)[0].lease_owner
         m = tx.find_pk(c.pk, c.milestone.name)
         if holder is None and already_recorded(tx.conn, c):
             # Recorded by whoever the lease passed to, or by this very write before its connection dropped.
@@ -336,7 +328,7 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
         stored = ctx.store.relative(Path(result.log_path)) if result.log_path else None
         run = GateRun(**result.model_dump(), item=tx.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict)
         source = _source_run_id(tx, result)
-        tx.conn.execute(insert(RUNS).values(**rows.run_row(tx.id, c.pk, c.attempt, result, stored, verdict, source)))
+        rows.ADD_RUN.run(tx.conn, **rows.run_row(tx.id, c.pk, c.attempt, result, stored, verdict, source))
         if result.passed and result.inputs_digest:
             files = manifest
             if files is None and result.log_path:
@@ -344,14 +336,13 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
             if files is not None:
                 proofs.store_manifest(tx.conn, result.inputs_digest, files)
         # Every gate run is evidence of the work item.
-        tx.conn.execute(
-            insert(REFS).values(
-                item_id=tx.id,
-                kind="gate_run",
-                ref=stored or "",
-                reason=f"{c.milestone.name} attempt {c.attempt}: {result.outcome.value} ({result.reason})",
-                at=result.finished_at,
-            )
+        rows.ADD_REF.run(
+            tx.conn,
+            item_id=tx.id,
+            kind="gate_run",
+            ref=stored or "",
+            reason=f"{c.milestone.name} attempt {c.attempt}: {result.outcome.value} ({result.reason})",
+            at=result.finished_at,
         )
         base: dict[str, Any] = {"item": tx.id, "revision": tx.next_revision, "gate_run": run}
         if m.status is not MilestoneStatus.IN_PROGRESS or m.awaiting_review:

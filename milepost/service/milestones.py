@@ -221,9 +221,10 @@ def review(ctx: Context, name: str, approve: bool, *, reason: str | None = None,
 
 def apply_plan(ctx: Context, plan: Plan) -> WorkItem:
     """Create a work item from a plan, validated whole before anything is written."""
-    milestones = plan.to_milestones()
+    milestones = plan.take_milestones()  # validated whole (once: parse_plan's check, if it read the plan)
     defaults = ItemDefaults.model_validate(plan.defaults.model_dump())
-    return create_item(ctx, plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones)
+    return create_item(ctx, plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones,
+                       validated=True)  # fmt: skip
 
 
 def export_plan(ctx: Context, item: int | None = None) -> dict[str, Any]:

@@ -176,8 +176,8 @@ def test_sigkill_leaves_a_lease_the_next_drive_reclaims(prefect_api: str, cli: C
     proc.kill()
     proc.communicate(timeout=30)
     gate_pid = int(marker.read_text())
-    with contextlib.suppress(ProcessLookupError):  # its gate supervisor may have killed it already
-        os.kill(gate_pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):  # its gate supervisor may have stopped it already
+        os.kill(gate_pid, signal.SIGKILL)  # the orphaned gate (its own session) would run on
     assert cli.json("list")["milestones"][0]["status"] == "in_progress"
     time.sleep(3.5)  # the lease expires
     r = cli("drive", MILEPOST_LEASE_TTL="3")

@@ -113,7 +113,7 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     # 4. Break the leaf: one execution, its dependents wait behind it, skipped in JUnit.
     (root / "pkg/leaf.py").write_text("def value():\n    return 2\n")
     junit = tmp_path / "junit.xml"
-    r = cli("drive", "--junit", str(junit))
+    r = cli("drive", "--wait-recorded", "--junit", str(junit))
     assert r.code == 1
     assert ran(ledger, seen) == [leaf]
     seen += 1
@@ -150,7 +150,7 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     # 7. A second item scaffolded on unchanged code runs no gate: every attempt is cached.
     second = scaffold(cli, ledger, "the same plan again")
     assert second != item
-    r = cli("--json", "drive")
+    r = cli("--json", "drive", "--wait-recorded")
     assert r.code == 0, r.err
     assert ran(ledger, seen) == []
     finished = [e for e in map(json.loads, r.out.splitlines()) if e["event"] == "drive_finished"][-1]
