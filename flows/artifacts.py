@@ -18,10 +18,10 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
-from milepost.flows.events import DriveSummary, NullReporter
+from milepost.events import DriveSummary, NullReporter
 from milepost.graph.dag import WorkGraph
 from milepost.graph.status import MilestoneStatus
-from milepost.picture import svg_data_uri, to_svg
+from milepost.present.picture import svg_data_uri, to_svg
 from milepost.results import Claim, DoneResult
 
 __all__ = ["ArtifactReporter"]

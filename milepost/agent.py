@@ -272,7 +272,7 @@ def wait(svc: Service, a: WaitArgs) -> dict[str, Any]:
 
 
 def graph(svc: Service, a: GraphArgs) -> dict[str, Any]:
-    from milepost.graph.render import critical_path
+    from milepost.graph.analysis import critical_path
 
     it, g = svc.graph(a.item)
     nxt = g.next_ready()

@@ -420,9 +420,9 @@ def _plan_problems(plan: Plan, lines: dict[Loc, int]) -> list[tuple[Problem, Inp
     """Every problem of a plan whose fields are sound: each milestone on its
     own (name, gate commands, ...), then names and deps across milestones.
     Empty when the only problem needs the whole set (a cycle)."""
-    from milepost.graph.dag import milestone_problems
     from milepost.graph.errors import DuplicateNameError, InvalidNameError
     from milepost.graph.models import Milestone
+    from milepost.graph.validate import milestone_problems
 
     out: list[tuple[Problem, InputError]] = []
 

@@ -26,7 +26,7 @@ from milepost.cli._base import (
     plan_status_of,
     revision_option,
 )
-from milepost.cli.render import (
+from milepost.present.terminal import (
     esc,
     milestone_table,
     styled,
