@@ -28,6 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p milepost
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/pytest -n 2 --dist loadgroup
