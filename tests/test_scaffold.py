@@ -106,7 +106,7 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
 
 
 def test_scaffold_edit_apply_drive_order(example: CLI) -> None:
-    """The README's loop: scaffold to a file, edit it, apply it, work it."""
+    """docs/scaffold.md's loop: scaffold to a file, edit it, apply it, work it."""
     example("plan", "scaffold", "kv", "--path", "src", "-o", "refactor.yaml", check=True)
     path = example.cwd / "refactor.yaml"
     text = path.read_text().replace("plan_status: draft", "plan_status: ready")
@@ -462,10 +462,10 @@ def test_imports_of_an_enclosing_package_are_not_dependencies_unless_asked(tmp_p
     assert [c["path"] for c in counted["cycles"]] == ["lib -> lib.two -> lib"]
 
 
-def test_the_readme_example_is_what_the_command_prints(tmp_path: Path) -> None:
-    """The README shows real output: its kv example, run as written."""
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    section = readme[readme.index("## Plan a refactor from your imports") :]
+def test_the_documented_example_is_what_the_command_prints(tmp_path: Path) -> None:
+    """docs/scaffold.md shows real output: its kv example, run as written."""
+    page = (EXAMPLES.parent / "docs" / "scaffold.md").read_text()
+    section = page[page.index("# Plan a refactor from your imports") :]
     blocks = section.split("```")
     command = blocks[1].removeprefix("sh\n")
     printed = blocks[3].removeprefix("text\n").splitlines()
