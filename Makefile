@@ -28,6 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p milepost
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/pytest -n 2 --dist loadgroup
@@ -42,7 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_store.py
 	$(BIN)/python benchmarks/bench_plan.py
 
-# Regenerate the README's pictures of the Prefect UI (needs Chromium).
+# Regenerate the pictures of the Prefect UI in docs/ui.md (needs Chromium).
 screenshots: $(STAMP)
 	MILEPOST_SCREENSHOTS=$(abspath docs/img) MILEPOST_REQUIRE_BROWSER=1 $(BIN)/pytest -q \
 		tests/flows/test_ui.py -k "page or artifact or redrive"

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 from milepost.graph.plan import Plan
-from milepost.planfile import _build, _compose, gc_paused
+from milepost.plandoc import build, compose
+from milepost.planfile import gc_paused
 from milepost.service import Service
 from milepost.store import Store
 from milepost.workspace import init_workspace
@@ -58,10 +59,10 @@ def phases(path: Path) -> dict[str, float]:
         t0 = time.perf_counter()
         text = path.read_text(encoding="utf-8")
         t1 = time.perf_counter()
-        node = _compose(text)
+        node = compose(text)
         t2 = time.perf_counter()
         assert node is not None
-        data = _build(node)
+        data = build(node)
         t3 = time.perf_counter()
         plan = Plan.model_validate(data)
         t4 = time.perf_counter()

@@ -17,10 +17,10 @@ from uuid import UUID
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.actions import ArtifactCreate, ArtifactUpdate
 
-from milepost.flows.events import DriveSummary, NullReporter
+from milepost.events import DriveSummary, NullReporter
 from milepost.graph.dag import WorkGraph
 from milepost.graph.status import MilestoneStatus
-from milepost.picture import svg_data_uri, to_svg
+from milepost.present.picture import svg_data_uri, to_svg
 from milepost.results import Claim, DoneResult
 
 __all__ = ["ArtifactReporter"]

@@ -38,7 +38,7 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from milepost.errors import EnvironmentProblem, PrefectUnreachableError, StaleRevisionError
-from milepost.flows.events import DriveSummary, MilestoneSummary, MultiReporter, NullReporter, Reporter
+from milepost.events import DriveSummary, MilestoneSummary, MultiReporter, NullReporter, Reporter
 from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
 from milepost.flows.loop import DriveContext, Loop
 from milepost.flows.plan_nodes import create_nodes

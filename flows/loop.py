@@ -23,9 +23,9 @@ from prefect.client.schemas.objects import State
 from prefect.futures import PrefectFuture
 
 from milepost.errors import EnvironmentProblem, MilepostError
-from milepost.flows import outage
-from milepost.flows.events import DriveSummary, Reporter
+from milepost.events import DriveSummary, Reporter
 from milepost.flows.gate_task import GATE_TASKS, GateSpec, SpecBox, TaskKind, driver_identity
+from milepost.flows.outage import read_result
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, write_result
 from milepost.gates.inputs import describe_changes
@@ -34,7 +34,7 @@ from milepost.graph.status import MilestoneStatus
 from milepost.results import Claim, DoneResult
 from milepost.service import Service, interrupted_result
 
-__all__ = ["DriveContext", "Loop"]
+__all__ = ["DriveContext", "Loop", "finish_running"]
 
 
 @dataclass
@@ -67,14 +67,6 @@ class DriveContext:
     fault: EnvironmentProblem | None = None
     publishing: threading.Thread | None = None  # the artifacts, made while the flow run ends
     objective: str | None = None  # for the flow run's name
-
-
-def read_result(spec: GateSpec, future: PrefectFuture[Any] | None = None) -> GateResult:
-    try:
-        return GateResult.model_validate_json(spec.result_file.read_text())
-    except (OSError, ValueError):
-        # The task died before writing its result (a crashed worker), or the disk is full.
-        return outage.crashed_result(spec, future)
 
 
 class Loop:
@@ -303,7 +295,7 @@ class Loop:
                 self._finish(r)
         except EnvironmentProblem as e:
             # The store is gone (or locked): the running gates end into their files.
-            outage.finish_running(self, e)
+            finish_running(self, e)
             raise
         except BaseException:
             self._stop_all()
@@ -333,3 +325,33 @@ class Loop:
             done = self._record(r.claim, result)
             self.reporter.gate_finished(r.claim, done)
         self.running.clear()
+
+
+def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
+    """The store or the API is gone (``fault``): see the module. Returns when
+    every running gate and fix has ended."""
+    if loop.ctx.fault is None:
+        loop.ctx.fault = fault
+    store = loop.ctx.service.store
+    store.retry_for = 0.0  # the drive is ending: one try per record from here on
+    if loop.running:
+        names = ", ".join(sorted({r.claim.milestone.name for r in loop.running.values()}))
+        loop.reporter.warning(f"{fault.message}; no new gate is started, waiting for {names} to finish")
+    while loop.running:
+        try:
+            key = loop.done_q.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        r = loop.running.pop(key, None)
+        if r is None or r.kind is not TaskKind.GATE:
+            continue
+        result = read_result(r.spec, r.future)
+        try:
+            done = loop._record(r.claim, result)
+        except EnvironmentProblem:
+            loop.reporter.warning(
+                f"{r.claim.milestone.name} (attempt {r.claim.attempt}) ended: {result.reason}; not recorded,"
+                f" the next drive recovers it from {Path(r.spec.log_path).name} and the files beside it"
+            )
+            continue
+        loop.reporter.gate_finished(r.claim, done)

@@ -1,6 +1,6 @@
 """When a part fails under a drive.
 
-- **The store or the Prefect API is lost** (:func:`finish_running`): the drive
+- **The store or the Prefect API is lost** (``flows.loop.finish_running``): the drive
   starts no new gate, lets the running ones end on their own (they write
   their verdicts into the files beside their logs), records each one when
   the store can still take it (one try each), and ends with the fault, which
@@ -16,21 +16,16 @@
 
 from __future__ import annotations
 
-import queue
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from milepost.errors import EnvironmentProblem
 from milepost.flows.gate_task import GateSpec, TaskKind
 from milepost.flows.prefect_guard import task_failure
 from milepost.gates.command import GateResult, Outcome, unwritten_result
 from milepost.service import interrupted_result
 
-if TYPE_CHECKING:
-    from milepost.flows.loop import Loop
-
-__all__ = ["CRASH_LIMIT", "crashed_result", "finish_running"]
+__all__ = ["CRASH_LIMIT", "crashed_result", "read_result"]
 
 CRASH_LIMIT = 3
 CRASHED = "the gate task crashed before reporting"
@@ -58,33 +53,10 @@ def crashed_result(spec: GateSpec, future: Any = None) -> GateResult:
     return interrupted_result(spec.claim, datetime.now(UTC), reason=why)
 
 
-def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
-    """The store or the API is gone (``fault``): see the module. Returns when
-    every running gate and fix has ended."""
-    from milepost.flows.loop import read_result
-
-    if loop.ctx.fault is None:
-        loop.ctx.fault = fault
-    store = loop.ctx.service.store
-    store.retry_for = 0.0  # the drive is ending: one try per record from here on
-    if loop.running:
-        names = ", ".join(sorted({r.claim.milestone.name for r in loop.running.values()}))
-        loop.reporter.warning(f"{fault.message}; no new gate is started, waiting for {names} to finish")
-    while loop.running:
-        try:
-            key = loop.done_q.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        r = loop.running.pop(key, None)
-        if r is None or r.kind is not TaskKind.GATE:
-            continue
-        result = read_result(r.spec, r.future)
-        try:
-            done = loop._record(r.claim, result)
-        except EnvironmentProblem:
-            loop.reporter.warning(
-                f"{r.claim.milestone.name} (attempt {r.claim.attempt}) ended: {result.reason}; not recorded,"
-                f" the next drive recovers it from {Path(r.spec.log_path).name} and the files beside it"
-            )
-            continue
-        loop.reporter.gate_finished(r.claim, done)
+def read_result(spec: GateSpec, future: Any = None) -> GateResult:
+    """The verdict a gate task wrote beside its log, or :func:`crashed_result`."""
+    try:
+        return GateResult.model_validate_json(spec.result_file.read_text())
+    except (OSError, ValueError):
+        # The task died before writing its result (a crashed worker), or the disk is full.
+        return crashed_result(spec, future)

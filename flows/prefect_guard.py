@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from milepost.errors import PrefectUnreachableError
-from milepost.flows.events import NullReporter
+from milepost.events import NullReporter
 from milepost.results import Claim, DoneResult
 from milepost.settings import Settings
 

@@ -15,7 +15,7 @@ from typing import Any
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from milepost.flows.events import NullReporter, Reporter
+from milepost.events import NullReporter, Reporter
 from milepost.service import Service
 
 __all__ = ["TickResult", "run_tick", "tick_flow"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from milepost.graph.dag import Change, NextPick, WorkGraph, display_status, validate_milestones
+    from milepost.graph.dag import Change, NextPick, WorkGraph, display_status
     from milepost.graph.item import ReadinessView, check_open, check_structure_editable, readiness_view
     from milepost.graph.models import (
         DEFAULT_RETRIES,
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         retry_at,
         transition,
     )
+    from milepost.graph.validate import validate_milestones
 
 __all__ = [
     "DEFAULT_RETRIES",
@@ -85,7 +86,7 @@ _LAZY = {
     "NextPick": "milepost.graph.dag",
     "WorkGraph": "milepost.graph.dag",
     "display_status": "milepost.graph.dag",
-    "validate_milestones": "milepost.graph.dag",
+    "validate_milestones": "milepost.graph.validate",
     "ReadinessView": "milepost.graph.item",
     "check_open": "milepost.graph.item",
     "check_structure_editable": "milepost.graph.item",

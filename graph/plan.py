@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictBool, Tag
 
-from milepost.graph.dag import validate_milestones
 from milepost.graph.errors import DuplicateNameError, InvalidValueError
 from milepost.graph.models import (
     DEFAULT_RETRIES,
@@ -28,6 +27,7 @@ from milepost.graph.models import (
     check_name,
 )
 from milepost.graph.status import MilestoneStatus, PlanStatus
+from milepost.graph.validate import validate_milestones
 
 __all__ = ["Plan", "PlanCommand", "PlanDefaults", "PlanMilestone", "plan_from_item"]
 

@@ -12,7 +12,7 @@ what would be allowed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,7 +40,16 @@ from milepost.graph.models import (
 )
 from milepost.graph.status import REASON_REQUIRED, Action, DisplayStatus, MilestoneStatus, retry_at, transition
 
-__all__ = ["Change", "act", "display_status", "is_ready_status", "new_milestone", "record_attempt", "review"]
+__all__ = [
+    "Change",
+    "act",
+    "display_status",
+    "is_ready_status",
+    "new_milestone",
+    "nothing_ready_reason",
+    "record_attempt",
+    "review",
+]
 
 S = MilestoneStatus
 
@@ -282,3 +291,41 @@ def new_milestone(
             "flaky": flaky,
         }
     )
+
+
+def nothing_ready_reason(
+    total: int, done: int, milestones: Iterable[Milestone], held: set[str] | frozenset[str] = frozenset()
+) -> str:
+    """Why ``next`` names no milestone: none yet, all done, or what holds the
+    rest (in progress, in review, retry delayed, stuck, locked, unconfirmed).
+    ``milestones``: at least every one that is neither done nor pending, by id."""
+    if not total:
+        return "no milestones yet: add one with `milepost add NAME`"
+    if done == total:
+        return f"all {total} milestones are done"
+    by: dict[S, list[str]] = {}
+    review: list[str] = []
+    held_: list[str] = []
+    for m in milestones:
+        status = S.STUCK if m.is_stuck else m.status
+        if m.awaiting_review:
+            review.append(m.name)
+            continue
+        if m.name in held and is_ready_status(m):
+            held_.append(m.name)
+            continue
+        by.setdefault(status, []).append(m.name)
+    parts: list[str] = []
+    if S.IN_PROGRESS in by:
+        parts.append("waiting on " + ", ".join(by[S.IN_PROGRESS]) + " (in_progress)")
+    if review:
+        parts.append("waiting for review: " + ", ".join(review) + " (approve, or reject --reason)")
+    if held_:
+        parts.append("retry delayed: " + ", ".join(held_))
+    if S.STUCK in by:
+        parts.append("stuck: " + ", ".join(by[S.STUCK]) + " (reset with --reason)")
+    if S.LOCKED in by:
+        parts.append("locked: " + ", ".join(by[S.LOCKED]))
+    if S.HYPOTHESIS in by:
+        parts.append("unconfirmed: " + ", ".join(by[S.HYPOTHESIS]))
+    return "nothing ready: " + "; ".join(parts) if parts else "nothing ready"

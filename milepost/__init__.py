@@ -3,6 +3,16 @@
 The public surface is ``__all__``. Every name loads on first use (the
 domain and the errors, the store and the service; Prefect only when a flow
 runs), so ``import milepost`` costs nothing and the CLI decides what it builds.
+
+Imports point one way, in layers, lowest first:
+graph < gates < store and service < presentation < flows (Prefect) < interfaces (CLI, MCP).
+``milepost.graph`` is the pure domain; ``milepost.gates`` runs gates; the
+store and service are ``store``, ``service`` and the values they share
+(``errors``, ``settings``, ``results``, ``events``, plan files); ``present``
+draws and reports; ``milepost.flows`` is all that needs Prefect; ``cli``,
+``mcp_server`` and ``agent`` are the interfaces. The ``layers`` contract in
+pyproject.toml checks this order (``make lint`` runs ``lint-imports``);
+docs/architecture.md draws it.
 """
 
 from __future__ import annotations

@@ -7,78 +7,47 @@ name, joined with ``; `` into the one line an error is. The error's details
 carry the same problems as data (``problems: [{line, milestone, field,
 message}]``, and ``more``: how many were left out).
 
-YAML is read with PyYAML's libyaml parser when it is there (``CSafeLoader``,
-several times faster), and built into Python data here: each node once (an
-alias shares what its anchor built, so an alias bomb never expands), a key
-given twice in one mapping refused with its line, a node inside itself
-refused, and aliases may add at most :data:`MAX_ALIAS_NODES` nodes to what
-the document holds. An honest plan without aliases has no size limit but the
-file's.
+The text becomes data with the line of every place in it in
+:mod:`milepost.plandoc` (YAML and JSON, aliases bounded by
+:data:`MAX_ALIAS_NODES`). An honest plan without aliases has no size limit
+but the file's.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 from pydantic import ValidationError
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import Node
 
 from milepost.errors import InputError, PlanFileError
 from milepost.graph.plan import Plan
+from milepost.plandoc import (
+    MAX_ALIAS_NODES,
+    DuplicateKey,
+    Loc,
+    Problem,
+    build,
+    compose,
+    duplicate_line,
+    json_lines,
+    line_map,
+    no_duplicates,
+    yaml_problem,
+)
 
 __all__ = ["MAX_ALIAS_NODES", "MAX_PROBLEMS", "dump_plan", "gc_paused", "load_plan", "parse_plan"]
 
 
-# Aliases may add at most this many nodes to a document (a shared gate list
-# in each of 100,000 milestones fits; a "billion laughs" does not).
-MAX_ALIAS_NODES = 1_000_000
 MAX_PLAN_BYTES = 64 * 1024 * 1024
 # Problems shown in one error; the rest are counted.
 MAX_PROBLEMS = 20
-
-_STR = "tag:yaml.org,2002:str"
-_MAP = "tag:yaml.org,2002:map"
-_SEQ = "tag:yaml.org,2002:seq"
-_MERGE = "tag:yaml.org,2002:merge"
-_Base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-# The safe loader's implicit resolvers (YAML 1.1) by a plain scalar's first
-# character, the wildcard ones appended: what PyYAML's resolve() looks up per scalar.
-_WILD = tuple(_Base.yaml_implicit_resolvers.get(None, []))
-_BY_FIRST = {k: (*v, *_WILD) for k, v in _Base.yaml_implicit_resolvers.items() if k is not None}
-assert not _Base.yaml_path_resolvers, "the loader below resolves no paths"
-
-
-class _Loader(_Base):  # type: ignore[valid-type,misc]
-    """The safe loader with PyYAML's tag resolution (the same tags) done
-    without the list it builds per scalar, and without the bookkeeping of
-    path resolvers, which the safe loader has none of: libyaml asks for both
-    once for each of a plan's million nodes."""
-
-    def descend_resolver(self, current_node: Node | None, current_index: Any) -> None:
-        pass  # no path resolvers (the safe loader has none), so no path to keep
-
-    def ascend_resolver(self) -> None:
-        pass
-
-    def resolve(self, kind: type[Node], value: str | None, implicit: tuple[bool, bool]) -> str:
-        if kind is ScalarNode:
-            if implicit[0]:
-                for tag, regexp in _BY_FIRST.get(value[:1], _WILD):  # type: ignore[index]
-                    if regexp.match(value):
-                        return str(tag)
-            return _STR
-        return _SEQ if kind is SequenceNode else _MAP
-
-
-Loc = tuple[str | int, ...]
 
 
 def load_plan(path: Path) -> Plan:
@@ -101,25 +70,6 @@ def load_plan(path: Path) -> Plan:
     return parse_plan(text, str(path))
 
 
-# -- problems ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a plan file: where it starts and what it is."""
-
-    line: int | None
-    message: str  # without the file and line
-    field: str | None = None  # the path in the document, as pydantic writes it: milestones.3.retries
-    milestone: str | None = None
-
-    def segment(self, source: str) -> str:
-        return f"{source}:{self.line}: {self.message}" if self.line else f"{source}: {self.message}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "milestone": self.milestone, "field": self.field, "message": self.message}
-
-
 def _refuse(source: str, problems: Sequence[Problem], error: InputError | None = None) -> NoReturn:
     """Raise one error holding every problem (the first ``MAX_PROBLEMS``),
     of the first problem's kind (``error``) or a :class:`PlanFileError`."""
@@ -132,184 +82,6 @@ def _refuse(source: str, problems: Sequence[Problem], error: InputError | None =
     details: dict[str, Any] = {"field": first.field, **(error.details if error else {})}
     details |= {"file": source, "line": first.line, "problems": [p.as_dict() for p in shown], "more": more}
     raise (type(error) if error else PlanFileError)(message, **details) from None
-
-
-# -- YAML ---------------------------------------------------------------------------
-
-
-def _yaml_problem(e: yaml.YAMLError) -> Problem:
-    """A YAML error at the line where the broken thing starts: an unclosed
-    quote or bracket where it opened (the parser's context), anything else
-    where the parser found it."""
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    context = getattr(e, "context", None)
-    pmark, cmark = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
-    pline = pmark.line + 1 if pmark is not None else None
-    cline = cmark.line + 1 if cmark is not None else None
-    if "maximum nesting depth" in problem:
-        return Problem(cline or pline, "the document is nested too deeply (at most 1000 levels)")
-    opened = context is not None and (context.startswith("while scanning") or "flow" in context)
-    if opened and cline is not None:
-        found = f"{problem} on line {pline}" if pline and pline != cline else problem
-        return Problem(cline, f"invalid YAML: {context} that starts here: {found}")
-    where = f" ({context} on line {cline})" if context and cline and cline != pline else ""
-    return Problem(pline, f"invalid YAML: {problem}{where}")
-
-
-def _compose(text: str) -> Node | None:
-    loader = _Loader(text)
-    try:
-        node: Node | None = loader.get_single_node()
-        return node
-    finally:
-        loader.dispose()
-
-
-def _build(root: Node) -> Any:
-    """Python data from composed YAML nodes, each node built once (see the
-    module's text for what is refused)."""
-    loader = _Loader("")
-    constructors = loader.yaml_constructors
-    built: dict[int, tuple[Any, int]] = {}  # collections: id -> (value, nodes it expands to)
-    open_: set[int] = set()
-    added = 0  # nodes that aliases add to the document
-
-    def scalar(node: Node) -> Any:
-        if node.tag == _STR:
-            return node.value
-        value = (constructors.get(node.tag) or constructors[None])(loader, node)
-        if isinstance(value, types.GeneratorType):  # a collection's tag on a scalar
-            return loader.construct_object(node, deep=True)
-        return value
-
-    def build(node: Node) -> tuple[Any, int]:
-        nonlocal added
-        key = id(node)
-        if key in built:  # reached again: through an alias
-            value, size = built[key]
-            added += size
-            if added > MAX_ALIAS_NODES:
-                raise yaml.composer.ComposerError(
-                    None,
-                    None,
-                    f"aliases expand the document by more than {MAX_ALIAS_NODES:,} nodes (an alias bomb?)",
-                    node.start_mark,
-                )
-            return value, size
-        if isinstance(node, ScalarNode):
-            return scalar(node), 1
-        if key in open_:
-            raise yaml.composer.ComposerError(
-                None, None, "recursive alias: a node that contains itself", node.start_mark
-            )
-        if node.tag not in (_MAP, _SEQ):
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a plan file has no use for the tag {node.tag!r}", node.start_mark
-            )
-        open_.add(key)
-        size = 1
-        out: Any
-        # (A string scalar, most of a plan's nodes, is its own value: built inline.)
-        if isinstance(node, SequenceNode):
-            out = []
-            for child in node.value:
-                if type(child) is ScalarNode and child.tag == _STR:
-                    out.append(child.value)
-                    size += 1
-                    continue
-                value, n = build(child)
-                out.append(value)
-                size += n
-        else:
-            assert isinstance(node, MappingNode)
-            out = {}
-            first: dict[Any, int] = {}
-            names = []
-            merging = False
-            for k, _ in node.value:  # keys written here, before merges (`<<: *base`) are folded in
-                if k.tag == _MERGE:
-                    merging = True
-                    continue
-                if not isinstance(k, ScalarNode):
-                    raise yaml.constructor.ConstructorError(
-                        "while building a mapping", node.start_mark, "found an unhashable key", k.start_mark
-                    )
-                name = scalar(k)
-                line = first.get(name)
-                if line is not None:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {name!r} (first on line {line})", k.start_mark
-                    )
-                first[name] = k.start_mark.line + 1
-                names.append(name)
-            if merging:
-                loader.flatten_mapping(node)
-                for k, v in node.value:
-                    name, n1 = build(k)
-                    value, n2 = build(v)
-                    out[name] = value  # a key written here wins over a merged one
-                    size += n1 + n2
-            else:
-                for name, (_, v) in zip(names, node.value, strict=True):
-                    if type(v) is ScalarNode and v.tag == _STR:
-                        out[name] = v.value
-                        size += 2
-                        continue
-                    value, n2 = build(v)
-                    out[name] = value
-                    size += 1 + n2
-        open_.discard(key)
-        built[key] = (out, size)
-        return out, size
-
-    return build(root)[0]
-
-
-def _line_map(root: Node | None) -> dict[Loc, int]:
-    """Every path in the document (keys and list indexes) to its 1-based line."""
-    out: dict[Loc, int] = {}
-    stack: list[tuple[Loc, Node]] = [((), root)] if root is not None else []
-    seen: set[int] = set()
-    while stack:
-        path, node = stack.pop()
-        out.setdefault(path, node.start_mark.line + 1)
-        if id(node) in seen:
-            continue
-        if isinstance(node, MappingNode):
-            seen.add(id(node))
-            for k, v in node.value:
-                if isinstance(k, ScalarNode):
-                    out[(*path, k.value)] = k.start_mark.line + 1
-                    stack.append(((*path, k.value), v))
-        elif isinstance(node, SequenceNode):
-            seen.add(id(node))
-            stack.extend(((*path, i), v) for i, v in enumerate(node.value))
-    return out
-
-
-# -- JSON ---------------------------------------------------------------------------
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise _DuplicateKey(key)
-        seen.add(key)
-    return dict(pairs)
-
-
-def _json_lines(text: str) -> dict[Loc, int]:
-    """Lines of a JSON document's paths (JSON is YAML): only for errors."""
-    try:
-        return _line_map(_compose(text))
-    except (yaml.YAMLError, RecursionError):
-        return {}
 
 
 # -- the plan -------------------------------------------------------------------------
@@ -342,18 +114,18 @@ def _parse_plan(text: str, source: str) -> Plan:
     root: Node | None = None
     try:
         if is_json:
-            data = json.loads(text, object_pairs_hook=_no_duplicates)
+            data = json.loads(text, object_pairs_hook=no_duplicates)
         else:
-            root = _compose(text)
-            data = None if root is None else _build(root)
+            root = compose(text)
+            data = None if root is None else build(root)
     except json.JSONDecodeError as e:
         _refuse(source, [Problem(e.lineno, f"invalid JSON: {e.msg}")])
-    except _DuplicateKey as e:
-        _refuse(source, [Problem(_duplicate_line(text), f"invalid JSON: duplicate key {e.key!r}")])
+    except DuplicateKey as e:
+        _refuse(source, [Problem(duplicate_line(text), f"invalid JSON: duplicate key {e.key!r}")])
     except RecursionError:
         _refuse(source, [Problem(None, "the document is nested too deeply")])
     except yaml.YAMLError as e:
-        _refuse(source, [_yaml_problem(e)])
+        _refuse(source, [yaml_problem(e)])
     if not isinstance(data, dict):
         _refuse(
             source,
@@ -361,7 +133,7 @@ def _parse_plan(text: str, source: str) -> Plan:
         )
 
     def lines() -> dict[Loc, int]:  # only wanted for an error
-        return _json_lines(text) if is_json else _line_map(root)
+        return json_lines(text) if is_json else line_map(root)
 
     try:
         plan = Plan.model_validate(data)
@@ -378,17 +150,6 @@ def _parse_plan(text: str, source: str) -> Plan:
         line = lines().get(("milestones", index)) if index is not None else None
         _refuse(source, [Problem(line, e.message, _field("milestones", index), name)], e)
     return plan
-
-
-def _duplicate_line(text: str) -> int | None:
-    """The line of a JSON document's second key (read again as YAML)."""
-    try:
-        _build(_compose(text) or ScalarNode(_STR, ""))
-    except yaml.MarkedYAMLError as ye:
-        return ye.problem_mark.line + 1 if ye.problem_mark is not None else None
-    except (yaml.YAMLError, RecursionError):
-        pass
-    return None
 
 
 def _field(*path: str | int | None) -> str | None:
@@ -466,9 +227,9 @@ def _plan_problems(plan: Plan, lines: dict[Loc, int]) -> list[tuple[Problem, Inp
     """Every problem of a plan whose fields are sound: each milestone on its
     own (name, gate commands, ...), then names and deps across milestones.
     Empty when the only problem needs the whole set (a cycle)."""
-    from milepost.graph.dag import milestone_problems
     from milepost.graph.errors import DuplicateNameError, InvalidNameError
     from milepost.graph.models import Milestone
+    from milepost.graph.validate import milestone_problems
 
     out: list[tuple[Problem, InputError]] = []
 

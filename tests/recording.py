@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from milepost.flows.events import DriveEvent, DriveSummary, NullReporter
+from milepost.events import DriveEvent, DriveSummary, NullReporter
 from milepost.gates.outcome import GateResult
 from milepost.results import Claim, DoneResult, StaleInfo
 

@@ -12,8 +12,6 @@ a few cases; this table runs in-process so it can hold many."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -24,43 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from milepost.cli import main
-from tests.conftest import CLI
+from tests.conftest import CLI, InProcessCLI, Result
 
 DB = Path(".milepost") / "milepost.db"
 
 
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-def run_main(cwd: Path, args: list[str], env: dict[str, str] | None = None) -> Run:
-    """``milepost ARGS`` in-process: the entry point with its own stdout/stderr."""
-    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    err = io.StringIO()
-    saved_env = dict(os.environ)
-    saved_cwd = os.getcwd()
-    os.environ.update(env or {})
-    os.chdir(cwd)
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(args)
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
-    out.flush()
-    return Run(code, out.buffer.getvalue().decode("utf-8", errors="replace"), err.getvalue())  # type: ignore[attr-defined]
+def run_main(cwd: Path, args: list[str], env: dict[str, str] | None = None) -> Result:
+    """``milepost ARGS`` in-process, through the tests' one in-process runner."""
+    return InProcessCLI(cwd)(*args, **(env or {}))
 
 
 def strict_json(text: str) -> Any:
@@ -410,154 +380,3 @@ def test_hostile_input(case: Case, as_json: bool, template: Path, tmp_path: Path
         assert case.says in lines[0], lines[0]
     if case.code in (2, 3) and case.unchanged:
         assert fingerprint(ws) == before
-
-
-def test_a_gate_that_cannot_start_records_a_failed_attempt_and_frees_its_lease(template: Path, tmp_path: Path) -> None:
-    ws = fresh(template, tmp_path)
-    logs_blocked(ws)
-    r = run_main(ws, ["--json", "done", "a"])
-    assert r.code == 1
-    run = strict_json(r.out)["gate_run"]
-    assert run["outcome"] == "failed" and run["reason"].startswith("cannot write the gate's log")
-    (ws / ".milepost" / "logs").unlink()
-    # No stale lease: the milestone can be started again and its gate run at once.
-    assert run_main(ws, ["start", "a"]).code == 0
-    again = run_main(ws, ["--json", "done", "a"])
-    assert again.code == 0 and strict_json(again.out)["gate_run"]["attempt"] == 2
-
-
-def test_terminal_control_characters_are_escaped_on_human_output(template: Path, tmp_path: Path) -> None:
-    ws = fresh(template, tmp_path)
-    evil = "evil \x1b[2J\x1b[31mred\x07 \u202eabc"
-    assert run_main(ws, ["item", "create", evil]).code == 0
-    for args in (["item", "list"], ["item", "show"], ["history"]):
-        out = run_main(ws, args).out
-        assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, args
-        assert "evil \\x1b[2J\\x1b[31mred\\x07 \\u202eabc" in out, (args, out)
-    # JSON keeps the text as it was written.
-    assert strict_json(run_main(ws, ["--json", "item", "show"]).out)["objective"] == evil
-
-
-def test_a_moved_workspace_keeps_its_logs_and_a_copy_reads_its_own(template: Path, tmp_path: Path) -> None:
-    ws = fresh(template, tmp_path)
-    assert run_main(ws, ["done", "a"]).code == 0
-    moved = tmp_path / "moved"
-    ws.rename(moved)
-    r = run_main(moved, ["--json", "log", "a"])
-    path = Path(strict_json(r.out)["run"]["log_path"])
-    assert strict_json(r.out)["log_exists"] and path.is_relative_to(moved)
-    copy = tmp_path / "copy"
-    shutil.copytree(moved, copy)
-    (moved / path.relative_to(moved)).write_text("the original's log\n")
-    assert run_main(copy, ["log", "a"]).out != "the original's log\n"
-    assert strict_json(run_main(copy, ["--json", "log", "a"]).out)["run"]["log_path"].startswith(str(copy))
-
-
-def test_a_recreated_store_never_appends_to_the_old_evidence(template: Path, tmp_path: Path) -> None:
-    ws = fresh(template, tmp_path)
-    assert run_main(ws, ["done", "a"]).code == 0
-    old_log = Path(strict_json(run_main(ws, ["--json", "log", "a"]).out)["run"]["log_path"])
-    old_text = old_log.read_text()
-    delete_db(ws)
-    assert run_main(ws, ["list"]).code == 3  # no silent fresh start
-    assert run_main(ws, ["init"]).code == 0  # a new store, on purpose
-    for args in (["item", "create", "again"], ["add", "a", "--gate", "echo new"], ["start", "a"], ["done", "a"]):
-        assert run_main(ws, args).code == 0, args
-    new_log = Path(strict_json(run_main(ws, ["--json", "log", "a"]).out)["run"]["log_path"])
-    assert new_log != old_log and old_log.read_text() == old_text
-    shown = strict_json(run_main(ws, ["--json", "item", "show"]).out)["plan"]
-    assert "again" in shown["preview"]  # the new item's plan.md, not the old one's
-
-
-def test_sigterm_stops_done_like_ctrl_c(template: Path, tmp_path: Path) -> None:
-    import signal
-    import time
-
-    ws = fresh(template, tmp_path)
-    marker = ws / "gate.pid"
-    run_main(ws, ["add", "slow", "--gate", f"echo $$ > {marker}; sleep 60"])
-    run_main(ws, ["start", "slow"])
-    proc = CLI(ws).popen("done", "slow")
-    deadline = time.monotonic() + 30
-    while not marker.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    gate_pid = int(marker.read_text())
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, (out, err)
-    assert err.strip() == "milepost: error: interrupted"
-    assert not Path(f"/proc/{gate_pid}").exists() or "Z" in Path(f"/proc/{gate_pid}/stat").read_text().split()[2]
-    runs = strict_json(run_main(ws, ["--json", "runs", "slow"]).out)["runs"]
-    assert [r["outcome"] for r in runs] == ["interrupted"]
-    # The lease was freed: done runs the gate again at once.
-    (ws / "gate.pid").unlink()
-    run_main(ws, ["add", "dummy"])  # any write works; the milestone is still in progress
-    listed = strict_json(run_main(ws, ["--json", "list"]).out)["milestones"]
-    assert next(m for m in listed if m["name"] == "slow")["status"] == "in_progress"
-
-
-# -- generated plan documents ---------------------------------------------------------------
-
-KEYS = [
-    "objective", "milestones", "defaults", "plan_status", "name", "deps", "gate", "retries", "timeout",
-    "acceptance", "review", "fix", "retry_delay", "hypothesis", "run", "env", "cwd", "x",
-]  # fmt: skip
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=20)
-    | st.sampled_from(["a", "b", "build", "true", "exit 1", "ready", "draft", "a\n", "\x00", "\x1b[2J"])
-)
-documents = st.recursive(
-    scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), inner, max_size=5)
-    ),
-    max_leaves=25,
-)
-plans = (
-    st.fixed_dictionaries(
-        {"objective": st.text(min_size=1, max_size=30)},
-        optional={
-            "milestones": st.lists(
-                st.dictionaries(st.sampled_from(KEYS), documents, max_size=5) | documents, max_size=4
-            ),
-            "defaults": documents,
-            "plan_status": st.sampled_from(["draft", "ready", "bogus"]) | documents,
-        },
-    )
-    | documents
-)
-
-
-@pytest.fixture(scope="module")
-def plan_ws(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    ws = tmp_path_factory.mktemp("plans") / "ws"
-    shutil.copytree(template, ws)
-    return ws
-
-
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(doc=plans, as_yaml=st.booleans())
-def test_generated_plan_documents_never_crash_and_refusals_change_nothing(
-    doc: Any, as_yaml: bool, plan_ws: Path
-) -> None:
-    import yaml
-
-    name = "gen.yaml" if as_yaml else "gen.json"
-    text = yaml.safe_dump(doc, allow_unicode=True) if as_yaml else json.dumps(doc)
-    (plan_ws / name).write_text(text, encoding="utf-8", errors="surrogatepass")
-    before = fingerprint(plan_ws)
-    r = run_main(plan_ws, ["--json", "plan", "apply", name])
-    assert "Traceback" not in r.err
-    assert r.code in (0, 2), (r.code, r.out, r.err)
-    out = strict_json(r.out)
-    if r.code == 2:
-        assert out["error"]["exit_code"] == 2 and "\n" not in out["error"]["message"]
-        assert fingerprint(plan_ws) == before
-    else:
-        exported = run_main(plan_ws, ["--json", "plan", "export", str(out["id"])])
-        assert exported.code == 0 and strict_json(exported.out)["objective"] == out["objective"]

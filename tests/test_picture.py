@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from milepost.graph import Action, Milestone, WorkGraph
-from milepost.graph.render import fill
-from milepost.picture import layout, to_html, to_png, to_svg
 from milepost.planfile import load_plan
+from milepost.present.diagram import fill
+from milepost.present.picture import layout, to_html, to_png, to_svg
 from tests.conftest import CLI, EXAMPLES
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import milepost
 
@@ -31,13 +36,14 @@ def test_all_is_exactly_the_public_surface() -> None:
             "store",
             "results",
             "planfile",
+            "plandoc",
             "workspace",
             "settings",
             "cli",
             "agent",
             "mcp_server",
-            "picture",
-            "report",
+            "present",
+            "events",
             "retry",
             "scaffold",
         }
@@ -74,42 +80,56 @@ def test_every_error_class_is_exported() -> None:
     assert not issubclass(errors.NotOwnerError, OSError)  # an `except OSError` must not swallow it
 
 
-def _imports(path: Path) -> set[str]:
-    import ast
-
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module)
-    return names
+ROOT = Path(milepost.__file__).resolve().parent.parent
 
 
-def test_dependencies_point_one_way() -> None:
-    """graph <- gates <- flows; the store, service, CLI and MCP at the edges.
-    graph/ imports only the standard library, pydantic, networkx and itself."""
-    root = Path(milepost.__file__).resolve().parent.parent
-    std = set(sys.stdlib_module_names)
-    allowed = {
-        "graph": ("milepost.graph",),
-        "gates": ("milepost.graph", "milepost.gates"),
-        "flows": ("milepost.graph", "milepost.gates", "milepost.flows", "milepost.service", "milepost.results",
-                  "milepost.errors", "milepost._text", "milepost.settings", "milepost.picture", "milepost.report",
-                  "milepost.store", "milepost.retry", "milepost.workspace"),
-    }  # fmt: skip
-    third = {
-        "graph": {"pydantic", "networkx"},
-        "gates": {"pydantic", "pathspec"},
-        "flows": {"pydantic", "prefect", "prefect_dask"},
-    }
-    for folder, ours in allowed.items():
-        for path in sorted((root / folder).glob("*.py")):
-            for name in _imports(path):
-                top = name.split(".")[0]
-                if top in std or top == "__future__" or top in third[folder]:
-                    continue
-                assert name.startswith(ours), f"{folder}/{path.name} imports {name}"
+def _contracts() -> dict[str, dict[str, Any]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return {c["id"]: c for c in config["contracts"]}
+
+
+def test_the_import_contracts_hold() -> None:
+    """The layers and the forbidden imports of pyproject.toml, checked by
+    import-linter (``make lint`` runs the same), so a plain pytest catches a
+    wrong arrow too."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    p = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert f"Contracts: {len(_contracts())} kept, 0 broken." in p.stdout
+
+
+def test_the_layer_order_is_stated_where_people_read_it() -> None:
+    """The layers contract's name is its order; the README, the architecture
+    page and the package's docstring state exactly that order."""
+    layers = _contracts()["layers"]
+    order = layers["name"]
+    assert [layer.split(" : ")[0] for layer in layers["layers"]] == [
+        "__main__", "flows", "present", "service", "store", "errors", "gates", "graph",
+    ]  # fmt: skip
+    assert order.startswith("graph < gates < store and service < presentation < flows")
+    for text in ((ROOT / "README.md").read_text(), (ROOT / "docs/architecture.md").read_text(), milepost.__doc__):
+        assert order in " ".join((text or "").split()), order
+
+
+def test_the_pure_domain_may_import_no_other_dependency() -> None:
+    """The forbidden list of the pure domain is every package milepost
+    installs except pydantic and networkx (so a new dependency is forbidden too)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def import_name(requirement: str) -> str:
+        dist = re.split(r"[\[<>=~ ;]", requirement, maxsplit=1)[0].lower()
+        return {"pyyaml": "yaml"}.get(dist, dist.replace("-", "_"))
+
+    installed = {import_name(r) for r in [*project["dependencies"], *project["optional-dependencies"]["postgres"]]}
+    assert set(_contracts()["pure-domain"]["forbidden_modules"]) == installed - {"pydantic", "networkx"}
+
+
+def test_no_tracked_file_is_ignored() -> None:
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    p = subprocess.run(["git", "ls-files", "--cached", "--ignored", "--exclude-standard"], cwd=ROOT,
+                       capture_output=True, text=True, check=True)  # fmt: skip
+    assert p.stdout == ""
 
 
 def _modules_after(code: str, cwd: Path) -> set[str]:

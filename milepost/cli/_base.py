@@ -196,18 +196,6 @@ def write_file(output: Path, data: str | bytes, flag: str = "-o") -> None:
         raise EnvironmentProblem(f"cannot write {flag} {str(output)!r}: {e.strerror or e}") from None
 
 
-def prefect_env(home: Path, need: str | None = None, *, quiet: bool = True) -> str | None:
-    """Point Prefect at this workspace (before anything imports it) and return
-    the server's API URL, or None for Prefect's temporary server. With
-    ``need``, a real server is required: refuse (exit 3) when none is up."""
-    from milepost.flows.server import configure_prefect
-
-    api = configure_prefect(home, quiet_console=quiet)
-    if need and api is None:
-        raise EnvironmentProblem(f"{need} needs a Prefect server: run `milepost server start` or set PREFECT_API_URL")
-    return api
-
-
 def home_of(c: Ctx) -> Path:
     from milepost.workspace import resolve_workspace
 

@@ -26,12 +26,12 @@ from milepost.cli._base import (
     plan_status_of,
     revision_option,
 )
-from milepost.cli.render import (
+from milepost.graph.status import ItemFilter, WaitKind
+from milepost.present.terminal import (
     esc,
     milestone_table,
     styled,
 )
-from milepost.graph.status import ItemFilter, WaitKind
 
 
 @cli.command()

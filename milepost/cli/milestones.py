@@ -29,7 +29,7 @@ from milepost.cli._base import (
     revision_option,
     split_deps,
 )
-from milepost.cli.render import (
+from milepost.present.terminal import (
     esc,
     milestone_table,
     show_changes,

@@ -22,7 +22,7 @@ from milepost.cli._base import (
     pass_ctx,
     write_file,
 )
-from milepost.cli.render import (
+from milepost.present.terminal import (
     show_graph_text,
 )
 
@@ -223,7 +223,8 @@ MEDIA_TYPES = {"json": "application/json", "mermaid": "text/vnd.mermaid", "dot":
 @pass_ctx
 def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
     """Show the DAG with statuses: layers, critical path, bottlenecks; or as a picture."""
-    from milepost.graph import render
+    from milepost.graph.analysis import graph_json
+    from milepost.present.diagram import to_dot, to_mermaid
 
     if c.json and fmt == "text":
         fmt = "json"
@@ -232,20 +233,20 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
     title = f"work item {it.id}: {it.objective}"
     drawing: str | bytes
     if fmt == "json":
-        drawing = json.dumps({"item": it.id, "revision": it.revision, **render.graph_json(g, durations)}) + "\n"
+        drawing = json.dumps({"item": it.id, "revision": it.revision, **graph_json(g, durations)}) + "\n"
         if c.json and output is None:
             click.echo(drawing, nl=False)  # the graph's own document
             return
     elif fmt == "mermaid":
-        drawing = render.to_mermaid(g)
+        drawing = to_mermaid(g)
     elif fmt == "dot":
-        drawing = render.to_dot(g, f"item {it.id}")
+        drawing = to_dot(g, f"item {it.id}")
     elif fmt == "svg":
-        from milepost.picture import to_svg
+        from milepost.present.picture import to_svg
 
         drawing = to_svg(g, title, durations=durations)
     elif fmt == "html":
-        from milepost.picture import to_html
+        from milepost.present.picture import to_html
 
         _, views = c.service.milestone_views(it.id)
         done = sum(1 for m in g if m.status.is_done)
@@ -254,7 +255,7 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
         )
         drawing = to_html(g, views, title, sub, durations)
     elif fmt == "png":
-        from milepost.picture import to_png, to_svg
+        from milepost.present.picture import to_png, to_svg
 
         drawing = to_png(to_svg(g, title, durations=durations))
     else:

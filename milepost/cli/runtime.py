@@ -25,15 +25,26 @@ from milepost.cli._base import (
     cli,
     home_of,
     pass_ctx,
-    prefect_env,
     revision_option,
     write_file,
 )
-from milepost.cli.render import (
+from milepost.present.terminal import (
     esc,
     show_dry_run,
     show_summary,
 )
+
+
+def prefect_env(home: Path, need: str | None = None, *, quiet: bool = True) -> str | None:
+    """Point Prefect at this workspace (before anything imports it) and return
+    the server's API URL, or None for Prefect's temporary server. With
+    ``need``, a real server is required: refuse (exit 3) when none is up."""
+    from milepost.flows.server import configure_prefect
+
+    api = configure_prefect(home, quiet_console=quiet)
+    if need and api is None:
+        raise EnvironmentProblem(f"{need} needs a Prefect server: run `milepost server start` or set PREFECT_API_URL")
+    return api
 
 
 @cli.command()
@@ -81,14 +92,14 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
         c.emit(plan.model_dump(mode="json"), lambda con: show_dry_run(con, plan))
         return
     api = prefect_env(svc.store.home, "the dask task runner (its workers)" if task_runner == "dask" else None)
-    from milepost.flows.events import JsonLinesReporter, LineReporter, Reporter
+    from milepost.events import JsonLinesReporter, LineReporter, Reporter
 
     reporter: Reporter
     live = None
     if c.json:
         reporter = JsonLinesReporter()
     elif sys.stdout.isatty():
-        from milepost._live import LiveReporter
+        from milepost.present.live import LiveReporter
 
         reporter = live = LiveReporter(c.console(), svc.milestone_views(item)[1])
     else:
@@ -117,7 +128,7 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
 def _ci_reports(svc: Service, summary: Any, junit: Path | None) -> None:
     """Where CI looks: a JUnit report (--junit), and GitHub's step summary
     (appended when GITHUB_STEP_SUMMARY names a file)."""
-    from milepost import report
+    from milepost.present import report
 
     if junit is not None:
         write_file(junit, report.junit_xml(svc, summary), "--junit")
@@ -141,7 +152,7 @@ def tick(c: Ctx) -> None:
     driven: list[dict[str, Any]] = []
     if svc.drivable_items():  # only then is Prefect imported
         prefect_env(svc.store.home)
-        from milepost.flows.events import JsonLinesReporter, LineReporter, Reporter
+        from milepost.events import JsonLinesReporter, LineReporter, Reporter
         from milepost.flows.tick import run_tick
 
         reporter: Reporter = JsonLinesReporter(sys.stderr) if c.json else LineReporter()

@@ -17,10 +17,12 @@ from sqlalchemy import delete, func, select
 from milepost._schema import utcnow
 from milepost.errors import InputError, InvalidValueError, NotFoundError, TransitionError
 from milepost.graph import steps
-from milepost.graph.dag import WorkGraph, check_removable, display_status, nothing_ready_reason
+from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.item import check_structure_editable
 from milepost.graph.models import GateCommand, ItemDefaults, Milestone, WorkItem, check_text
 from milepost.graph.status import Action, MilestoneStatus
+from milepost.graph.steps import nothing_ready_reason
+from milepost.graph.validate import check_removable
 from milepost.results import ActionResult, DryRun, GateRun, MilestoneView, NextResult
 from milepost.service._rows import DEPS, EVENTS, MILESTONES, RUNS
 from milepost.service._rows import gate_run as gate_run_of

@@ -1,5 +1,5 @@
-"""The one rendering module: how the CLI shows what the library returns
-(rich markup, tables, one colour map). Commands fetch; these format."""
+"""How the CLI shows what the library returns (rich markup, tables, the one
+colour map of :mod:`milepost.present.diagram`). Commands fetch; these format."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def styled(status: str) -> str:
-    from milepost.graph.render import PALETTE
+    from milepost.present.diagram import PALETTE
 
     colour = PALETTE.get(status)
     return f"[{colour.term}]{status}[/]" if colour else status
@@ -155,8 +155,8 @@ def show_verify(con: Console, r: VerifyResult) -> None:
 def show_graph_text(
     con: Console, item_id: int, objective: str, g: WorkGraph, durations: Mapping[str, float] | None = None
 ) -> None:
+    from milepost.graph.analysis import critical_path
     from milepost.graph.dag import display_status
-    from milepost.graph.render import critical_path
 
     con.print(f"[bold]work item {item_id}[/]: {esc(objective)}")
     if not len(g):

@@ -5,7 +5,10 @@ callback is typed (no free text to parse): :class:`DriveEvent` names them,
 and the JSON reporter writes one object per event with ``"event"`` set to
 that name.
 
-This module imports no Prefect.
+It sits below the flows that emit these events and the views that show
+them (:mod:`milepost.present.live`, :mod:`milepost.present.report`), so
+the CLI and the MCP server use them without reaching into the Prefect
+layer. It imports no Prefect.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from milepost.errors import EnvironmentProblem
+from milepost.graph.analysis import critical_path
 from milepost.graph.dag import WorkGraph, display_status
-from milepost.graph.render import critical_path
-from milepost.graph.render import fill as colour_of
+from milepost.present.diagram import fill as colour_of
 from milepost.results import MilestoneView
 
 __all__ = ["LEGEND", "Drawing", "layout", "svg_data_uri", "to_html", "to_png", "to_svg"]

@@ -1,119 +1,25 @@
-"""milepost for coding agents: a handful of tools over the service layer, and
-a short briefing (``prime``).
-
-The tools are plain functions of a :class:`~milepost.service.Service` and a
-pydantic input model (unknown fields are errors); the MCP server
-(``milepost.mcp_server``) only carries them over the protocol, and the tests
-can call them directly. Every result is a small JSON-ready dict: an agent
-pays for every token it reads. Errors are milepost's own
-(:class:`~milepost.errors.MilepostError`), with the CLI's one-line message.
-
-This module imports neither Prefect nor the MCP SDK.
-"""
+"""The tools: plain functions of a :class:`~milepost.service.Service` and
+an argument model, compact views of what they return, and the list MCP
+serves (names, descriptions, input and output schemas)."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from milepost.errors import InputError, InvalidValueError, MilepostError
+from milepost.agent.args import DriveArgs, GraphArgs, MilestoneArgs, ToolArgs, WaitArgs, WorkItemArgs
+from milepost.errors import InputError, InvalidValueError
 from milepost.graph.dag import WorkGraph, display_status
-from milepost.graph.models import Milestone, TodoItem, WorkItem
-from milepost.graph.status import Action, ItemFilter, MilestoneStatus, PlanStatus, WaitKind
+from milepost.graph.models import Milestone, WorkItem
+from milepost.graph.status import Action, ItemFilter
 from milepost.results import MilestoneView
 from milepost.service import Service
 
-__all__ = [
-    "TOOLS",
-    "DriveArgs",
-    "GraphArgs",
-    "MilestoneArgs",
-    "ToolSpec",
-    "WaitArgs",
-    "WorkItemArgs",
-    "call_tool",
-    "compact_schema",
-    "prime",
-    "tool_list",
-]
-
-Id = int  # ids are checked by the service (1 to 2**31 - 1)
-
-
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class WorkItemArgs(_Args):
-    """create (objective, or plan: YAML/JSON plan text), show, list, pick, update, complete, cancel."""
-
-    action: Literal["create", "show", "list", "pick", "update", "complete", "cancel"]
-    id: Id | None = Field(None, description="default: the focused item")
-    objective: str | None = None
-    plan: str | None = Field(None, description="plan file text (create)")
-    filter: ItemFilter | None = Field(None, description="list (default open)")
-    plan_status: PlanStatus | None = None
-    todo: list[TodoItem] | None = Field(None, description="update: replaces the list")
-    report: str | None = Field(None, description="complete: what was achieved")
-    reason: str | None = Field(None, description="cancel, or pick with clear_blocker")
-    clear_blocker: bool = False
-    expect_revision: int | None = Field(None, description="refuse unless the item is at this revision")
-
-
-class MilestoneArgs(_Args):
-    """next, list, add, start, done (runs the gate), verify (proves again what was proven, stale first),
-    needs_fix, reset, approve, reject, lock, unlock, confirm."""
-
-    action: Literal[
-        "next", "list", "add", "start", "done", "verify", "needs_fix", "reset", "approve", "reject", "lock",
-        "unlock", "confirm",
-    ]  # fmt: skip
-    name: str | None = None
-    item: Id | None = Field(None, description="default: the focused item")
-    deps: list[str] | None = None
-    acceptance: str | None = None
-    gate: str | None = Field(None, description="add: shell command, exit 0 passes")
-    inputs: list[str] | None = Field(None, description="add: files the gate proves (gitignore patterns)")
-    retries: int | None = None
-    timeout: float | None = None
-    review: bool = False
-    verdict: str | None = Field(None, description="done: a note kept with the gate run")
-    reason: str | None = Field(None, description="needs_fix, reset, reject, lock, unlock")
-    expect_revision: int | None = None
-
-
-class WaitArgs(_Args):
-    """wait: record what the item waits on; wake: an outside event settles waits on a resource."""
-
-    action: Literal["wait", "wake"]
-    item: Id | None = None
-    kind: WaitKind | None = None
-    resource: str | None = None
-    until: datetime | None = Field(None, description="timer: ISO 8601 with a zone")
-    reason: str | None = None
-    expect_revision: int | None = None
-
-
-class GraphArgs(_Args):
-    """The DAG: layers, critical path, ready, blocked and why."""
-
-    item: Id | None = None
-
-
-class DriveArgs(_Args):
-    """Run every ready gate as a Prefect flow until nothing can move; returns the summary."""
-
-    item: Id | None = None
-    max_parallel: int = Field(1, ge=1, le=1000)
-    until: str | None = Field(None, description="drive only this milestone and its deps")
-    expect_revision: int | None = None
-
+__all__ = ["TOOLS", "ToolSpec", "call_tool", "compact_schema", "tool_list"]
 
 # -- compact views ------------------------------------------------------------------
 
@@ -272,7 +178,7 @@ def wait(svc: Service, a: WaitArgs) -> dict[str, Any]:
 
 
 def graph(svc: Service, a: GraphArgs) -> dict[str, Any]:
-    from milepost.graph.render import critical_path
+    from milepost.graph.analysis import critical_path
 
     it, g = svc.graph(a.item)
     nxt = g.next_ready()
@@ -327,7 +233,7 @@ _ITEM = {"id": "integer", "objective": "string", "state": "string", "plan_status
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
-    model: type[_Args]
+    model: type[ToolArgs]
     run: Callable[[Service, Any], dict[str, Any]]
     mutates: bool
     output: dict[str, Any]
@@ -467,99 +373,3 @@ def _validation_message(tool: str, e: ValidationError) -> str:
     if len(found) > 60:
         found = found[:57] + "..."
     return f"{tool}: invalid {field}: {str(err['msg']).removeprefix('Value error, ')} (found {found})"
-
-
-# The service speaks the CLI's words in its refusals; through the tools they
-# name the tools' own arguments instead (most specific first).
-_TOOL_WORDS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"`milepost reset (\S+) --reason TEXT`"), r"milestone action=reset name=\1 with a reason"),
-    (re.compile(r"`milepost item create OBJECTIVE`"), "work_item action=create (objective or plan)"),
-    (re.compile(r"`milepost item pick ID`"), "work_item action=pick id=ID"),
-    (re.compile(r"`milepost item list`"), "work_item action=list"),
-    (re.compile(r"`milepost add NAME`"), "milestone action=add name=NAME"),
-    (re.compile(r"`milepost verify`"), "milestone action=verify"),
-    (
-        re.compile(r"\(milepost item update (\d+) --plan-status draft\)"),
-        r"(work_item action=update id=\1 plan_status=draft)",
-    ),
-    (re.compile(r"pass --item ID"), "pass item=ID"),
-    (re.compile(r"(?:pass )?--reason TEXT"), "pass reason"),
-    (re.compile(r"reject --reason"), "reject with a reason"),
-    (re.compile(r"reset with --reason"), "reset with a reason"),
-    (re.compile(r"--until TIME"), "until=TIME"),
-    (re.compile(r"needs --resource"), "needs resource"),
-    (re.compile(r"--expect-revision"), "expect_revision"),
-]
-
-
-def tool_words(text: str) -> str:
-    """A refusal's CLI words (`--item ID`, `milepost item create ...`) in the tools' own arguments."""
-    for pattern, words in _TOOL_WORDS:
-        text = pattern.sub(words, text)
-    return text
-
-
-def error_payload(e: MilepostError) -> dict[str, Any]:
-    return {"type": e.kind, "message": tool_words(e.message), "exit_code": e.exit_code}
-
-
-# -- the briefing -------------------------------------------------------------------------
-
-HOW = """How to work (milepost: the work state lives in a store, not in this conversation):
-- `next` names the lowest-id ready milestone; `start NAME` claims it; do the work;
-  `done NAME` runs its gate: exit 0 -> done, else needs_fix with the gate's output.
-- needs_fix: read the failure, fix the work, `start` and `done` again. stuck: the
-  retry budget is spent; say why and ask an operator (`reset NAME --reason`).
-- Never mark work done yourself: only a passing gate does. in_review waits for an
-  operator's `approve`/`reject`. stale: done, but files it was proven on changed
-  since; `verify` re-runs those gates.
-- When every milestone is done: complete the item with a report of what changed
-  and the evidence (gate runs are kept; add refs for PRs)."""
-
-
-def prime(svc: Service, item: int | None = None) -> str:
-    """A short briefing for an agent's context: the focused item, what is
-    ready (with acceptance text), what blocks the rest, how to prove work."""
-    try:
-        it, g = svc.graph(item)
-    except MilepostError as e:
-        return f"milepost: {e.message}\n\n{HOW}\n"
-    lines = [f"milepost work item {it.id} (revision {it.revision}): {it.objective}"]
-    lines.append(f"readiness: {it.readiness} — {it.readiness_reason}")
-    done = sum(1 for m in g if m.status.is_done)
-    lines.append(f"milestones: {done}/{len(g)} done")
-    ready = g.ready()
-    if ready:
-        lines.append("ready (lowest id first):")
-        for m in ready[:5]:
-            gate = (
-                f" — gate: {m.gate[0].run}"
-                if len(m.gate) == 1
-                else (f" — gate: {len(m.gate)} commands" if m.gate else "")
-            )
-            acc = f": {m.acceptance}" if m.acceptance else ""
-            lines.append(f"  - {m.name}{acc}{gate}")
-        if len(ready) > 5:
-            lines.append(f"  ... and {len(ready) - 5} more")
-    busy = [m.name for m in g if m.status is MilestoneStatus.IN_PROGRESS and not m.awaiting_review]
-    if busy:
-        lines.append("in progress: " + ", ".join(busy[:10]))
-    for m in [m for m in g if m.status is MilestoneStatus.NEEDS_FIX and not m.is_stuck][:5]:
-        lines.append(f"needs_fix: {m.name} (budget {m.attempts}/{m.max_attempts} used): {m.reason or ''}".rstrip(": "))
-    stuck = [m for m in g if m.is_stuck]
-    for m in stuck[:5]:
-        below = g.descendants(m.name)
-        blocks = f"; blocks {', '.join(below[:5])}{'...' if len(below) > 5 else ''}" if below else ""
-        lines.append(f"stuck: {m.name}: {m.reason or 'budget spent'}{blocks}")
-    blocked = g.blocked()
-    if blocked:
-        shown = [f"{m.name} (on {', '.join(d.name for d in deps[:3])})" for m, deps in blocked[:6]]
-        more = f" and {len(blocked) - 6} more" if len(blocked) > 6 else ""
-        lines.append("blocked: " + "; ".join(shown) + more)
-    stale = g.stale()
-    if stale:
-        more = f" and {len(stale) - 8} more" if len(stale) > 8 else ""
-        lines.append(f"stale (done, but their inputs changed): {', '.join(stale[:8])}{more}; `verify` re-proves them")
-    if not ready:
-        lines.append(g.why_nothing_ready())
-    return "\n".join(lines) + "\n\n" + HOW + "\n"

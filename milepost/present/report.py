@@ -16,10 +16,10 @@ import re
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
-from milepost.flows.events import DriveSummary
+from milepost.events import DriveSummary
 from milepost.graph.dag import WorkGraph, display_status
-from milepost.graph.render import to_mermaid
 from milepost.graph.status import DisplayStatus
+from milepost.present.diagram import to_mermaid
 from milepost.service import Service
 
 __all__ = ["junit_xml", "step_summary"]

@@ -14,9 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from milepost._text import printable
-from milepost.flows.events import DriveSummary
+from milepost.events import DriveSummary
 from milepost.gates.command import GateResult
-from milepost.graph.render import PALETTE
+from milepost.present.diagram import PALETTE
 from milepost.results import Claim, DoneResult, MilestoneView, StaleInfo
 
 

@@ -1,0 +1,116 @@
+"""What a set of milestones must satisfy before it is a DAG: valid and
+unique names, no self-deps, no unknown deps, no cycle (reported as a path
+``a -> b -> a``); and what a removal must respect."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+from milepost.graph.errors import (
+    CycleError,
+    DuplicateNameError,
+    InputError,
+    InvalidNameError,
+    SelfDependencyError,
+    TransitionError,
+    UnknownDependencyError,
+)
+from milepost.graph.models import Milestone, check_name
+from milepost.graph.status import MilestoneStatus
+
+__all__ = ["check_removable", "milestone_problems", "validate_milestones"]
+
+S = MilestoneStatus
+
+
+def check_removable(m: Milestone, dependents: Sequence[str]) -> None:
+    if dependents:
+        raise TransitionError(
+            f"cannot remove {m.name!r}: {', '.join(dependents)} depend on it; remove those first", milestone=m.name
+        )
+    if m.status is S.IN_PROGRESS:
+        raise TransitionError(f"cannot remove {m.name!r}: status is in_progress; finish or fix it first")
+
+
+def _cycle_path(edges: dict[str, list[str]], order: dict[str, int]) -> str:
+    """A cycle as ``a -> b -> a`` where each milestone needs the next,
+    starting at the lowest id so the message is stable."""
+    import networkx as nx
+
+    needs: nx.DiGraph[str] = nx.DiGraph()
+    needs.add_nodes_from(order)
+    needs.add_edges_from((n, d) for n, ds in edges.items() for d in ds)
+    cycle = nx.find_cycle(needs)
+    nodes = [u for u, _ in cycle]
+    start = min(range(len(nodes)), key=lambda i: order[nodes[i]])
+    nodes = nodes[start:] + nodes[:start]
+    return " -> ".join([*nodes, nodes[0]])
+
+
+def milestone_problems(items: Sequence[Milestone]) -> Iterator[tuple[Milestone, InputError]]:
+    """Every problem of a set of milestones that one look at each finds:
+    invalid names, duplicate names, self-deps and unknown deps, in that order
+    (cycles need the whole set to be sound; see :func:`validate_milestones`)."""
+    seen: dict[str, int] = {}
+    for m in items:
+        try:
+            check_name(m.name)
+        except InvalidNameError as e:
+            yield m, e
+        if m.name in seen:
+            yield (
+                m,
+                DuplicateNameError(
+                    f"duplicate milestone name {m.name!r} (entries {seen[m.name]} and {m.id}); names must be unique",
+                    milestone=m.name,
+                ),
+            )
+        else:
+            seen[m.name] = m.id
+    known = ", ".join(itertools.islice(seen, _KNOWN_SHOWN)) + (
+        f", ... ({len(seen)} in all)" if len(seen) > _KNOWN_SHOWN else ""
+    )
+    for m in items:
+        if m.name in m.deps:
+            yield m, SelfDependencyError(f"milestone {m.name!r} lists itself in its deps", milestone=m.name)
+        for d in m.deps:
+            if d not in seen:
+                yield (
+                    m,
+                    UnknownDependencyError(
+                        f"milestone {m.name!r} depends on unknown milestone {d!r}; known: {known}",
+                        milestone=m.name,
+                        dep=d,
+                    ),
+                )
+
+
+_KNOWN_SHOWN = 20  # names listed after an unknown dep (a plan may hold 100,000)
+
+
+def validate_milestones(items: Sequence[Milestone]) -> None:
+    """Validate a whole set of milestones (a plan or a stored item): names,
+    duplicates, self-deps, unknown deps and cycles, in that order."""
+    for _, problem in milestone_problems(items):
+        raise problem
+    seen = {m.name: m.id for m in items}
+    # Kahn's algorithm: whatever is never freed lies on or behind a cycle.
+    indeg = {m.name: len(set(m.deps)) for m in items}
+    succ: dict[str, list[str]] = {m.name: [] for m in items}
+    for m in items:
+        for d in set(m.deps):
+            succ[d].append(m.name)
+    free = [n for n, k in indeg.items() if k == 0]
+    left = len(indeg)
+    while free:
+        n = free.pop()
+        left -= 1
+        for s in succ[n]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                free.append(s)
+    if left:
+        path = _cycle_path({m.name: m.deps for m in items}, seen)
+        cycle = path.split(" -> ")
+        raise CycleError(f"milestone deps form a cycle: {path} (each needs the next)", cycle=cycle, milestone=cycle[0])

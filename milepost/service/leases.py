@@ -1,0 +1,129 @@
+"""Leases: a claim is a lease in the store. :func:`take_lease` numbers the
+attempt and records where it runs (host, boot, pid, log), a
+:class:`LeaseKeeper` renews the leases it holds while their gates run, and a
+lease another owner holds is either live (refused) or expired
+(:class:`ExpiredLease`: its attempt is fenced and recorded first, see
+:func:`~milepost.service.claims.reclaim_expired`)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import Connection, update
+
+from milepost._schema import utcnow
+from milepost.errors import EnvironmentProblem, TransitionError
+from milepost.gates._supervisor_main import process_start
+from milepost.gates.supervisor import host_identity
+from milepost.graph.models import Milestone
+from milepost.results import Claim
+from milepost.service import _rows as rows
+from milepost.service._rows import MILESTONES
+from milepost.service._tx import Context, Tx
+
+__all__ = ["ExpiredLease", "LeaseKeeper", "drop_lease", "expired", "held_elsewhere", "log_path", "renew", "take_lease"]
+
+
+def log_path(ctx: Context, item_id: int, name: str, attempt: int) -> Path:
+    return ctx.store.evidence_dir("logs") / f"item-{item_id}" / name / f"attempt-{attempt}.log"
+
+
+class ExpiredLease(Exception):
+    """A claim found another owner's expired lease: reclaim it first."""
+
+
+def held_elsewhere(lease: Any, owner: str) -> bool:
+    return bool(lease.lease_owner) and lease.lease_owner != owner
+
+
+def expired(lease: Any, now: datetime) -> bool:
+    return lease.lease_expires is None or lease.lease_expires <= now
+
+
+def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = False) -> Claim:
+    """Lease an in-progress milestone's gate to ``owner`` and number its
+    attempt; the lease records where the attempt runs (host, boot, pid, log)
+    and whether it re-proves a done milestone, so a driver that reclaims it
+    can fence it and hand it back the right way."""
+    now = utcnow()
+    lease = rows.LEASE_ROW.rows(tx.conn, pk=pk)[0]
+    if held_elsewhere(lease, owner):
+        if expired(lease, now):
+            raise ExpiredLease  # its attempt must be fenced and recorded first
+        raise TransitionError(
+            f"cannot run the gate of {m.name!r}: it is already running ({lease.lease_owner},"
+            f" lease until {lease.lease_expires:%H:%M:%S} UTC); wait for it or let the lease expire",
+            milestone=m.name,
+            holder=lease.lease_owner,
+        )
+    attempt = (rows.LAST_ATTEMPT_OF.rows(tx.conn, pk=pk)[0]["last"] or 0) + 1
+    log = log_path(tx.ctx, tx.id, m.name, attempt)
+    info: dict[str, Any] = {
+        **host_identity(), "pid": os.getpid(), "start": process_start(os.getpid()), "log": str(log)
+    }  # fmt: skip
+    if reproof:
+        info["reproof"] = True
+    rows.TAKE_LEASE.run(tx.conn, pk=pk, owner=owner, expires=now + tx.ctx.lease_ttl, info=info)
+    return Claim(item=tx.id, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log), reproof=reproof)
+
+
+class LeaseKeeper:
+    """Renews the leases of the claims it holds, in a thread, every quarter
+    of their lifetime, while a block runs: ``with LeaseKeeper(ctx, [claim]):``."""
+
+    def __init__(self, ctx: Context, claims: Iterable[Claim] = ()) -> None:
+        self.ctx = ctx
+        self._claims = {c.owner + str(c.pk): c for c in claims}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="milepost-leases", daemon=True)
+
+    def add(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims[claim.owner + str(claim.pk)] = claim
+
+    def remove(self, claim: Claim) -> None:
+        with self._lock:
+            self._claims.pop(claim.owner + str(claim.pk), None)
+
+    def renew(self) -> None:
+        with self._lock:
+            claims = list(self._claims.values())
+        if not claims:
+            return
+        with self.ctx.store.write() as conn:
+            for c in claims:
+                renew(conn, self.ctx, c)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ctx.lease_ttl.total_seconds() / 4):
+            try:
+                self.renew()
+            except EnvironmentProblem:
+                continue  # database unreachable or locked for a moment: retried, the lease has slack for three
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def renew(conn: Connection, ctx: Context, c: Claim) -> None:
+    conn.execute(
+        update(MILESTONES)
+        .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
+        .values(lease_expires=utcnow() + ctx.lease_ttl)
+    )
+
+
+def drop_lease(conn: Connection, c: Claim) -> None:
+    rows.DROP_LEASE.run(conn, pk=c.pk, owner=c.owner)
