@@ -124,6 +124,18 @@ def test_the_pure_domain_may_import_no_other_dependency() -> None:
     assert set(_contracts()["pure-domain"]["forbidden_modules"]) == installed - {"pydantic", "networkx"}
 
 
+MAX_MODULE_LINES = 450
+
+
+def test_no_module_is_over_450_lines() -> None:
+    """Small rooms (docs/architecture.md): a module that grows past the
+    bound is split by concern, not left to grow."""
+    sources = [p for d in ("milepost", "graph", "gates", "flows") for p in (ROOT / d).rglob("*.py")]
+    assert len(sources) > 50  # the symlinked packages were walked too
+    long = {str(p.relative_to(ROOT)): n for p in sources if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
 def test_no_tracked_file_is_ignored() -> None:
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")

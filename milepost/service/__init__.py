@@ -48,7 +48,7 @@ from milepost.results import (
     NextResult,
     VerifyResult,
 )
-from milepost.service import evidence, items, milestones, waits
+from milepost.service import evidence, items, lists, milestones, waits
 from milepost.service._tx import Context, GraphCache
 from milepost.settings import load_settings
 from milepost.store import Store
@@ -83,7 +83,7 @@ DEFAULT_AGENT = "default"
 class Service:
     """milepost's operations on one store, acting as one agent."""
 
-    LIST_FILTERS = items.LIST_FILTERS
+    LIST_FILTERS = lists.LIST_FILTERS
 
     def __init__(
         self, store: Store, agent: str = DEFAULT_AGENT, *, operator: bool = False, lease_ttl: float | None = None
@@ -165,10 +165,10 @@ class Service:
         return items.get_item(self.ctx, item)
 
     def list_items(self, filter: str = "all", limit: int | None = None) -> list[ItemSummary]:
-        return items.list_items(self.ctx, filter, limit)
+        return lists.list_items(self.ctx, filter, limit)
 
     def current_items(self) -> list[int]:
-        return items.current_items(self.ctx)
+        return lists.current_items(self.ctx)
 
     def drivable_items(self) -> list[int]:
         """What a scheduler tick drives: open items with a ready milestone,
@@ -217,7 +217,7 @@ class Service:
         return evidence.refs(self.ctx, item)
 
     def events(self, item: int | None = None) -> list[dict[str, Any]]:
-        return items.events(self.ctx, item)
+        return lists.events(self.ctx, item)
 
     def plan_path(self, item_id: int) -> Path:
         return evidence.plan_path(self.ctx, item_id)

@@ -25,14 +25,12 @@ from milepost.graph.models import (
     check_timeout,
 )
 from milepost.graph.status import (
-    ItemFilter,
     ItemState,
     MilestoneStatus,
     PlanStatus,
-    Readiness,
     TodoState,
 )
-from milepost.results import CompletionResult, ItemSummary
+from milepost.results import CompletionResult
 from milepost.service import _rows as rows
 from milepost.service._find import focused, head, resolve
 from milepost.service._rows import EVENTS, FOCUS, ITEMS
@@ -43,24 +41,17 @@ if TYPE_CHECKING:
     from milepost.service.proofs import Check
 
 __all__ = [
-    "LIST_FILTERS",
     "cancel",
     "check_can_drive",
     "complete",
     "create_item",
-    "current_items",
-    "events",
     "get_item",
     "head",
-    "list_items",
     "pick",
     "read",
     "resolve",
     "update_item",
 ]
-
-LIST_FILTERS = tuple(f.value for f in ItemFilter)
-
 
 # -- reading --------------------------------------------------------------------
 
@@ -131,66 +122,6 @@ def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = No
         check_revision(tx.id, tx.revision, expect_revision)
         tx.check_open()
     return str(row.objective)
-
-
-def list_items(ctx: Context, filter: str = "all", limit: int | None = None) -> list[ItemSummary]:
-    """Work items with their readiness. ``current``: this agent's focused
-    item; ``queued``: open runnable items that are not current, oldest first."""
-    try:
-        kept = ItemFilter(filter)
-    except ValueError:
-        raise InvalidValueError(f"unknown filter {filter!r}: use one of {', '.join(LIST_FILTERS)}") from None
-    out = []
-    with ctx.store.read() as conn:
-        mine = focused(conn, ctx.agent)
-        for row in conn.execute(select(ITEMS).order_by(ITEMS.c.id)).all():
-            graph = graph_of(conn, row, ctx.cache).graph
-            item = work_item(conn, row, graph)
-            current = item.id == mine
-            if not _matches(kept, item, current):
-                continue
-            counts: dict[Any, int] = {}
-            for m in graph:
-                v = display_status(graph, m)
-                counts[v] = counts.get(v, 0) + 1
-            out.append(
-                ItemSummary.model_validate(
-                    {**item.model_dump(exclude={"milestones", "current"}), "current": current, "counts": counts}
-                )
-            )
-            if limit and len(out) >= limit:
-                break
-    return out
-
-
-def _matches(kept: ItemFilter, item: WorkItem, current: bool) -> bool:
-    F = ItemFilter
-    open_ = item.state is ItemState.OPEN
-    return {
-        F.ALL: True,
-        F.OPEN: open_,
-        F.COMPLETED: item.state is ItemState.COMPLETED,
-        F.CANCELLED: item.state is ItemState.CANCELLED,
-        F.CURRENT: current,
-        F.QUEUED: open_ and not current and item.readiness is Readiness.RUNNABLE,
-        F.BLOCKED: open_ and item.readiness is Readiness.BLOCKED,
-        F.WAITING_FOR_OPERATOR: open_ and item.readiness is Readiness.WAITING_FOR_OPERATOR,
-        F.RUNNABLE: open_ and item.readiness is Readiness.RUNNABLE,
-    }[kept]
-
-
-def current_items(ctx: Context) -> list[int]:
-    """Every agent's current item."""
-    with ctx.store.read() as conn:
-        return [i for i in conn.execute(select(FOCUS.c.item_id)).scalars() if i is not None]
-
-
-def events(ctx: Context, item: int | None = None) -> list[dict[str, Any]]:
-    item_id = resolve(ctx, item)
-    with ctx.store.read() as conn:
-        head(conn, item_id)
-        found = conn.execute(select(EVENTS).where(EVENTS.c.item_id == item_id).order_by(EVENTS.c.id)).all()
-    return [dict(r._mapping) for r in found]
 
 
 # -- creating -----------------------------------------------------------------
