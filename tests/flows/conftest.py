@@ -3,13 +3,18 @@ loopback, started through milepost's own server management), and helpers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +110,39 @@ def cli(real_cli: CLI) -> CLI:
 @pytest.fixture
 def bare_cli(real_bare_cli: CLI) -> CLI:
     return real_bare_cli
+
+
+@contextlib.contextmanager
+def served(cli: CLI, *args: str, log: Path) -> Iterator[Callable[[], str]]:
+    """``milepost ARGS serve ...`` running in the background (stopped with
+    SIGINT at the end), its output in ``log`` (a pipe nobody reads would fill
+    up and stop it); yields a check that it still runs, which returns the
+    output's tail for a failure message."""
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "milepost", *args], cwd=cli.cwd, env=cli.env,
+                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+
+    def alive() -> str:
+        tail = log.read_text(errors="replace")[-4000:]
+        assert proc.poll() is None, f"it exited with {proc.returncode}:\n{tail}"
+        return tail
+
+    try:
+        yield alive
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_until(check: Callable[[], bool], seconds: float, what: str, alive: Callable[[], str]) -> None:
+    """Poll ``check`` every half second until it holds, failing with the
+    served process's output when it exits or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        tail = alive()
+        assert time.monotonic() < deadline, f"{what} within {seconds:g} s; the output:\n{tail}"
+        time.sleep(0.5)

@@ -9,16 +9,14 @@ writes a password there), and the worker must name the store itself."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import CLI, Postgres
-from tests.flows.conftest import api_get, api_post
+from tests.flows.conftest import api_get, api_post, served, wait_until
 
 pytestmark = [pytest.mark.xdist_group("prefect"), pytest.mark.postgres]
 
@@ -77,19 +75,8 @@ def test_serve_with_a_postgresql_url_drives_that_store(prefect_api: str, postgre
     server_dir = tmp_path / "server-machine"
     server_dir.mkdir()
     serving = CLI(server_dir)  # no MILEPOST_DB in its environment: only --db names the store
-    proc = serving.popen("--db", url, "serve", "--interval", "2")
-    try:
-        deadline = time.monotonic() + 120
-        while plan.json("list")["milestones"][0]["status"] != "done":
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no served tick drove the item within 120 s"
-            time.sleep(0.5)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+    with served(serving, "--db", url, "serve", "--interval", "2", log=tmp_path / "serve.log") as alive:
+        done = lambda: plan.json("list")["milestones"][0]["status"] == "done"  # noqa: E731
+        wait_until(done, 180, "no served tick drove the item", alive)
     assert Path(marker.read_text().strip()) == server_dir
     assert not (server_dir / ".milepost" / "milepost.db").exists()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import CLI
-from tests.flows.conftest import api_post
+from tests.flows.conftest import api_post, served, wait_until
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
@@ -38,24 +36,11 @@ def test_serve_runs_ticks_as_a_served_flow(prefect_api: str, cli: CLI, workspace
     marker = workspace / "ticked"
     cli("item", "create", "served", check=True)
     cli("add", "work", "--gate", f"touch {marker}", check=True)
-    proc = cli.popen("serve", "--interval", "2")
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no tick ran within 120 s"
-            time.sleep(0.5)
-        deadline = time.monotonic() + 30
-        while cli.json("list")["milestones"][0]["status"] != "done":
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=30)
-        except Exception:
-            proc.kill()
-            proc.communicate()
+    with served(cli, "serve", "--interval", "2", log=workspace.parent / "serve.log") as alive:
+        wait_until(marker.exists, 180, "no tick ran", alive)
+        wait_until(
+            lambda: cli.json("list")["milestones"][0]["status"] == "done", 30, "the tick was not recorded", alive
+        )
     runs = api_post(prefect_api, "/flow_runs/filter", {"flows": {"name": {"any_": ["milepost-tick"]}}})
     assert any(r["state_type"] == "COMPLETED" for r in runs)
 
