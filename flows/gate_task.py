@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from milepost.gates._supervisor_main import process_start
 from milepost.gates.command import GateResult, Outcome, attempt_files, run_gate, write_result
-from milepost.gates.supervisor import host_identity
+from milepost.gates.supervisor import host_identity, own_identity
 from milepost.graph.models import GateCommand
 from milepost.results import Claim
 
@@ -80,8 +80,7 @@ class GateSpec(BaseModel):
 
 
 def driver_identity() -> dict[str, Any]:
-    pid = os.getpid()
-    return {**host_identity(), "pid": pid, "start": process_start(pid)}
+    return own_identity()
 
 
 def _driver_gone(driver: dict[str, Any]) -> bool:

@@ -44,6 +44,7 @@ __all__ = [
     "LaunchError",
     "Supervisor",
     "host_identity",
+    "own_identity",
     "read_proc",
     "stop_attempt",
     "supervisor",
@@ -259,10 +260,30 @@ def _killpg(pgid: int, sig: int) -> None:
 # -- identity and fencing -------------------------------------------------------------
 
 
+_HOST: dict[str, str | None] | None = None
+_OWN: dict[str, Any] | None = None
+
+
 def host_identity() -> dict[str, str | None]:
     """This machine as a claim records it: host name and boot id (a process
-    id means something only on the same machine, in the same boot)."""
-    return {"host": socket.gethostname(), "boot": _main.boot_id()}
+    id means something only on the same machine, in the same boot). Read
+    once per process."""
+    global _HOST
+    if _HOST is None:
+        _HOST = {"host": socket.gethostname(), "boot": _main.boot_id()}
+    return dict(_HOST)
+
+
+def own_identity() -> dict[str, Any]:
+    """This process as a lease or a gate task records it: the host's
+    identity, its pid and its start time, read once per process (reading
+    ``/proc/self/stat`` of a process with many threads costs milliseconds,
+    once per claim it was most of a claim)."""
+    global _OWN
+    pid = os.getpid()
+    if _OWN is None or _OWN["pid"] != pid:  # (a forked child is another process)
+        _OWN = {**host_identity(), "pid": pid, "start": _main.process_start(pid)}
+    return dict(_OWN)
 
 
 def read_proc(path: Path) -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ lease another owner holds is either live (refused) or expired
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterable
 from datetime import datetime
@@ -19,8 +18,7 @@ from sqlalchemy import Connection, update
 
 from milepost._schema import utcnow
 from milepost.errors import EnvironmentProblem, TransitionError
-from milepost.gates._supervisor_main import process_start
-from milepost.gates.supervisor import host_identity
+from milepost.gates.supervisor import own_identity
 from milepost.graph.models import Milestone
 from milepost.results import Claim
 from milepost.service import _rows as rows
@@ -64,9 +62,7 @@ def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = Fal
         )
     attempt = (rows.LAST_ATTEMPT_OF.rows(tx.conn, pk=pk)[0]["last"] or 0) + 1
     log = log_path(tx.ctx, tx.id, m.name, attempt)
-    info: dict[str, Any] = {
-        **host_identity(), "pid": os.getpid(), "start": process_start(os.getpid()), "log": str(log)
-    }  # fmt: skip
+    info: dict[str, Any] = {**own_identity(), "log": str(log)}
     if reproof:
         info["reproof"] = True
     rows.TAKE_LEASE.run(tx.conn, pk=pk, owner=owner, expires=now + tx.ctx.lease_ttl, info=info)
