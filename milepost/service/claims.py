@@ -22,6 +22,7 @@ from milepost.errors import ConcurrentUpdateError
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, attempt_files, recover_result, run_gate
 from milepost.gates.inputs import Fingerprint, read_manifest
+from milepost.gates.liveness import holder_gone
 from milepost.gates.outcome import CachedFrom
 from milepost.gates.supervisor import host_identity, stop_attempt
 from milepost.graph import steps
@@ -99,8 +100,12 @@ def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | Non
         if m.status is not MilestoneStatus.IN_PROGRESS:
             transition(name, m.status, Action.DONE)  # raises with the allowed actions
         lease = tx.rows[pk] if pk in tx.rows else tx.conn.execute(rows.LEASE, {"pk": pk}).one()
-        if held_elsewhere(lease, owner) and expired(lease, utcnow()):
-            raise ExpiredLease
+        if held_elsewhere(lease, owner):
+            if expired(lease, utcnow()):
+                raise ExpiredLease
+            # A holder that died on this machine need not be waited for.
+            if holder_gone(tx.conn.execute(select(MILESTONES.c.lease_info).where(MILESTONES.c.id == pk)).scalar()):
+                raise ExpiredLease(gone=True)
         if not m.has_gate or m.awaiting_review:
             change = steps.act(m, Action.DONE, reason=verdict)
             out = tx.save(pk, [change])
@@ -111,9 +116,9 @@ def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | Non
         try:
             claimed = write(ctx, item_id, claim, expect_revision)
             break
-        except ExpiredLease:
+        except ExpiredLease as e:
             # A driver died holding the lease: fence and record its attempt first.
-            recovered = _reclaim_for_done(ctx, item_id, name, owner)
+            recovered = _reclaim_for_done(ctx, item_id, name, owner, gone=e.gone)
             if recovered is not None and recovered.milestone.status is not MilestoneStatus.IN_PROGRESS:
                 # The dead driver's attempt had ended on its own: that was the attempt.
                 return recovered
@@ -331,12 +336,12 @@ def _record_fix(ctx: Context, claim: Claim, result: GateResult) -> None:
 # -- reclaiming -----------------------------------------------------------------------
 
 
-def _expired(item: int, now: datetime, name: str | None = None) -> Any:
+def _expired(item: int, now: datetime, name: str | None = None, *, expiring: bool = True) -> Any:
     where = [
         MILESTONES.c.item_id == item,
         MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
         MILESTONES.c.lease_owner.is_not(None),
-        MILESTONES.c.lease_expires < now,
+        *([MILESTONES.c.lease_expires < now] if expiring else []),
     ]
     if name is not None:
         where.append(MILESTONES.c.name == name)
@@ -364,17 +369,18 @@ def reclaim_expired(ctx: Context, item: int, owner: str, cache: GraphCache | Non
     return out
 
 
-def _reclaim_for_done(ctx: Context, item: int, name: str, owner: str) -> DoneResult | None:
+def _reclaim_for_done(ctx: Context, item: int, name: str, owner: str, *, gone: bool = False) -> DoneResult | None:
     """Before ``done`` runs a gate by hand: a lease left by a driver that
-    died (expired) is taken over and its attempt fenced and recorded first,
-    so its processes are gone and its attempt number is not reused. The
-    milestone stays in progress."""
+    died (expired, or with ``gone`` held by a process proven dead on this
+    machine) is taken over and its attempt fenced and recorded first, so its
+    processes are gone and its attempt number is not reused. The milestone
+    stays in progress."""
     now = utcnow()
     with ctx.store.read() as conn:
-        r = conn.execute(_expired(item, now, name)).first()
-    if r is None:
+        r = conn.execute(_expired(item, now, name, expiring=not gone)).first()
+    if r is None or (gone and not holder_gone(r.lease_info)):
         return None
-    return _reclaim(ctx, item, r.id, name, r.lease_owner, r.lease_info, owner, now, release=False)
+    return _reclaim(ctx, item, r.id, name, r.lease_owner, r.lease_info, owner, now, release=False, gone=gone)
 
 
 def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: dict[str, Any] | None, owner: str,
@@ -406,15 +412,15 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
     claim = Claim(item=item, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log), reproof=reproof)
     me = host_identity()
     here = bool(info.get("boot")) and info.get("boot") == me["boot"] and info.get("host") == me["host"]
-    result = interrupted_result(claim, now, reason=f"lease of {old_owner} expired: its driver stopped")
+    # A lease taken over before it expired: its holder was proven dead here.
+    lapse = f"lease of {old_owner} freed, its process died" if gone else f"lease of {old_owner} expired"
+    result = interrupted_result(claim, now, reason=f"{lapse}: its driver stopped")
     if here:
         with LeaseKeeper(ctx, [claim]):
             killed = stop_attempt(attempt_files(log)[0], timeout=STOP_WAIT_SECONDS)
         if killed:
             groups = ", ".join(map(str, killed))
-            result = interrupted_result(
-                claim, now, reason=f"lease of {old_owner} expired; killed its process group(s) {groups}"
-            )
+            result = interrupted_result(claim, now, reason=f"{lapse}; killed its process group(s) {groups}")
         else:
             recovered = recover_result(claim.milestone.gate, log, now, default_timeout=claim.milestone.timeout)
             if recovered.outcome is not Outcome.INTERRUPTED:

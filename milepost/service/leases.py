@@ -33,7 +33,12 @@ def log_path(ctx: Context, item_id: int, name: str, attempt: int) -> Path:
 
 
 class ExpiredLease(Exception):
-    """A claim found another owner's expired lease: reclaim it first."""
+    """A claim found another owner's expired lease, or (``gone``) the live
+    lease of a holder proven dead on this machine: reclaim it first."""
+
+    def __init__(self, gone: bool = False) -> None:
+        super().__init__("gone" if gone else "expired")
+        self.gone = gone
 
 
 def held_elsewhere(lease: Any, owner: str) -> bool:
