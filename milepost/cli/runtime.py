@@ -177,7 +177,8 @@ def tick(c: Ctx) -> None:
 @click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
 @pass_ctx
 def serve(c: Ctx, interval: float, name: str) -> None:
-    """Serve the tick flow with Prefect: a tick every INTERVAL seconds, until
+    """Serve the tick flow with Prefect: a tick every INTERVAL seconds, one
+    at a time (a tick that outlasts the interval delays the next), until
     interrupted. Uses the workspace's Prefect server (`milepost server start`)
     or PREFECT_API_URL."""
     api = prefect_env(home_of(c), "serve", quiet=False)
@@ -188,7 +189,10 @@ def serve(c: Ctx, interval: float, name: str) -> None:
     from milepost.flows.tick import tick_flow
 
     click.echo(f"serving {name}: a tick every {interval:g} s against {api} (Ctrl-C stops)", err=True)
-    tick_flow.serve(name=name, interval=timedelta(seconds=interval))
+    # One tick at a time: a tick drives everything that is due, so a second
+    # one beside it has nothing to add; unbounded, ticks slower than the
+    # interval piled up, each a Python process, and starved one another.
+    tick_flow.serve(name=name, interval=timedelta(seconds=interval), limit=1)
 
 
 @cli.command()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import CLI
-from tests.flows.conftest import api_post, served, wait_until
+from tests.flows.conftest import api_get, api_post, served, wait_until
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
@@ -43,6 +46,28 @@ def test_serve_runs_ticks_as_a_served_flow(prefect_api: str, cli: CLI, workspace
         )
     runs = api_post(prefect_api, "/flow_runs/filter", {"flows": {"name": {"any_": ["milepost-tick"]}}})
     assert any(r["state_type"] == "COMPLETED" for r in runs)
+
+
+def test_served_ticks_never_overlap(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    """A tick that outlasts the interval delays the next one: with a 4 s gate
+    and a tick every second, no two served tick runs overlap in time."""
+    cli("item", "create", "slow", check=True)
+    cli("add", "slow", "--gate", "sleep 4", check=True)
+    name = f"no-overlap-{workspace.parent.name}"
+    with served(cli, "serve", "--interval", "1", "--name", name, log=workspace.parent / "serve.log") as alive:
+        wait_until(lambda: cli.json("list")["milestones"][0]["status"] == "done", 240, "no tick drove it", alive)
+        dep = api_get(prefect_api, f"/deployments/name/milepost-tick/{name}")
+
+        def ended() -> list[dict[str, Any]]:
+            found = api_post(prefect_api, "/flow_runs/filter", {"deployments": {"id": {"any_": [dep["id"]]}}})
+            return [r for r in found if r["start_time"] and r["end_time"]]
+
+        wait_until(lambda: len(ended()) >= 3, 180, "fewer than 3 ticks ended", alive)
+    runs = sorted(ended(), key=lambda r: r["start_time"])
+    spans = [(datetime.fromisoformat(r["start_time"]), datetime.fromisoformat(r["end_time"])) for r in runs]
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start >= end, spans
+    assert spans[0][1] - spans[0][0] >= timedelta(seconds=4)  # the tick that ran the gate outlasted the interval
 
 
 def test_deploy_then_a_worker_runs_a_tick(prefect_api: str, cli: CLI, workspace: Path) -> None:
