@@ -215,7 +215,7 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
         try:
             it, g = retrying(svc.store, lambda: svc.graph(item_id, proofs=False))
         except EnvironmentProblem as e:
-            guard.close(0)  # the store is gone: nothing to sum up
+            guard.close()  # the store is gone: nothing to sum up
             ctx.error = ctx.error or e
             raise
         summary = _summary(ctx, it, g, interrupted, loop)
@@ -233,7 +233,7 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
                     ctx.publishing = artifacts.publish_later(summary, g, ctx.reporter.warning)
         finally:
             artifacts.close()
-            guard.close(guard.bound())
+            guard.close()
     if summary.ok:
         return Completed(message=summary.message)
     return Failed(message=summary.message)

@@ -11,15 +11,14 @@ a network cut), so:
   own default, 5 retries with backoff 2, 4 ... 32 s, held a drive about a
   minute per call, seven minutes in all): :func:`client_settings`, applied
   to the environment before Prefect is imported;
-- artifacts are best effort, sent from a background thread the drive never
-  waits on (:meth:`PrefectGuard.later`); plan nodes and the end's waiting
-  are skipped once the API is known lost (:meth:`PrefectGuard.call`);
+- artifacts are best effort, made by threads of their own the drive never
+  waits on (:mod:`milepost.flows.artifacts`); plan nodes and the end's
+  waiting are skipped once the API is known lost (:meth:`PrefectGuard.call`);
 - a prober asks the API's ``/health`` every second; when it has not answered
   for ``MILEPOST_PREFECT_GRACE`` seconds (a restart within that is ridden
   out; a call that fails, a busy server's 503 say, is a warning), the API is lost: the
-  drive starts no new gate (Prefect needs its API to start a task run: the
-  task's tag concurrency slots are taken through it), lets the running
-  gates finish and records them in the store, then exits 3 naming the API
+  drive starts no new gate (what it would run were invisible in the UI),
+  lets the running gates finish and records them in the store, then exits 3 naming the API
   (:class:`~milepost.errors.PrefectUnreachableError`).
 
 Nothing here imports Prefect at module level: :func:`client_settings` is
@@ -30,10 +29,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import contextvars
 import logging
 import os
-import queue
 import threading
 import time
 import urllib.error
@@ -42,8 +39,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from milepost.errors import PrefectUnreachableError
-from milepost.events import NullReporter
-from milepost.results import Claim, DoneResult
 from milepost.settings import Settings
 
 __all__ = ["PrefectGuard", "abandoned", "client_settings", "is_api_error", "quiet_prefect", "task_failure"]
@@ -149,29 +144,18 @@ class PrefectGuard:
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._stop = threading.Event()
-        self._jobs: queue.Queue[tuple[contextvars.Context, str, Callable[[], Any]] | None] = queue.Queue()
-        self._worker = threading.Thread(target=self._work, name="milepost-prefect-later", daemon=True)
         self._prober = threading.Thread(target=self._probe, name="milepost-prefect-probe", daemon=True)
 
     def start(self) -> PrefectGuard:
         if os.environ.get("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL") == "CRITICAL":  # the CLI's quiet console
             silence_background()
-        self._worker.start()
         if self.url:
             self._prober.start()
         return self
 
-    def bound(self) -> float:
-        """The longest one API call may take: every try times out, with the
-        client's backoff (2, 4 ... s) between them."""
-        tries = self.settings.prefect_retries + 1
-        return tries * self.settings.prefect_timeout + sum(2.0**n for n in range(1, tries))
-
-    def close(self, wait: float) -> None:
-        """Stop probing; give what is queued up to ``wait`` seconds, then leave it."""
+    def close(self) -> None:
+        """Stop probing (the prober's thread ends within a second)."""
         self._stop.set()
-        self._jobs.put(None)
-        self._worker.join(timeout=wait)
 
     # -- loss ----------------------------------------------------------------
 
@@ -224,29 +208,3 @@ class PrefectGuard:
             if first:
                 self._warn(f"could not {what}: {_one_line(e)}; the drive goes on")
             return default
-
-    def later(self, what: str, fn: Callable[[], Any]) -> None:
-        """Run ``fn`` on the background thread, in this thread's context (the
-        flow run's), as :meth:`call` would; the caller never waits."""
-        if self.lost is None:
-            self._jobs.put((contextvars.copy_context(), what, fn))
-
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            context, what, fn = job
-            context.run(self.call, what, fn, None)
-
-
-class LaterReporter(NullReporter):
-    """A reporter whose callbacks run on the guard's background thread
-    (the artifacts: see :class:`~milepost.flows.artifacts.ArtifactReporter`)."""
-
-    def __init__(self, guard: PrefectGuard, inner: NullReporter) -> None:
-        self.guard = guard
-        self.inner = inner
-
-    def gate_finished(self, claim: Claim, done: DoneResult) -> None:
-        self.guard.later("update the progress artifact", lambda: self.inner.gate_finished(claim, done))
