@@ -86,6 +86,12 @@ def display_status(m: Milestone, *, deps_done: bool, held: bool = False, stale: 
     return DisplayStatus(m.status.value)
 
 
+def _blocked(what: str, name: str, undone_deps: Sequence[Milestone]) -> BlockedError:
+    """``what``, then the deps that are not done, with their statuses."""
+    listed = ", ".join(f"{d.name} ({d.status.value})" for d in undone_deps)
+    return BlockedError(f"{what} {listed}", milestone=name, waiting_on=[d.name for d in undone_deps])
+
+
 def act(m: Milestone, action: Action, *, undone_deps: Sequence[Milestone] = (), reason: str | None = None) -> Change:
     """A user action (start, done without a gate, needs_fix, reset, lock,
     unlock, confirm, release, and the re-proof's reprove, restore and
@@ -107,21 +113,11 @@ def act(m: Milestone, action: Action, *, undone_deps: Sequence[Milestone] = (), 
         if not m.has_gate:
             raise TransitionError(f"cannot re-prove {name!r}: it has no gate to run", milestone=name)
         if undone_deps:
-            listed = ", ".join(f"{d.name} ({d.status.value})" for d in undone_deps)
-            raise BlockedError(
-                f"cannot re-prove {name!r}: its deps are not done: {listed}",
-                milestone=name,
-                waiting_on=[d.name for d in undone_deps],
-            )
+            raise _blocked(f"cannot re-prove {name!r}: its deps are not done:", name, undone_deps)
         update["reason"] = reason or "re-proof"
     elif action is Action.START:
         if undone_deps:
-            listed = ", ".join(f"{d.name} ({d.status.value})" for d in undone_deps)
-            raise BlockedError(
-                f"cannot start {name!r}: blocked by {listed}",
-                milestone=name,
-                waiting_on=[d.name for d in undone_deps],
-            )
+            raise _blocked(f"cannot start {name!r}: blocked by", name, undone_deps)
         update["retry_at"] = None
         if not m.budget_left:
             raise BudgetSpentError(

@@ -16,9 +16,10 @@ from milepost.errors import NotFoundError, TransitionError
 from milepost.gates.outcome import Outcome
 from milepost.graph import MilestoneStatus
 from milepost.planfile import parse_plan
+from milepost.results import Claim
 from milepost.service import Service, interrupted_result
 from milepost.service._rows import MILESTONES
-from milepost.service._tx import write
+from milepost.service._tx import Tx, write
 from milepost.service.claims import take_lease
 
 S = MilestoneStatus
@@ -221,21 +222,27 @@ def test_no_cache_and_cache_false_run_the_gate(done_item: Service, ledger: Path)
     assert runs_of(ledger)[3:] == ["leaf", "leaf"]
 
 
-def test_an_interrupted_reproof_leaves_the_milestone_done_and_still_stale(done_item: Service, workspace: Path) -> None:
-    svc = done_item
-    code(workspace, leaf="ok = 1  # edited\n")
-    item = svc.get_item().id
+def reproof_claim(svc: Service, item: int, owner: str) -> Claim:
+    """Claim the stale milestone ``leaf`` for a re-proof by ``owner``, as a drive does."""
 
-    def claim(tx):  # type: ignore[no-untyped-def]
+    def claim(tx: Tx) -> Claim:
         from milepost.graph import Action
         from milepost.graph.steps import act
 
         pk, m = tx.find("leaf")
         change = act(m, Action.REPROVE)
         tx.save(pk, [change])
-        return take_lease(tx, pk, change.after, "test-owner", reproof=True)
+        return take_lease(tx, pk, change.after, owner, reproof=True)
 
-    c = write(svc.ctx, item, claim)
+    return write(svc.ctx, item, claim)
+
+
+def test_an_interrupted_reproof_leaves_the_milestone_done_and_still_stale(done_item: Service, workspace: Path) -> None:
+    svc = done_item
+    code(workspace, leaf="ok = 1  # edited\n")
+    item = svc.get_item().id
+
+    c = reproof_claim(svc, item, "test-owner")
     assert c.reproof and svc.get_item().milestones[0].status is S.IN_PROGRESS
     r = svc.record(c, interrupted_result(c, datetime.now(UTC)))
     assert r.milestone.status is S.DONE and r.milestone.attempts == 1
@@ -247,16 +254,7 @@ def test_an_expired_reproof_lease_is_reclaimed_as_done(done_item: Service, works
     code(workspace, leaf="ok = 1  # edited\n")
     item = svc.get_item().id
 
-    def claim(tx):  # type: ignore[no-untyped-def]
-        from milepost.graph import Action
-        from milepost.graph.steps import act
-
-        pk, m = tx.find("leaf")
-        change = act(m, Action.REPROVE)
-        tx.save(pk, [change])
-        return take_lease(tx, pk, change.after, "dead-driver", reproof=True)
-
-    c = write(svc.ctx, item, claim)
+    c = reproof_claim(svc, item, "dead-driver")
     with svc.store.write() as conn:  # its driver died long ago
         conn.execute(
             update(MILESTONES)
