@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,22 @@ class InProcessCLI(CLI):
         if check is True and r.code != 0:
             raise AssertionError(f"milepost {' '.join(args)} exited {r.code}: {r.err}{r.out}")
         return r
+
+
+def wait_until(check: Callable[[], object], timeout: float = 30, what: str = "the condition", *,
+               step: float = 0.05, output: Callable[[], str] | None = None) -> float:  # fmt: skip
+    """Poll ``check`` every ``step`` seconds until it holds; the seconds it
+    took. Fails after ``timeout`` naming ``what``; ``output`` (called on
+    every poll, and free to fail itself, e.g. when a process it watches has
+    exited) adds what a process printed to the failure."""
+    t0 = time.monotonic()
+    while not check():
+        printed = output() if output is not None else ""
+        assert time.monotonic() - t0 < timeout, f"timed out after {timeout:g} s waiting for {what}" + (
+            f"; the output:\n{printed}" if printed else ""
+        )
+        time.sleep(step)
+    return time.monotonic() - t0
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -117,7 +116,7 @@ def served(cli: CLI, *args: str, log: Path) -> Iterator[Callable[[], str]]:
     """``milepost ARGS serve ...`` running in the background (stopped with
     SIGINT at the end), its output in ``log`` (a pipe nobody reads would fill
     up and stop it); yields a check that it still runs, which returns the
-    output's tail for a failure message."""
+    output's tail for a failure message (``wait_until(..., output=alive)``)."""
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "milepost", *args], cwd=cli.cwd, env=cli.env,
                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
@@ -136,13 +135,3 @@ def served(cli: CLI, *args: str, log: Path) -> Iterator[Callable[[], str]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def wait_until(check: Callable[[], bool], seconds: float, what: str, alive: Callable[[], str]) -> None:
-    """Poll ``check`` every half second until it holds, failing with the
-    served process's output when it exits or ``seconds`` pass."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        tail = alive()
-        assert time.monotonic() < deadline, f"{what} within {seconds:g} s; the output:\n{tail}"
-        time.sleep(0.5)

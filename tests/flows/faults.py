@@ -46,13 +46,6 @@ def figure(name: str, value: float) -> None:
         path.write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 60, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 class Server:
     """This module's own ``prefect server``, which a test may kill."""
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLI, Postgres
-from tests.flows.conftest import api_get, api_post, served, wait_until
+from tests.conftest import CLI, Postgres, wait_until
+from tests.flows.conftest import api_get, api_post, served
 
 pytestmark = [pytest.mark.xdist_group("prefect"), pytest.mark.postgres]
 
@@ -77,6 +77,6 @@ def test_serve_with_a_postgresql_url_drives_that_store(prefect_api: str, postgre
     serving = CLI(server_dir)  # no MILEPOST_DB in its environment: only --db names the store
     with served(serving, "--db", url, "serve", "--interval", "2", log=tmp_path / "serve.log") as alive:
         done = lambda: plan.json("list")["milestones"][0]["status"] == "done"  # noqa: E731
-        wait_until(done, 180, "no served tick drove the item", alive)
+        wait_until(done, 180, "a served tick to drive the item", output=alive)
     assert Path(marker.read_text().strip()) == server_dir
     assert not (server_dir / ".milepost" / "milepost.db").exists()

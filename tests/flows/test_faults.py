@@ -35,9 +35,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLI, PgCluster, pg_cluster
+from tests.conftest import CLI, PgCluster, pg_cluster, wait_until
 from tests.flows.conftest import _free_port
-from tests.flows.faults import NAMES, Driver, Server, check_exactly_once, errors, figure, passed_runs, plan, wait_until
+from tests.flows.faults import NAMES, Driver, Server, check_exactly_once, errors, figure, passed_runs, plan
 
 # One worker runs them all, one after the other (they own a server each).
 pytestmark = [pytest.mark.xdist_group("faults"), pytest.mark.timeout(600)]
@@ -122,11 +122,11 @@ def test_a_postgresql_restart_under_a_drive_is_ridden_out(cli_of: Callable[..., 
     item, ledger = plan(cli, 2)
     driver = Driver(cli, item, "--max-parallel", "2")
     try:
-        wait_until(lambda: len(ledger.executions()) >= 2, what="two gates running")
+        wait_until(lambda: len(ledger.executions()) >= 2, 60, what="two gates running")
         t0 = time.monotonic()
         cluster.restart()  # every connection is cut; the server is back within a second or so
         figure("postgresql restart: server back after (s)", time.monotonic() - t0)
-        wait_until(lambda: len(ledger.executions()) >= 4, what="the drive to go on after the restart")
+        wait_until(lambda: len(ledger.executions()) >= 4, 60, what="the drive to go on after the restart")
         cluster.restart()  # and once more, while the next gates run
         code, out = driver.finish(180)
     finally:
@@ -146,7 +146,7 @@ def test_postgresql_down_past_the_retry_bound_is_exit_3_and_the_next_drive_recov
     item, ledger = plan(cli, 3)
     driver = Driver(cli, item, "--max-parallel", "2", MILEPOST_DB_RETRY="4")
     try:
-        wait_until(lambda: len(ledger.executions()) >= 2, what="two gates running")
+        wait_until(lambda: len(ledger.executions()) >= 2, 60, what="two gates running")
         cluster.stop("fast")
         stopped = time.monotonic()
         code, out = driver.finish(120)
@@ -287,7 +287,7 @@ def test_a_frozen_driver_loses_its_milestone_writes_nothing_for_it_and_every_gat
     frozen = Driver(cli, item)
     other: Driver | None = None
     try:
-        wait_until(lambda: ledger.has("start", "a1"), what="the first gate")
+        wait_until(lambda: ledger.has("start", "a1"), 60, what="the first gate")
         os.kill(frozen.proc.pid, signal.SIGSTOP)
         time.sleep(2 + 1.5)  # past its lease
         other = Driver(cli, item)
@@ -358,7 +358,7 @@ def test_a_killed_prefect_server_ends_the_drive_within_a_minute_and_costs_no_res
     item, ledger = plan(cli, seconds)
     driver = Driver(cli, item, "--max-parallel", "2", MILEPOST_PREFECT_GRACE=grace)
     try:
-        wait_until(lambda: len(ledger.executions()) >= 2, what="two gates running")
+        wait_until(lambda: len(ledger.executions()) >= 2, 60, what="two gates running")
         prefect_server.kill()
         killed = time.monotonic()
         code, out = driver.finish(300)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CLI
-from tests.flows.conftest import api_get, api_post, served, wait_until
+from tests.conftest import CLI, wait_until
+from tests.flows.conftest import api_get, api_post, served
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
@@ -40,10 +40,8 @@ def test_serve_runs_ticks_as_a_served_flow(prefect_api: str, cli: CLI, workspace
     cli("item", "create", "served", check=True)
     cli("add", "work", "--gate", f"touch {marker}", check=True)
     with served(cli, "serve", "--interval", "2", log=workspace.parent / "serve.log") as alive:
-        wait_until(marker.exists, 180, "no tick ran", alive)
-        wait_until(
-            lambda: cli.json("list")["milestones"][0]["status"] == "done", 30, "the tick was not recorded", alive
-        )
+        wait_until(marker.exists, 180, "a tick to run", output=alive)
+        wait_until(lambda: cli.json("list")["milestones"][0]["status"] == "done", 30, "the tick's record", output=alive)
     runs = api_post(prefect_api, "/flow_runs/filter", {"flows": {"name": {"any_": ["milepost-tick"]}}})
     assert any(r["state_type"] == "COMPLETED" for r in runs)
 
@@ -55,14 +53,16 @@ def test_served_ticks_never_overlap(prefect_api: str, cli: CLI, workspace: Path)
     cli("add", "slow", "--gate", "sleep 4", check=True)
     name = f"no-overlap-{workspace.parent.name}"
     with served(cli, "serve", "--interval", "1", "--name", name, log=workspace.parent / "serve.log") as alive:
-        wait_until(lambda: cli.json("list")["milestones"][0]["status"] == "done", 240, "no tick drove it", alive)
+        wait_until(
+            lambda: cli.json("list")["milestones"][0]["status"] == "done", 240, "a tick to drive it", output=alive
+        )
         dep = api_get(prefect_api, f"/deployments/name/milepost-tick/{name}")
 
         def ended() -> list[dict[str, Any]]:
             found = api_post(prefect_api, "/flow_runs/filter", {"deployments": {"id": {"any_": [dep["id"]]}}})
             return [r for r in found if r["start_time"] and r["end_time"]]
 
-        wait_until(lambda: len(ended()) >= 3, 180, "fewer than 3 ticks ended", alive)
+        wait_until(lambda: len(ended()) >= 3, 180, "3 ticks to end", output=alive)
     runs = sorted(ended(), key=lambda r: r["start_time"])
     spans = [(datetime.fromisoformat(r["start_time"]), datetime.fromisoformat(r["end_time"])) for r in runs]
     for (_, end), (start, _) in itertools.pairwise(spans):

@@ -7,6 +7,7 @@ it, kill its supervisor, and look at what is left in /proc.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from milepost.gates import Outcome, run_gate
 from milepost.gates.command import attempt_files, recover_result
 from milepost.gates.supervisor import read_proc, stop_attempt, supervisor
 from milepost.graph import GateCommand
+from tests.conftest import wait_until as shared_wait_until
 
 DRIVER = textwrap.dedent(
     """
@@ -48,14 +50,7 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def wait_until(predicate, timeout: float, step: float = 0.02) -> float:  # type: ignore[no-untyped-def]
-    """Seconds until ``predicate()`` held; fails the test after ``timeout``."""
-    t0 = time.monotonic()
-    while not predicate():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"not within {timeout} s")
-        time.sleep(step)
-    return time.monotonic() - t0
+wait_until = functools.partial(shared_wait_until, step=0.02)  # the timings below want a fine step
 
 
 class Driver:
