@@ -40,6 +40,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from milepost.errors import EnvironmentProblem, PrefectUnreachableError, StaleRevisionError
 from milepost.events import DriveSummary, MilestoneSummary, MultiReporter, NullReporter, Reporter
 from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
+from milepost.flows.heartbeat import Heartbeat, heartbeat_frequency, prefect_heartbeat_off
 from milepost.flows.loop import DriveContext, Loop
 from milepost.flows.plan_nodes import create_nodes
 from milepost.flows.prefect_guard import PrefectGuard, is_api_error, quiet_prefect
@@ -166,7 +167,18 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     if ctx is None:
         # Started by Prefect itself (a deployment): open the store from the environment.
         ctx = DriveContext(service=Service.open(), reporter=NullReporter(), max_parallel=max_parallel, until=until)
-    ctx.flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    flow_run = get_run_context().flow_run  # type: ignore[union-attr]
+    assert flow_run is not None  # a flow body runs in a flow run
+    ctx.flow_run_id = flow_run_id = str(flow_run.id)
+    beat = Heartbeat(flow_run, drive_workgraph.name, ctx.heartbeat).start() if ctx.heartbeat else None
+    try:
+        return _drive_body(ctx, item_id, until, flow_run_id)
+    finally:
+        if beat is not None:
+            beat.stop()
+
+
+def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id: str) -> State[Any]:
     svc = ctx.service
     it, g = svc.graph(item_id, proofs=False)
     from milepost.flows.artifacts import ArtifactReporter
@@ -174,9 +186,9 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     guard = _guard(ctx)
     # Best effort: the artifacts are made by threads of their own (bounded
     # calls, failures swallowed); the drive never waits on them.
-    artifacts = ArtifactReporter(item_id, len(g), ctx.flow_run_id, svc.last_durations)
+    artifacts = ArtifactReporter(item_id, len(g), flow_run_id, svc.last_durations)
     reporter: Reporter = MultiReporter(ctx.reporter, artifacts)
-    ctx.reporter.drive_started(it.id, it.objective, len(g), ctx.flow_run_id)
+    ctx.reporter.drive_started(it.id, it.objective, len(g), flow_run_id)
     if until is not None:
         ctx.scope = {until, *g.ancestors(until)}
     loop = Loop(ctx, item_id, reporter)
@@ -186,7 +198,6 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
     # The whole plan in the flow-run graph: what was done before, now (its
     # gates wait on these), and the rest when the drive ends (below). A stale
     # milestone is not "done earlier": its re-proof is its node.
-    flow_run_id = ctx.flow_run_id
     no_nodes: dict[str, State[Any]] = {}
     reproving = set(loop.session.to_reprove)
     earlier = guard.call(
@@ -241,15 +252,10 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
 
 def _guard(ctx: DriveContext) -> PrefectGuard:
     """Watch the API this flow run talks to (see flows/prefect_guard.py): once
-    it is lost the loop claims nothing more and the drive ends with exit 3."""
-    from prefect.client.orchestration import get_client
-
-    url: str | None
-    try:
-        with get_client(sync_client=True) as client:
-            url = str(client.api_url)
-    except Exception:
-        url = None
+    it is lost the loop claims nothing more and the drive ends with exit 3.
+    Its URL is the flow run's own client's (a new client costs about 30 ms)."""
+    client = getattr(get_run_context(), "client", None)
+    url = str(client.api_url) if client is not None else None
 
     def lost(e: PrefectUnreachableError) -> None:
         if ctx.fault is None:
@@ -351,6 +357,7 @@ def run_drive(
         expect_revision=expect_revision,
         use_cache=use_cache,
         objective=objective,
+        heartbeat=heartbeat_frequency(),
     )
     _CONTEXT = ctx
     t0 = time.monotonic()
@@ -359,7 +366,7 @@ def run_drive(
     try:
         runner = _task_runner(task_runner, max_parallel, dask_address)
         configured = drive_workgraph.with_options(task_runner=runner)
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(), prefect_heartbeat_off():
             try:
                 configured(item_id=item_id, max_parallel=max_parallel, until=until, return_state=True)
             except Exception as e:

@@ -67,6 +67,7 @@ class DriveContext:
     fault: EnvironmentProblem | None = None
     publishing: threading.Thread | None = None  # the artifacts, made while the flow run ends
     objective: str | None = None  # for the flow run's name
+    heartbeat: int | None = None  # seconds between the flow run's heartbeats, sent by the body (flows/heartbeat.py)
 
 
 class Loop:
