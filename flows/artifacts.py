@@ -57,9 +57,8 @@ class ArtifactReporter(NullReporter):
         self.total = max(total, 1)
         self.finished: set[str] = set()
         self.progress = _Progress(item, self.flow_run_id)
-        # The picture's layout and critical path import grandalf and networkx
-        # (most of drawing it): import them while the gates run, not at the end.
-        threading.Thread(target=_import_quietly, args=("grandalf.layouts", "networkx"), daemon=True).start()
+        # The picture's layout imports grandalf: while the gates run, not at the end.
+        threading.Thread(target=_import_quietly, args=("grandalf.layouts",), daemon=True).start()
 
     @property
     def progress_id(self) -> UUID | None:

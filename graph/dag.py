@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from milepost.graph import steps
 from milepost.graph.errors import (
@@ -28,9 +28,6 @@ from milepost.graph.models import Milestone
 from milepost.graph.status import Action, DisplayStatus, MilestoneStatus
 from milepost.graph.steps import Change, is_ready_status, nothing_ready_reason
 from milepost.graph.validate import check_removable, validate_milestones
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 __all__ = ["Change", "NextPick", "WorkGraph", "display_status"]
 
@@ -50,8 +47,8 @@ class WorkGraph:
     pydantic models; every change replaces one through :meth:`put`.
 
     The edges live in plain dicts (dep -> dependents): building a graph and
-    every state change stay free of networkx, which is imported only by the
-    analyses that need its algorithms (critical path, cycle reports)."""
+    every state change and the analyses stay free of networkx, which is
+    imported only to name the cycle of a plan that has one."""
 
     def __init__(self, milestones: Iterable[Milestone] = (), *, validate: bool = True) -> None:
         self._ms: dict[str, Milestone] = {}
@@ -207,14 +204,6 @@ class WorkGraph:
 
     # -- analysis ----------------------------------------------------------
 
-    def _nx(self) -> nx.DiGraph[str]:
-        import networkx as nx
-
-        g: nx.DiGraph[str] = nx.DiGraph()
-        g.add_nodes_from(m.name for m in self)
-        g.add_edges_from((n, s) for n, succ in self._succ.items() for s in succ)
-        return g
-
     def layers(self) -> list[list[Milestone]]:
         """Topological layers: every milestone of a layer can run in parallel
         once the layers before it are done."""
@@ -244,32 +233,40 @@ class WorkGraph:
         """The longest chain of dependent milestones, earliest ids first on
         ties: by time when any of ``durations`` is known (seconds per
         milestone, e.g. its gate's last run; see :meth:`path_weights`), else
-        by count."""
-        if not self._ms:
-            return []
-        import networkx as nx
-
-        g = self._nx()
-        order = list(nx.lexicographical_topological_sort(g, key=lambda n: self._ms[n].id))
-        weights = self.path_weights(durations)
-        if weights is None:
-            return [self._ms[n] for n in nx.dag_longest_path(g, topo_order=order)]
+        by count. O(n + e) in plain Python: drawn at the end of every drive,
+        it must not import networkx."""
+        weights = self.path_weights(durations) or dict.fromkeys(self._ms, 1.0)
         # The heaviest chain ending at each milestone (on equal time the longer one).
         best: dict[str, tuple[float, int, str | None]] = {}
 
         def rank(n: str) -> tuple[float, int, int]:
             return best[n][0], best[n][1], -self._ms[n].id
 
-        for n in order:
+        for n in self.topological_order():
             prev = max(self._ms[n].deps, key=rank, default=None)
             time, count = (best[prev][0], best[prev][1]) if prev is not None else (0.0, 0)
             best[n] = (time + weights[n], count + 1, prev)
-        end: str | None = max(best, key=rank)
+        end: str | None = max(best, key=rank, default=None)
         path = []
         while end is not None:
             path.append(self._ms[end])
             end = best[end][2]
         return path[::-1]
+
+    def topological_order(self) -> list[str]:
+        """Every milestone after its deps; the lowest id first among those free to go."""
+        indeg = {n: len(m.deps) for n, m in self._ms.items()}
+        heap = [(self._ms[n].id, n) for n, k in indeg.items() if k == 0]
+        heapq.heapify(heap)
+        order = []
+        while heap:
+            _, n = heapq.heappop(heap)
+            order.append(n)
+            for s in self._succ[n]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(heap, (self._ms[s].id, s))
+        return order
 
     def path_weights(self, durations: Mapping[str, float] | None) -> dict[str, float] | None:
         """Seconds per milestone for a critical path by time: its duration when
