@@ -152,6 +152,8 @@ def _run_one(
         job.kill("interrupted")
         job.wait(KILL_GRACE_SECONDS + 5)
         raise
+    if job.error is not None:
+        return failed(f"cannot start {cmd.name!r}: {job.error}")
     status = job.status or ExitStatus(pid=job.pid, killed="lost")
     end_offset = os.lseek(log_fd, 0, os.SEEK_END)
     tail = read_tail(log_path, start_offset, end_offset)

@@ -89,24 +89,28 @@ class ExitStatus:
 
 
 class Job:
-    """One running command."""
+    """One command sent to the supervisor. Its start is not waited for (a
+    round trip per gate, most of a short gate's cost): :meth:`wait` returns
+    when the command has ended, or could not start (:attr:`error`)."""
 
     def __init__(self, sup: Supervisor, job_id: int) -> None:
         self._sup = sup
         self.id = job_id
-        self.pid: int | None = None  # also its process group
+        self.pid: int | None = None  # also its process group, once the supervisor says it started
         self.start: int | None = None
-        self.error: str | None = None
+        self.error: str | None = None  # why it could not start
         self.status: ExitStatus | None = None
-        self._started = threading.Event()
         self._ended = threading.Event()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """True once the command and whatever it left in its group have ended."""
+        """True once the command and whatever it left in its group have
+        ended, or once it failed to start."""
         return self._ended.wait(timeout)
 
     def kill(self, reason: str = "interrupted") -> None:
-        """Stop the command's whole group (SIGTERM, SIGKILL after the grace)."""
+        """Stop the command's whole group (SIGTERM, SIGKILL after the grace).
+        The supervisor reads its requests in order: a kill sent right after
+        the spawn reaches the command it started."""
         if not self._sup.send({"op": "kill", "id": self.id, "reason": reason}) and self.pid:
             _killpg(self.pid, signal.SIGKILL)
 
@@ -160,7 +164,9 @@ class Supervisor:
         grace: float = 2.0,
     ) -> Job:
         """Start ``argv`` in a new session, output appended to ``log``. Returns
-        once it runs; raises :class:`LaunchError` when it cannot start."""
+        once the request is sent; raises :class:`LaunchError` when the
+        supervisor is gone. A command that cannot start ends at once, with
+        :attr:`Job.error` set."""
         job = Job(self, next(self._ids))
         self._jobs[job.id] = job
         request = {
@@ -170,10 +176,6 @@ class Supervisor:
         if not self.send(request):
             self._jobs.pop(job.id, None)
             raise LaunchError("the gate supervisor is not running")
-        job._started.wait()
-        if job.error is not None:
-            self._jobs.pop(job.id, None)
-            raise LaunchError(job.error)
         return job
 
     def _read(self) -> None:
@@ -185,22 +187,19 @@ class Supervisor:
                     continue
                 if "error" in msg:
                     job.error = str(msg["error"])
-                    job._started.set()
+                    self._jobs.pop(job.id, None)
+                    job._ended.set()
                 elif "status" in msg:
                     job.status = ExitStatus.from_dict(msg["status"])
                     self._jobs.pop(job.id, None)
                     job._ended.set()
                 else:
                     job.pid, job.start = int(msg["pid"]), msg.get("start")
-                    job._started.set()
         # The supervisor is gone (killed on its own): stop what it ran, here.
         self.alive = False
         for job in list(self._jobs.values()):
             if job.pid:
                 _killpg(job.pid, signal.SIGKILL)
-            if not job._started.is_set():
-                job.error = "the gate supervisor stopped"
-                job._started.set()
             job.status = ExitStatus(pid=job.pid, killed="the gate supervisor stopped")
             job._ended.set()
         self._jobs.clear()
