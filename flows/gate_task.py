@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -263,9 +264,30 @@ class SpecBox:
         self.spec = spec
 
 
+# The drive loops of this process that want to hear of a gate's end as soon as
+# its verdict is in its file, by the attempt's log path (see Loop._submit).
+# A task run on a Dask worker process finds nothing here: its loop hears of
+# it when Prefect has finished the task run.
+_ENDED: dict[str, Callable[[], None]] = {}
+
+
+def tell_when_ended(log_path: str, notify: Callable[[], None]) -> None:
+    """Call ``notify`` when the gate task of ``log_path`` has written its
+    verdict (in its own thread, before Prefect ends the task run)."""
+    _ENDED[log_path] = notify
+
+
+def forget_ended(log_path: str) -> None:
+    _ENDED.pop(log_path, None)
+
+
 def run_boxed_spec(box: SpecBox) -> State[Any]:
     """The body of :data:`gate_task` (module level, for Dask's pickle)."""
-    return run_gate_spec(box.spec)
+    state = run_gate_spec(box.spec)
+    notify = _ENDED.pop(box.spec.log_path, None)
+    if notify is not None:
+        notify()
+    return state
 
 
 gate_task = task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_prints=False)(run_boxed_spec)

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +25,15 @@ from prefect.futures import PrefectFuture
 
 from milepost.errors import EnvironmentProblem, MilepostError
 from milepost.events import DriveSummary, Reporter
-from milepost.flows.gate_task import GATE_TASKS, GateSpec, SpecBox, TaskKind, driver_identity
+from milepost.flows.gate_task import (
+    GATE_TASKS,
+    GateSpec,
+    SpecBox,
+    TaskKind,
+    driver_identity,
+    forget_ended,
+    tell_when_ended,
+)
 from milepost.flows.outage import read_result
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, write_result
@@ -120,19 +129,22 @@ class Loop:
         # Named after the milestone (``task_run_name``), and without tags:
         # Prefect asks the API for the tags' concurrency slots before every
         # tagged task run (a round trip per gate). Its task (gate or fix) says what it runs.
+        # The loop hears of the gate's end twice: from the task itself once its
+        # verdict is in its file (this process's threads), so that it records
+        # it and starts the next gate while Prefect ends the task run (its
+        # final state and events, about 4 ms a gate), and from the future
+        # when Prefect has (the only word from a Dask worker process).
+        tell_when_ended(log_path, self._notify(key))
         future: PrefectFuture[Any] = GATE_TASKS[kind].submit(SpecBox(spec), wait_for=deps)  # type: ignore[call-overload]
         if kind is TaskKind.GATE:
             self.by_name[name] = future
             self.session.leases.add(claim)
         self.running[key] = _Running(key, kind, claim, spec, future)
         self.ctx.submitted += 1
-        future.add_done_callback(self._notify(key))
+        future.add_done_callback(lambda _future: self.done_q.put(key))
 
-    def _notify(self, key: str) -> Any:
-        def done(_future: PrefectFuture[Any]) -> None:
-            self.done_q.put(key)
-
-        return done
+    def _notify(self, key: str) -> Callable[[], None]:
+        return lambda: self.done_q.put(key)
 
     def _fill(self) -> None:
         while (
@@ -290,9 +302,13 @@ class Loop:
                     key = self.done_q.get(timeout=timeout)
                 except queue.Empty:
                     continue
-                r = self.running.pop(key)
-                with contextlib.suppress(Exception):  # a task that died outside its run (no API): read_result says so
-                    r.future.wait()
+                r = self.running.pop(key, None)
+                if r is None:
+                    continue  # (the second word of a gate's end)
+                forget_ended(r.spec.log_path)
+                if not r.spec.result_file.exists():
+                    with contextlib.suppress(Exception):  # a task that died outside its run: read_result says so
+                        r.future.wait()
                 self._finish(r)
         except EnvironmentProblem as e:
             # The store is gone (or locked): the running gates end into their files.
