@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -54,14 +55,20 @@ def test_a_killed_done_leaves_a_lease_the_next_done_fences_and_records(setup) ->
     first = cli.popen("done", "a")
     procs.append(first)
     wait_until(lambda: ledger.has("start", "a"))
+    time.sleep(0.3)
+    killed_at = datetime.now(UTC)
     first.kill()  # SIGKILL: no chance to record anything
     first.communicate()
     assert cli.json("list")["milestones"][0]["status"] == "in_progress"
+    time.sleep(0.5)  # the next done comes later: the attempt is not dated from it
     r = cli("--json", "done", "a")
     assert r.code == 0, r.err
     assert runs(cli, "a") == [(1, "interrupted"), (2, "passed")]
     first_run = cli.json("runs", "a")["runs"][0]
     assert "lease of" in first_run["reason"] and "its process died" in first_run["reason"], first_run
+    # It ran from its claim until its supervisor stopped it, when its driver died.
+    assert datetime.fromisoformat(first_run["started_at"]) < killed_at - timedelta(seconds=0.25), first_run
+    assert 0.25 <= first_run["duration"] < 3, first_run
     assert ledger.executions() == [("a", 1), ("a", 2)] and ledger.count("end")["a"] == 1
     assert ledger.overlaps() == []
     assert cli.json("list")["milestones"][0]["attempts"] == 1  # the interrupted attempt spent no budget

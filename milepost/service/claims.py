@@ -383,6 +383,15 @@ def _reclaim_for_done(ctx: Context, item: int, name: str, owner: str, *, gone: b
     return _reclaim(ctx, item, r.id, name, r.lease_owner, r.lease_info, owner, now, release=False, gone=gone)
 
 
+def _claimed_at(info: dict[str, Any], default: datetime) -> datetime:
+    """When the lease's attempt was claimed, as its lease recorded it (older leases: ``default``)."""
+    try:
+        at = datetime.fromisoformat(str(info["claimed"]))
+    except (KeyError, ValueError):
+        return default
+    return at if at.tzinfo is not None and at <= default else default
+
+
 def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: dict[str, Any] | None, owner: str,
              now: datetime, *, release: bool, cache: GraphCache | None = None,
              gone: bool = False) -> DoneResult | None:  # fmt: skip
@@ -414,21 +423,24 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
     here = bool(info.get("boot")) and info.get("boot") == me["boot"] and info.get("host") == me["host"]
     # A lease taken over before it expired: its holder was proven dead here.
     lapse = f"lease of {old_owner} freed, its process died" if gone else f"lease of {old_owner} expired"
-    result = interrupted_result(claim, now, reason=f"{lapse}: its driver stopped")
+    started = _claimed_at(info, now)  # the attempt ran from its claim, not from now
+    result = interrupted_result(claim, started, reason=f"{lapse}: its driver stopped")
     if here:
         with LeaseKeeper(ctx, [claim]):
             killed = stop_attempt(attempt_files(log)[0], timeout=STOP_WAIT_SECONDS)
         if killed:
             groups = ", ".join(map(str, killed))
-            result = interrupted_result(claim, now, reason=f"{lapse}; killed its process group(s) {groups}")
+            result = interrupted_result(claim, started, reason=f"{lapse}; killed its process group(s) {groups}")
         else:
-            recovered = recover_result(claim.milestone.gate, log, now, default_timeout=claim.milestone.timeout)
+            recovered = recover_result(claim.milestone.gate, log, started, default_timeout=claim.milestone.timeout)
             if recovered.outcome is not Outcome.INTERRUPTED:
                 why = f"{recovered.reason} (ended after its driver stopped; recovered from {log.name})"
                 result = recovered.model_copy(update={"reason": why})
+            else:  # its commands' time until the supervisor stopped them counts as gate time spent
+                result = result.model_copy(update={"duration": recovered.duration})
         result = result.model_copy(update={"host": me["host"]})
     elif info.get("host"):
         result = interrupted_result(
-            claim, now, reason=f"lease of {old_owner} expired: its driver on {info['host']} stopped"
+            claim, started, reason=f"lease of {old_owner} expired: its driver on {info['host']} stopped"
         ).model_copy(update={"host": info["host"]})
     return record(ctx, claim, result, release=release, cache=cache)

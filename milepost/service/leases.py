@@ -67,7 +67,8 @@ def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = Fal
         )
     attempt = (rows.LAST_ATTEMPT_OF.rows(tx.conn, pk=pk)[0]["last"] or 0) + 1
     log = log_path(tx.ctx, tx.id, m.name, attempt)
-    info: dict[str, Any] = {**own_identity(), "log": str(log)}
+    # (When it was claimed: a driver that reclaims it records the attempt from then.)
+    info: dict[str, Any] = {**own_identity(), "log": str(log), "claimed": now.isoformat()}
     if reproof:
         info["reproof"] = True
     rows.TAKE_LEASE.run(tx.conn, pk=pk, owner=owner, expires=now + tx.ctx.lease_ttl, info=info)

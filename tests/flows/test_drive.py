@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,7 @@ def test_sigkill_leaves_a_lease_the_next_drive_reclaims(prefect_api: str, cli: C
     proc = cli.popen("drive", MILEPOST_LEASE_TTL="3")
     _wait_for(marker)
     time.sleep(0.3)
+    killed_at = datetime.now(UTC)
     proc.kill()
     proc.communicate(timeout=30)
     gate_pid = int(marker.read_text())
@@ -187,6 +189,9 @@ def test_sigkill_leaves_a_lease_the_next_drive_reclaims(prefect_api: str, cli: C
     runs = cli.json("runs", "slow")["runs"]
     assert [x["outcome"] for x in runs] == ["interrupted", "passed"]
     assert "lease" in runs[0]["reason"]
+    # The interrupted attempt ran from its claim until its supervisor stopped it: that is its time.
+    assert datetime.fromisoformat(runs[0]["started_at"]) < killed_at
+    assert runs[0]["duration"] >= 0.3
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
