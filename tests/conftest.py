@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +25,16 @@ from milepost.service import Service
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests send SIGINT to the processes they start (Ctrl-C). A shell
+    without job control starts its background commands with SIGINT ignored,
+    and an ignored signal stays ignored in every child: started that way
+    (`.ci/run &` in a script), the suite would test an uninterruptible drive.
+    A handler here is reset to the default in each child it starts."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass
