@@ -195,6 +195,8 @@ class Loop:
         self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration
         done = self._record(r.claim, result)
         self.reporter.gate_finished(r.claim, done)
+        if done.note:  # the outcome was not applied as it stands (its lease passed on, the milestone moved)
+            self.reporter.warning(f"{name}: {done.note}")
         if result.rewrote:
             self.reporter.warning(
                 f"{name}: its gate changed its own inputs ({describe_changes(result.rewrote)}): it stays stale"

@@ -194,6 +194,31 @@ def test_sigkill_leaves_a_lease_the_next_drive_reclaims(prefect_api: str, cli: C
     assert runs[0]["duration"] >= 0.3
 
 
+def test_a_frozen_drive_says_its_outcome_was_not_applied(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    """Frozen past its lease, a drive's attempt is fenced and recorded by the
+    next drive; when the frozen one wakes, it says its outcome is not applied."""
+    marker = workspace / "started"
+    gate = f"if [ -e {marker} ]; then exit 0; fi; echo $$ > {marker}; sleep 30"
+    (workspace / "plan.yaml").write_text(f"objective: freeze\nmilestones:\n  - name: slow\n    gate: '{gate}'\n")
+    cli("plan", "apply", "plan.yaml", check=True)
+    frozen = cli.popen("drive", MILEPOST_LEASE_TTL="1")
+    try:
+        _wait_for(marker)
+        os.kill(frozen.pid, signal.SIGSTOP)
+        time.sleep(1.5)  # its lease expires: nobody renews it
+        r = cli("drive", MILEPOST_LEASE_TTL="1")  # fences attempt 1 (kills its gate), runs attempt 2
+        assert r.code == 0, r.err + r.out
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    out, err = frozen.communicate(timeout=60)
+    # (The second drive recorded attempt 1 and has released the lease: the store holds it already.)
+    assert "warning: slow: attempt 1 of 'slow' is in the store already; this outcome is not applied" in err + out, (
+        err + out
+    )
+    runs = cli.json("runs", "slow")["runs"]
+    assert [x["outcome"] for x in runs] == ["interrupted", "passed"]  # recorded once each, by the second drive
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stop_signal_exits_130_and_the_milestone_is_ready_again(
     prefect_api: str, cli: CLI, workspace: Path, sig: signal.Signals
