@@ -8,13 +8,13 @@ running gate when interrupted. It reports to a :class:`Reporter`; it never print
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,17 +134,15 @@ class Loop:
         # it and starts the next gate while Prefect ends the task run (its
         # final state and events, about 4 ms a gate), and from the future
         # when Prefect has (the only word from a Dask worker process).
-        tell_when_ended(log_path, self._notify(key))
+        ended = functools.partial(self.done_q.put, key)
+        tell_when_ended(log_path, ended)
         future: PrefectFuture[Any] = GATE_TASKS[kind].submit(SpecBox(spec), wait_for=deps)  # type: ignore[call-overload]
         if kind is TaskKind.GATE:
             self.by_name[name] = future
             self.session.leases.add(claim)
         self.running[key] = _Running(key, kind, claim, spec, future)
         self.ctx.submitted += 1
-        future.add_done_callback(lambda _future: self.done_q.put(key))
-
-    def _notify(self, key: str) -> Callable[[], None]:
-        return lambda: self.done_q.put(key)
+        future.add_done_callback(lambda _future: ended())
 
     def _fill(self) -> None:
         while (

@@ -185,16 +185,15 @@ class Supervisor:
                 job = self._jobs.get(msg.get("id"))
                 if job is None:
                     continue
-                if "error" in msg:
+                if "error" in msg:  # it could not start
                     job.error = str(msg["error"])
-                    self._jobs.pop(job.id, None)
-                    job._ended.set()
                 elif "status" in msg:
                     job.status = ExitStatus.from_dict(msg["status"])
-                    self._jobs.pop(job.id, None)
-                    job._ended.set()
-                else:
+                else:  # it started
                     job.pid, job.start = int(msg["pid"]), msg.get("start")
+                    continue
+                self._jobs.pop(job.id, None)
+                job._ended.set()
         # The supervisor is gone (killed on its own): stop what it ran, here.
         self.alive = False
         for job in list(self._jobs.values()):
