@@ -138,13 +138,13 @@ def whole_process(ws: Any, n: int, repeat: int) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
     subprocess.run([str(exe), "init"], cwd=ws.root, env=env, check=True, stdout=subprocess.DEVNULL)
 
-    recorded = [_final_task_runs()]
+    server = _Settling(n)
 
     def timed(cmd: list[str]) -> float:
         t0 = time.perf_counter()
         subprocess.run(cmd, cwd=ws.root, env=env, check=True, stdout=subprocess.DEVNULL)
         took = time.perf_counter() - t0
-        recorded[0] = _settle(recorded[0] + n)  # every run makes n task runs: let the server record them
+        server.settle()
         return took
 
     def milepost_once() -> float:
@@ -203,17 +203,26 @@ def _final_task_runs() -> int:
     return int(r.json())
 
 
-def _settle(expected: int, timeout: float = 120.0, still: float = 5.0) -> int:
-    """Wait until the server has recorded ``expected`` final task runs (or
-    the count stood still for ``still`` seconds); returns the count."""
-    deadline = time.monotonic() + timeout
-    seen, since = _final_task_runs(), time.monotonic()
-    while seen < expected and time.monotonic() < deadline and time.monotonic() - since < still:
-        time.sleep(0.1)
-        now = _final_task_runs()
-        if now != seen:
-            seen, since = now, time.monotonic()
-    return seen
+class _Settling:
+    """The server's final task runs, counted between timed runs that make
+    ``per_run`` task runs each."""
+
+    def __init__(self, per_run: int) -> None:
+        self.per_run = per_run
+        self.recorded = _final_task_runs()
+
+    def settle(self, timeout: float = 120.0, still: float = 5.0) -> None:
+        """Wait until the server has recorded the last run's task runs (or
+        the count stood still for ``still`` seconds)."""
+        expected = self.recorded + self.per_run
+        deadline = time.monotonic() + timeout
+        seen, since = _final_task_runs(), time.monotonic()
+        while seen < expected and time.monotonic() < deadline and time.monotonic() - since < still:
+            time.sleep(0.1)
+            now = _final_task_runs()
+            if now != seen:
+                seen, since = now, time.monotonic()
+        self.recorded = seen
 
 
 def in_process(args: argparse.Namespace, ws: Any) -> None:
@@ -229,7 +238,7 @@ def in_process(args: argparse.Namespace, ws: Any) -> None:
     exec(HAND_SCRIPT, defined)
     hand = defined["hand"]
 
-    recorded = [_final_task_runs()]  # let the server settle between runs, as in whole_process
+    server = _Settling(n)  # let the server settle between runs, as in whole_process
 
     def milepost_once() -> float:
         svc = Service(Store.open(ws.url, ws.home, ws.root, create=True))
@@ -239,14 +248,14 @@ def in_process(args: argparse.Namespace, ws: Any) -> None:
         dt = time.perf_counter() - t0
         assert s.ok, s.message
         svc.close()
-        recorded[0] = _settle(recorded[0] + n)
+        server.settle()
         return dt
 
     def hand_once(how: str) -> float:
         t0 = time.perf_counter()
         hand(n, how)
         dt = time.perf_counter() - t0
-        recorded[0] = _settle(recorded[0] + n)
+        server.settle()
         return dt
 
     def doit_once() -> float:

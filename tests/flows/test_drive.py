@@ -18,7 +18,7 @@ from milepost.flows.drive import run_drive
 from milepost.graph import MilestoneStatus
 from milepost.planfile import parse_plan
 from milepost.service import Service
-from tests.conftest import CLI, EXAMPLES
+from tests.conftest import CLI, EXAMPLES, wait_until
 from tests.flows.conftest import api_get, api_post, flow_run_edges
 from tests.recording import RecordingReporter
 
@@ -159,20 +159,13 @@ def test_two_drivers_run_every_gate_exactly_once(prefect_api: str, cli: CLI, wor
     assert all(m["status"] == "done" for m in cli.json("list")["milestones"])
 
 
-def _wait_for(path: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.1)
-
-
 def test_sigkill_leaves_a_lease_the_next_drive_reclaims(prefect_api: str, cli: CLI, workspace: Path) -> None:
     marker = workspace / "started"
     gate = f"if [ -e {marker} ]; then exit 0; fi; echo $$ > {marker}; sleep 60"
     (workspace / "plan.yaml").write_text(f"objective: kill\nmilestones:\n  - name: slow\n    gate: '{gate}'\n")
     cli("plan", "apply", "plan.yaml", check=True)
     proc = cli.popen("drive", MILEPOST_LEASE_TTL="3")
-    _wait_for(marker)
+    wait_until(marker.exists, 60, f"{marker} to appear", step=0.1)
     time.sleep(0.3)
     killed_at = datetime.now(UTC)
     proc.kill()
@@ -203,7 +196,7 @@ def test_a_frozen_drive_says_its_outcome_was_not_applied(prefect_api: str, cli: 
     cli("plan", "apply", "plan.yaml", check=True)
     frozen = cli.popen("drive", MILEPOST_LEASE_TTL="1")
     try:
-        _wait_for(marker)
+        wait_until(marker.exists, 60, f"{marker} to appear", step=0.1)
         os.kill(frozen.pid, signal.SIGSTOP)
         time.sleep(1.5)  # its lease expires: nobody renews it
         r = cli("drive", MILEPOST_LEASE_TTL="1")  # fences attempt 1 (kills its gate), runs attempt 2
@@ -229,7 +222,7 @@ def test_a_stop_signal_exits_130_and_the_milestone_is_ready_again(
     )
     cli("plan", "apply", "plan.yaml", check=True)
     proc = cli.popen("drive")
-    _wait_for(marker)
+    wait_until(marker.exists, 60, f"{marker} to appear", step=0.1)
     time.sleep(0.3)
     gate_pid = int(marker.read_text())
     proc.send_signal(sig)
@@ -421,7 +414,7 @@ def _drive_on_a_terminal(cli: CLI, stop_after: Path | None = None, sig: int = si
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     if stop_after is not None:
-        _wait_for(stop_after)
+        wait_until(stop_after.exists, 60, f"{stop_after} to appear", step=0.1)
         time.sleep(0.5)
         proc.send_signal(sig)
     code = proc.wait(timeout=120)
