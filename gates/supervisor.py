@@ -93,10 +93,12 @@ class Job:
     round trip per gate, most of a short gate's cost): :meth:`wait` returns
     when the command has ended, or could not start (:attr:`error`)."""
 
-    def __init__(self, sup: Supervisor, job_id: int) -> None:
+    def __init__(self, sup: Supervisor, job_id: int, proc: str | None = None, cmd: int = 0) -> None:
         self._sup = sup
         self.id = job_id
-        self.pid: int | None = None  # also its process group, once the supervisor says it started
+        self._proc, self._cmd = proc, cmd
+        # Also its process group: once the supervisor says it ended, or that it still runs (after a moment).
+        self.pid: int | None = None
         self.start: int | None = None
         self.error: str | None = None  # why it could not start
         self.status: ExitStatus | None = None
@@ -111,8 +113,21 @@ class Job:
         """Stop the command's whole group (SIGTERM, SIGKILL after the grace).
         The supervisor reads its requests in order: a kill sent right after
         the spawn reaches the command it started."""
-        if not self._sup.send({"op": "kill", "id": self.id, "reason": reason}) and self.pid:
-            _killpg(self.pid, signal.SIGKILL)
+        if not self._sup.send({"op": "kill", "id": self.id, "reason": reason}):
+            self._kill_here()
+
+    def _kill_here(self) -> None:
+        """The supervisor is gone: SIGKILL the command's group from here,
+        found in the ``.proc`` file when its start was not announced yet."""
+        pid, start = self.pid, self.start
+        if pid is None and self._proc is not None:
+            starts = [r for r in read_proc(Path(self._proc)) if r.get("event") == "start" and r.get("cmd") == self._cmd]
+            pid, start = (starts[-1].get("pid"), starts[-1].get("start")) if starts else (None, None)
+        if not isinstance(pid, int) or pid <= 0:
+            return
+        now = _main.process_start(pid)
+        if now is None or start is None or now == start:  # (not an id taken by another process since)
+            _killpg(pid, signal.SIGKILL)
 
 
 class Supervisor:
@@ -167,7 +182,7 @@ class Supervisor:
         once the request is sent; raises :class:`LaunchError` when the
         supervisor is gone. A command that cannot start ends at once, with
         :attr:`Job.error` set."""
-        job = Job(self, next(self._ids))
+        job = Job(self, next(self._ids), proc, cmd)
         self._jobs[job.id] = job
         request = {
             "op": "spawn", "id": job.id, "argv": argv, "cwd": cwd, "env": env, "log": log, "proc": proc,
@@ -189,6 +204,7 @@ class Supervisor:
                     job.error = str(msg["error"])
                 elif "status" in msg:
                     job.status = ExitStatus.from_dict(msg["status"])
+                    job.pid, job.start = job.status.pid, msg["status"].get("start")
                 else:  # it started
                     job.pid, job.start = int(msg["pid"]), msg.get("start")
                     continue
@@ -197,8 +213,7 @@ class Supervisor:
         # The supervisor is gone (killed on its own): stop what it ran, here.
         self.alive = False
         for job in list(self._jobs.values()):
-            if job.pid:
-                _killpg(job.pid, signal.SIGKILL)
+            job._kill_here()
             job.status = ExitStatus(pid=job.pid, killed="the gate supervisor stopped")
             job._ended.set()
         self._jobs.clear()

@@ -160,6 +160,50 @@ def test_when_the_supervisor_itself_is_killed_the_driver_stops_the_gate(tmp_path
     assert again.passed
 
 
+def test_a_quick_command_is_one_message_and_a_long_one_is_announced(tmp_path: Path) -> None:
+    """The supervisor tells a command's start only when it still runs after a
+    moment (a message less per short gate); its end always carries the pid."""
+    sup = supervisor()
+    log = tmp_path / "attempt-1.log"
+    quick = sup.spawn(["/bin/true"], cwd=str(tmp_path), env={}, log=str(log), proc=str(tmp_path / "q.proc"))
+    assert quick.wait(10) and quick.status is not None and quick.status.exit_code == 0
+    assert quick.pid == read_proc(tmp_path / "q.proc")[0]["pid"]
+    slow = sup.spawn(["/bin/sleep", "300"], cwd=str(tmp_path), env={}, log=str(log), proc=str(tmp_path / "s.proc"))
+    try:
+        wait_until(lambda: slow.pid is not None, 10)  # announced while it runs
+        assert slow.pid == read_proc(tmp_path / "s.proc")[0]["pid"] and alive(slow.pid)
+    finally:
+        slow.kill()
+    assert slow.wait(10) and slow.status is not None and slow.status.killed == "interrupted"
+
+
+def test_a_group_not_yet_announced_is_found_in_its_proc_file(tmp_path: Path) -> None:
+    """When the supervisor dies before it announced a command, the driver finds
+    the group in the ``.proc`` file (and leaves alone an id that another
+    process has taken since)."""
+    from milepost.gates import _supervisor_main as sm
+    from milepost.gates.supervisor import Job
+
+    ours = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        proc = tmp_path / "attempt-1.proc"
+        lines = [
+            {"event": "start", "cmd": 0, "pid": ours.pid, "start": sm.process_start(ours.pid)},
+            {"event": "start", "cmd": 1, "pid": other.pid, "start": 1},  # another process's start time
+        ]
+        proc.write_text("".join(json.dumps(r) + "\n" for r in lines))
+        Job(supervisor(), 1, str(proc), 0)._kill_here()
+        Job(supervisor(), 2, str(proc), 1)._kill_here()
+        assert ours.wait(10) == -signal.SIGKILL
+        time.sleep(0.2)
+        assert other.poll() is None
+    finally:
+        for p in (ours, other):
+            p.kill()
+            p.wait()
+
+
 def test_what_a_command_leaves_running_is_stopped_when_it_ends(tmp_path: Path) -> None:
     pidfile = tmp_path / "bg.pid"
     r = run_gate(
