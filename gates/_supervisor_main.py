@@ -7,14 +7,15 @@ or a CI runner's group kill, do not reach it), with the standard library
 only: it must start in milliseconds and import nothing of milepost.
 
 FD is its end of a Unix socket pair whose other end only the driver holds.
-The driver sends JSON lines::
+The driver sends JSON lines, each spawn with the write end of a pipe of its
+own (``SCM_RIGHTS``) on which the supervisor answers for that command::
 
     {"op": "spawn", "id": 1, "argv": [...], "cwd": "...", "env": {...},
      "log": "attempt-1.log", "proc": "attempt-1.proc", "cmd": 0,
      "timeout": 60.0, "grace": 2.0}
     {"op": "kill", "id": 1, "reason": "interrupted"}
 
-and reads back, when it has ended, ``{"id": 1, "status": {"pid": P, "start":
+and reads back on the command's pipe, when it has ended, ``{"id": 1, "status": {"pid": P, "start":
 T, ...}}``, or ``{"id": 1, "error": "..."}`` when it could not be started.
 A command still running ``START_NOTICE_SECONDS`` after its start is also
 announced, ``{"id": 1, "pid": P, "start": T}``: most gates of a pipeline end
@@ -42,6 +43,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 from typing import Any
@@ -51,6 +53,8 @@ from typing import Any
 IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE)
 SHUTDOWN_GRACE = 0.5
 POLL_SECONDS = 0.25
+# Received descriptors close on exec from the start where the platform can (Linux).
+CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 START_NOTICE_SECONDS = 0.05
 
 
@@ -117,8 +121,9 @@ def append_json(path: str | None, record: dict[str, Any]) -> None:
 
 
 class Job:
-    def __init__(self, req: dict[str, Any], pid: int, start: int | None) -> None:
+    def __init__(self, req: dict[str, Any], pid: int, start: int | None, out: int) -> None:
         self.id = req["id"]
+        self.out = out  # the driver's pipe for this command's answers
         self.pid = pid
         self.start = start
         self.proc = req.get("proc")
@@ -285,6 +290,8 @@ def main() -> None:
     sock = int(sys.argv[1])
     driver = int(sys.argv[2])
     os.set_inheritable(sock, False)  # never into a gate
+    channel = socket.socket(fileno=sock)
+    pipes: list[int] = []  # answer pipes received, not yet taken by their spawn
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     wake_r, wake_w = os.pipe()
@@ -302,25 +309,31 @@ def main() -> None:
     buf = b""
     gone = False
 
-    def send(msg: dict[str, Any]) -> None:
+    def send(out: int | None, msg: dict[str, Any], last: bool = False) -> None:
+        """Answer on a command's pipe (``last``: and close it)."""
+        if out is None:
+            return
         data = (json.dumps(msg) + "\n").encode()
         try:
             while data:
-                data = data[os.write(sock, data) :]
+                data = data[os.write(out, data) :]
         except OSError:
-            pass  # the driver is gone: the end-of-file path stops everything
+            pass  # the driver is gone, or stopped waiting
+        if last:
+            os.close(out)
 
     def handle(req: dict[str, Any]) -> None:
         op = req.get("op")
         if op == "spawn":
+            out = pipes.pop(0) if pipes else None  # each spawn came with its pipe, in order
             try:
                 pid, error = spawn(req)
             except Exception as e:
                 pid, error = None, str(e) or type(e).__name__
-            if pid is None:
-                send({"id": req["id"], "error": error or "could not start"})
+            if pid is None or out is None:
+                send(out, {"id": req["id"], "error": error or "could not start"}, last=True)
                 return
-            job = Job(req, pid, process_start(pid))
+            job = Job(req, pid, process_start(pid), out)
             jobs[pid] = job
             by_id[job.id] = job
             record = {"event": "start", "cmd": job.cmd, "pid": pid, "start": job.start, "boot": boot}
@@ -348,11 +361,11 @@ def main() -> None:
         for pid, job in list(jobs.items()):
             if not job.announced and job.status is None and now - job.began >= START_NOTICE_SECONDS:
                 job.announced = True
-                send({"id": job.id, "pid": pid, "start": job.start})
+                send(job.out, {"id": job.id, "pid": pid, "start": job.start})
             if job.tick(now):
                 out = job.outcome()
                 append_json(job.proc, {"event": "end", "cmd": job.cmd, **out})
-                send({"id": job.id, "status": out})
+                send(job.out, {"id": job.id, "status": out}, last=True)
                 del jobs[pid]
                 by_id.pop(job.id, None)
 
@@ -370,9 +383,14 @@ def main() -> None:
                     pass
             elif fd == sock:
                 try:
-                    data = os.read(sock, 1 << 16)
+                    data, fds, flags, _ = socket.recv_fds(channel, 1 << 16, 16, CLOEXEC)
                 except OSError:
-                    data = b""
+                    data, fds, flags = b"", [], 0
+                for got in fds:
+                    os.set_inheritable(got, False)  # never into a gate (its end of file is the driver's word)
+                pipes.extend(fds)
+                if flags & socket.MSG_CTRUNC:  # descriptors lost: answer nothing rather than the wrong job
+                    gone = True
                 if not data:
                     gone = True
                     continue

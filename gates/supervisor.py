@@ -26,6 +26,7 @@ import contextlib
 import itertools
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -91,9 +92,15 @@ class ExitStatus:
 class Job:
     """One command sent to the supervisor. Its start is not waited for (a
     round trip per gate, most of a short gate's cost): :meth:`wait` returns
-    when the command has ended, or could not start (:attr:`error`)."""
+    when the command has ended, or could not start (:attr:`error`).
 
-    def __init__(self, sup: Supervisor, job_id: int, proc: str | None = None, cmd: int = 0) -> None:
+    The supervisor answers on a pipe of the job's own, whose write end went
+    with the request: the thread that waits reads its answer itself (a
+    reader thread shared by all jobs woke for every message, and then woke
+    the waiting thread: two threads to schedule per gate where one does).
+    End of file before the end means the supervisor is gone."""
+
+    def __init__(self, sup: Supervisor, job_id: int, answers: int, proc: str | None = None, cmd: int = 0) -> None:
         self._sup = sup
         self.id = job_id
         self._proc, self._cmd = proc, cmd
@@ -102,12 +109,67 @@ class Job:
         self.start: int | None = None
         self.error: str | None = None  # why it could not start
         self.status: ExitStatus | None = None
-        self._ended = threading.Event()
+        self._fd: int | None = answers  # the read end of the job's pipe, until its last answer
+        self._buf = b""
+        self._lock = threading.Lock()  # one reader of the pipe at a time
+
+    @property
+    def ended(self) -> bool:
+        return self._fd is None
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once the command and whatever it left in its group have
         ended, or once it failed to start."""
-        return self._ended.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return self.ended
+        try:
+            while self._fd is not None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                poller = select.poll()
+                poller.register(self._fd, select.POLLIN)
+                if not poller.poll(None if left is None else max(1, int(left * 1000))):
+                    continue
+                data = os.read(self._fd, 1 << 16)
+                if not data:
+                    self._lost()
+                    break
+                *lines, self._buf = (self._buf + data).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._take(json.loads(line))
+            return True
+        finally:
+            self._lock.release()
+
+    def _take(self, msg: dict[str, Any]) -> None:
+        if "error" in msg:  # it could not start
+            self.error = str(msg["error"])
+        elif "status" in msg:
+            self.status = ExitStatus.from_dict(msg["status"])
+            self.pid, self.start = self.status.pid, msg["status"].get("start")
+        else:  # it still runs
+            self.pid, self.start = int(msg["pid"]), msg.get("start")
+            return
+        self._close()
+
+    def _lost(self) -> None:
+        """The supervisor is gone (killed on its own): stop the command here."""
+        self._sup.alive = False
+        self._kill_here()
+        self.status = ExitStatus(pid=self.pid, killed="the gate supervisor stopped")
+        self._close()
+
+    def _close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._close()
 
     def kill(self, reason: str = "interrupted") -> None:
         """Stop the command's whole group (SIGTERM, SIGKILL after the grace).
@@ -147,21 +209,29 @@ class Supervisor:
         theirs.close()
         self._sock = ours
         self._send_lock = threading.Lock()
-        self._jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
-        self.alive = True
-        self._reader = threading.Thread(target=self._read, name="milepost-gate-supervisor", daemon=True)
-        self._reader.start()
+        self._alive = True
 
     @property
     def pid(self) -> int:
         return self._proc.pid
 
-    def send(self, msg: dict[str, Any]) -> bool:
+    @property
+    def alive(self) -> bool:
+        """Whether the supervisor runs (a job that finds it gone says so)."""
+        return self._alive and self._proc.poll() is None
+
+    @alive.setter
+    def alive(self, value: bool) -> None:
+        self._alive = value
+
+    def send(self, msg: dict[str, Any], fd: int | None = None) -> bool:
+        """Send one request (with ``fd``, a descriptor the supervisor keeps)."""
         data = (json.dumps(msg) + "\n").encode()
         try:
             with self._send_lock:
-                self._sock.sendall(data)
+                sent = socket.send_fds(self._sock, [data], [fd]) if fd is not None else 0
+                self._sock.sendall(data[sent:])
         except OSError:
             return False
         return True
@@ -182,47 +252,24 @@ class Supervisor:
         once the request is sent; raises :class:`LaunchError` when the
         supervisor is gone. A command that cannot start ends at once, with
         :attr:`Job.error` set."""
-        job = Job(self, next(self._ids), proc, cmd)
-        self._jobs[job.id] = job
+        answers, theirs = os.pipe()  # (neither end is inherited by a gate)
+        job = Job(self, next(self._ids), answers, proc, cmd)
         request = {
             "op": "spawn", "id": job.id, "argv": argv, "cwd": cwd, "env": env, "log": log, "proc": proc,
             "cmd": cmd, "timeout": timeout, "grace": grace,
         }  # fmt: skip
-        if not self.send(request):
-            self._jobs.pop(job.id, None)
-            raise LaunchError("the gate supervisor is not running")
+        try:
+            if not self.send(request, theirs):
+                job._close()
+                raise LaunchError("the gate supervisor is not running")
+        finally:
+            os.close(theirs)  # the supervisor holds its own copy now
         return job
-
-    def _read(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            for line in self._sock.makefile("rb"):
-                msg = json.loads(line)
-                job = self._jobs.get(msg.get("id"))
-                if job is None:
-                    continue
-                if "error" in msg:  # it could not start
-                    job.error = str(msg["error"])
-                elif "status" in msg:
-                    job.status = ExitStatus.from_dict(msg["status"])
-                    job.pid, job.start = job.status.pid, msg["status"].get("start")
-                else:  # it started
-                    job.pid, job.start = int(msg["pid"]), msg.get("start")
-                    continue
-                self._jobs.pop(job.id, None)
-                job._ended.set()
-        # The supervisor is gone (killed on its own): stop what it ran, here.
-        self.alive = False
-        for job in list(self._jobs.values()):
-            job._kill_here()
-            job.status = ExitStatus(pid=job.pid, killed="the gate supervisor stopped")
-            job._ended.set()
-        self._jobs.clear()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the supervisor (it stops whatever still runs) and reap it."""
         self.alive = False
         with contextlib.suppress(OSError):
-            # shutdown, not just close: the reader's file object keeps the descriptor open.
             self._sock.shutdown(socket.SHUT_RDWR)
             self._sock.close()
         try:

@@ -170,11 +170,34 @@ def test_a_quick_command_is_one_message_and_a_long_one_is_announced(tmp_path: Pa
     assert quick.pid == read_proc(tmp_path / "q.proc")[0]["pid"]
     slow = sup.spawn(["/bin/sleep", "300"], cwd=str(tmp_path), env={}, log=str(log), proc=str(tmp_path / "s.proc"))
     try:
-        wait_until(lambda: slow.pid is not None, 10)  # announced while it runs
+        assert not slow.wait(0.5)  # it runs: its start was announced meanwhile, on its own pipe
         assert slow.pid == read_proc(tmp_path / "s.proc")[0]["pid"] and alive(slow.pid)
     finally:
         slow.kill()
     assert slow.wait(10) and slow.status is not None and slow.status.killed == "interrupted"
+
+
+def test_each_command_hears_its_own_answer_when_many_run_at_once(tmp_path: Path) -> None:
+    """Every spawn carries the pipe its answers come back on: commands ending
+    in any order, waited on from several threads, each get their own."""
+    sup = supervisor()
+    log = str(tmp_path / "attempt-1.log")
+    jobs = [
+        sup.spawn(["/bin/sh", "-c", f"sleep 0.{(7 * i) % 10}; exit {i}"], cwd=str(tmp_path), env={}, log=log)
+        for i in range(12)
+    ]
+    codes: dict[int, int | None] = {}
+
+    def wait(i: int) -> None:
+        assert jobs[i].wait(30)
+        codes[i] = jobs[i].status.exit_code if jobs[i].status else None
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(40)
+    assert codes == {i: i for i in range(12)}
 
 
 def test_a_group_not_yet_announced_is_found_in_its_proc_file(tmp_path: Path) -> None:
@@ -193,8 +216,8 @@ def test_a_group_not_yet_announced_is_found_in_its_proc_file(tmp_path: Path) -> 
             {"event": "start", "cmd": 1, "pid": other.pid, "start": 1},  # another process's start time
         ]
         proc.write_text("".join(json.dumps(r) + "\n" for r in lines))
-        Job(supervisor(), 1, str(proc), 0)._kill_here()
-        Job(supervisor(), 2, str(proc), 1)._kill_here()
+        for cmd in (0, 1):
+            Job(supervisor(), cmd + 1, os.open(os.devnull, os.O_RDONLY), str(proc), cmd)._kill_here()
         assert ours.wait(10) == -signal.SIGKILL
         time.sleep(0.2)
         assert other.poll() is None
