@@ -185,10 +185,7 @@ class Job:
         if pid is None and self._proc is not None:
             starts = [r for r in read_proc(Path(self._proc)) if r.get("event") == "start" and r.get("cmd") == self._cmd]
             pid, start = (starts[-1].get("pid"), starts[-1].get("start")) if starts else (None, None)
-        if not isinstance(pid, int) or pid <= 0:
-            return
-        now = _main.process_start(pid)
-        if now is None or start is None or now == start:  # (not an id taken by another process since)
+        if isinstance(pid, int) and pid > 0 and _still_ours(pid, start):
             _killpg(pid, signal.SIGKILL)
 
 
@@ -380,6 +377,14 @@ def _live_members(pgid: int) -> bool:
     return False
 
 
+def _still_ours(pgid: int, start: Any) -> bool:
+    """Whether a group recorded with its leader's ``start`` time may still be
+    ours: its leader is that process, or gone (members keep the group's id).
+    An id now held by another process means ours is gone."""
+    now = _main.process_start(pgid)
+    return now is None or start is None or now == start
+
+
 def stop_attempt(proc_path: Path, timeout: float = 10.0) -> list[int]:
     """Make sure no process of an attempt started on this machine lives: every
     process group its ``.proc`` file records as started, in this boot, whose
@@ -394,9 +399,8 @@ def stop_attempt(proc_path: Path, timeout: float = 10.0) -> list[int]:
         if rec.get("boot") != boot:
             continue  # another boot: nothing of it lives
         pgid = int(rec["pid"])
-        start = _main.process_start(pgid)
-        if start is not None and rec.get("start") is not None and start != rec["start"]:
-            continue  # the id now belongs to another process: ours is gone (a live group keeps its id)
+        if not _still_ours(pgid, rec.get("start")):
+            continue
         if _live_members(pgid):
             _killpg(pgid, signal.SIGKILL)
             killed.append(pgid)

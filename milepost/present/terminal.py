@@ -185,11 +185,9 @@ def columns(
     coloured), by column index. rich's ``Table`` measures every cell and
     took 0.34 s for a 200-milestone drive's summary (most of what the drive
     cost beyond a hand-written flow at that size); this takes milliseconds."""
-    from rich.markup import escape
-
     from milepost._text import printable
 
-    cells = [[printable(c) for c in row] for row in rows]
+    cells = [[printable(c) for c in row] for row in rows]  # measured as shown
     widths = [max([len(head[i]), *(len(r[i]) for r in cells)]) for i in range(len(head) - 1)]
     marked = styles or {}
 
@@ -197,7 +195,7 @@ def columns(
         out = []
         for i, text in enumerate(texts):
             pad = " " * (widths[i] - len(text)) if i < len(widths) else ""
-            out.append((marked[i][row] if row is not None and i in marked else escape(text)) + pad)
+            out.append((marked[i][row] if row is not None and i in marked else esc(text)) + pad)
         return "  ".join(out).rstrip()
 
     body = [f"[bold]{line(head, None)}[/]", *(line(r, n) for n, r in enumerate(cells))]
