@@ -4,9 +4,10 @@ A plan of N milestones (default 100,000; each with a gate, an acceptance
 text and up to three deps, like bench_store's items) is written as YAML, then,
 in one run, R times each (medians):
 
-* the phases in this process, each on a fresh SQLite store: parsing (libyaml
-  composing the nodes; building the plan's data, with the duplicate-key and
-  alias checks), validating (the plan's models, then the whole milestone
+* the phases in this process, each on a fresh SQLite store: reading the
+  text as data (by the plain block reader, which ``plan apply`` uses for a
+  plan in that form; and, for comparison, by libyaml composing the nodes and
+  building the data from them, the path of any other YAML), validating (the plan's models, then the whole milestone
   set: names, deps, cycles), and ``Service.apply_plan`` (which writes it
   and returns the item it wrote);
 * the whole command, ``milepost plan apply FILE``, as a subprocess in a fresh
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 from milepost.graph.plan import Plan
+from milepost.plainyaml import read_plain
 from milepost.plandoc import build, compose
 from milepost.planfile import gc_paused
 from milepost.service import Service
@@ -60,10 +62,13 @@ def phases(path: Path) -> dict[str, float]:
         text = path.read_text(encoding="utf-8")
         t1 = time.perf_counter()
         node = compose(text)
-        t2 = time.perf_counter()
         assert node is not None
-        data = build(node)
+        built = build(node)
+        t2 = time.perf_counter()
+        del node, built
+        data = read_plain(text)
         t3 = time.perf_counter()
+        assert data is not None, "the plan is in the plain block form"
         plan = Plan.model_validate(data)
         t4 = time.perf_counter()
         plan.check()  # as parse_plan does: apply_plan takes what it validated
@@ -71,15 +76,15 @@ def phases(path: Path) -> dict[str, float]:
         svc.apply_plan(plan)
         t6 = time.perf_counter()
     svc.close()
-    del text, node, data, plan
+    del text, data, plan
     gc.collect()
     t["read the file"] = t1 - t0
-    t["compose (libyaml)"] = t2 - t1
-    t["build the data"] = t3 - t2
+    t["(libyaml, not used)"] = t2 - t1
+    t["read the plain form"] = t3 - t2
     t["plan models"] = t4 - t3
     t["validate the set"] = t5 - t4
     t["Service.apply_plan"] = t6 - t5
-    t["in-process total"] = t6 - t0
+    t["in-process total"] = t6 - t0 - (t2 - t1)
     return t
 
 
@@ -111,7 +116,7 @@ def main() -> None:
     total = statistics.median(samples["in-process total"])
     for phase, xs in samples.items():
         med = statistics.median(xs)
-        share = "" if phase == "in-process total" else f"   {100 * med / total:4.0f}%"
+        share = "" if phase in ("in-process total", "(libyaml, not used)") else f"   {100 * med / total:4.0f}%"
         print(f"  {phase:<22} {med:7.2f} s{share}")
     med = statistics.median(whole)
     verdict = "met" if med < TARGET_S else "MISSED"

@@ -65,15 +65,17 @@ class WorkGraph:
         self._max_id = items[-1].id if items else 0
         if validate:
             validate_milestones(items)
+        ms, succ, undone, done = self._ms, self._succ, self._undone, S.DONE
         for m in items:
-            self._ms[m.name] = m
-            self._succ[m.name] = []
-        for m in items:
+            ms[m.name] = m
+            succ[m.name] = []
+        for m in items:  # one pass over the edges (a plan may hold 300,000)
+            left = 0
             for d in m.deps:
-                self._succ[d].append(m.name)
-        ms = self._ms
-        for m in items:
-            self._undone[m.name] = sum(1 for d in m.deps if ms[d].status is not S.DONE)
+                succ[d].append(m.name)
+                if ms[d].status is not done:
+                    left += 1
+            undone[m.name] = left
         self._heap = [(m.id, m.name) for m in items if self._ready(m)]
         heapq.heapify(self._heap)
         self._queued = {name for _, name in self._heap}

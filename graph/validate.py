@@ -94,12 +94,13 @@ def validate_milestones(items: Sequence[Milestone]) -> None:
     duplicates, self-deps, unknown deps and cycles, in that order."""
     for _, problem in milestone_problems(items):
         raise problem
-    seen = {m.name: m.id for m in items}
     # Kahn's algorithm: whatever is never freed lies on or behind a cycle.
-    indeg = {m.name: len(set(m.deps)) for m in items}
+    indeg: dict[str, int] = {}
     succ: dict[str, list[str]] = {m.name: [] for m in items}
     for m in items:
-        for d in set(m.deps):
+        deps = m.deps if len(m.deps) < 2 else set(m.deps)  # each dep once
+        indeg[m.name] = len(deps)
+        for d in deps:
             succ[d].append(m.name)
     free = [n for n, k in indeg.items() if k == 0]
     left = len(indeg)
@@ -111,6 +112,6 @@ def validate_milestones(items: Sequence[Milestone]) -> None:
             if indeg[s] == 0:
                 free.append(s)
     if left:
-        path = _cycle_path({m.name: m.deps for m in items}, seen)
+        path = _cycle_path({m.name: m.deps for m in items}, {m.name: m.id for m in items})
         cycle = path.split(" -> ")
         raise CycleError(f"milestone deps form a cycle: {path} (each needs the next)", cycle=cycle, milestone=cycle[0])

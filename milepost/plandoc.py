@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-__all__ = ["MAX_ALIAS_NODES", "DuplicateKey", "Loc", "Problem", "build", "compose", "duplicate_line", "json_lines",
-           "line_map", "no_duplicates", "yaml_problem"]  # fmt: skip
+__all__ = ["MAX_ALIAS_NODES", "TYPED_FIRST", "DuplicateKey", "Loc", "Problem", "build", "compose", "duplicate_line",
+           "json_lines", "line_map", "no_duplicates", "plain_scalar", "yaml_problem"]  # fmt: skip
 
 # Aliases may add at most this many nodes to a document (a shared gate list
 # in each of 100,000 milestones fits; a "billion laughs" does not).
@@ -34,6 +34,8 @@ _Base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # character, the wildcard ones appended: what PyYAML's resolve() looks up per scalar.
 _WILD = tuple(_Base.yaml_implicit_resolvers.get(None, []))
 _BY_FIRST = {k: (*v, *_WILD) for k, v in _Base.yaml_implicit_resolvers.items() if k is not None}
+# First characters of a plain scalar that may make it other than a string.
+TYPED_FIRST = frozenset(k for k in _BY_FIRST if k) if not _WILD else frozenset(map(chr, range(128)))
 assert not _Base.yaml_path_resolvers, "the loader below resolves no paths"
 
 
@@ -57,6 +59,18 @@ class _Loader(_Base):  # type: ignore[valid-type,misc]
                         return str(tag)
             return _STR
         return _SEQ if kind is SequenceNode else _MAP
+
+
+def plain_scalar(value: str) -> Any:
+    """A plain (unquoted) scalar's value, typed as the safe loader types it
+    (YAML 1.1: ``yes`` is true, ``010`` is 8, ``~`` and nothing are null)."""
+    for tag, regexp in _BY_FIRST.get(value[:1], _WILD):
+        if regexp.match(value):
+            if tag == _STR:
+                break
+            loader = _Loader("")
+            return loader.yaml_constructors[tag](loader, ScalarNode(tag, value))
+    return value
 
 
 Loc = tuple[str | int, ...]

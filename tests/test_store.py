@@ -289,3 +289,40 @@ def test_a_plan_applies_as_it_reads_back(any_service: Service) -> None:
         again.model_dump(mode="json")["milestones"]
         == any_service.get_item(again.id).model_dump(mode="json")["milestones"]
     )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[], {}, "x", 1, 1.5, 1e300, float("nan"), True, None, 10**30, -0.0, {"a": [1, {"b": []}]},
+     [{"name": "gate", "run": "caf\u00e9 \u202e \"q\" \\", "cwd": None, "env": {"A": "1"}, "timeout": 1.5}]],
+)  # fmt: skip
+def test_json_columns_are_written_as_json_dumps_writes_them(value: object) -> None:
+    import json
+
+    from milepost._json import json_text
+
+    assert json_text(value) == json.dumps(value)
+
+
+def test_a_gate_commands_row_value_is_its_json_dump() -> None:
+    from milepost.graph.models import GateCommand, Milestone
+    from milepost.service._rows import milestone_row
+
+    gate = [GateCommand(name="a", run="true", cwd="src", env={"X": "1"}, timeout=3), GateCommand(run="false")]
+    row = milestone_row(Milestone(id=1, name="m", gate=gate))
+    assert row["gate"] == [c.model_dump(mode="json") for c in gate]
+
+
+def test_a_large_plan_is_written_in_file_order_with_its_deps(tmp_path: Path) -> None:
+    from milepost.planfile import parse_plan
+
+    lines = ["objective: many", "milestones:"]
+    for i in range(3000):
+        lines += [f"- name: m{i}", f"  gate: echo {i}"] + ([f"  deps: [m{i - 1}, m{i // 2}]"] if i else [])
+    svc = Service(Store.open(f"sqlite:///{tmp_path / 'm.db'}", tmp_path, tmp_path, create=True), "t")
+    item = svc.apply_plan(parse_plan("\n".join(lines) + "\n", "plan.yaml"))
+    svc.close()
+    again = Service(Store.open(f"sqlite:///{tmp_path / 'm.db'}", tmp_path, tmp_path), "t").get_item(item.id)
+    assert [m.name for m in again.milestones] == [f"m{i}" for i in range(3000)]
+    assert again.milestones[2999].deps == ["m2998", "m1499"]
+    assert again.milestones[7].gate[0].run == "echo 7"

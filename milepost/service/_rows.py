@@ -202,7 +202,7 @@ def milestone_row(m: Milestone) -> dict[str, Any]:
         "cache": m.cache,
         "fix": m.fix,
         "flaky": m.flaky,
-        "gate": [c.model_dump(mode="json") for c in m.gate],
+        "gate": [vars(c).copy() for c in m.gate],  # its fields (str, dict, float): model_dump's value, faster
         "inputs": list(m.inputs),
         "name": m.name,
         "retries": m.retries,
