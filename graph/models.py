@@ -32,6 +32,7 @@ __all__ = [
     "MAX_RETRIES",
     "MAX_SECONDS",
     "MAX_TEXT",
+    "NAME_PATTERN",
     "NAME_RULE",
     "CommandText",
     "Delay",
@@ -71,13 +72,13 @@ MAX_TEXT = 1_000_000  # characters of an objective, acceptance text, reason or r
 MAX_INPUTS = 1_000  # input patterns of one milestone
 MAX_PATTERN = 1_000  # characters of one input pattern
 
-_NAME_RE = re.compile(r"[a-z][a-z0-9._-]{0,63}")
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9._-]{0,63}")  # a whole name (fullmatch)
 NAME_RULE = "1-64 characters: lowercase letters, digits, '-', '_' or '.', starting with a letter"
 
 
 def check_name(name: str, what: str = "milestone") -> str:
     """Return ``name`` if it is a valid slug, else raise :class:`InvalidNameError`."""
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise InvalidNameError(f"invalid {what} name {name!r}: use {NAME_RULE}", name=name)
     return name
 

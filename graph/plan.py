@@ -133,31 +133,40 @@ class Plan(_Strict):
         """The plan's milestones with ids in file order, validated whole:
         names, duplicates, self-deps, unknown deps, cycles."""
         out = []
+        d = self.defaults
+        pending, hypothesis = MilestoneStatus.PENDING, MilestoneStatus.HYPOTHESIS
+        make, command = Milestone.model_validate, GateCommand.model_validate
         for i, pm in enumerate(self.milestones, start=1):
-            gate = _gate_commands(pm)
-            if pm.inputs and not gate:
+            # (the loop is a hot path: 100,000 milestones in a large plan)
+            gate = [command({"name": "gate", "run": pm.gate})] if pm.gate.__class__ is str else _gate_commands(pm)
+            inputs = pm.inputs
+            if inputs is None:
+                inputs = d.inputs if gate else []
+            elif inputs and not gate:
                 raise InvalidValueError(
                     f"milestone {pm.name!r} has inputs but no gate: inputs bind a gate's proof to files;"
                     " add a gate or drop the inputs",
                     milestone=pm.name,
                 )
-            inputs = pm.inputs if pm.inputs is not None else (self.defaults.inputs if gate else [])
+            deps = pm.deps
             out.append(
-                Milestone(
-                    id=i,
-                    name=pm.name,
-                    deps=list(dict.fromkeys(pm.deps)),
-                    acceptance=pm.acceptance,
-                    gate=gate,
-                    retries=self.defaults.retries if pm.retries is None else pm.retries,
-                    timeout=self.defaults.timeout if pm.timeout is None else pm.timeout,
-                    review=pm.review,
-                    fix=pm.fix if pm.fix is not None else self.defaults.fix,
-                    retry_delay=pm.retry_delay if pm.retry_delay is not None else self.defaults.retry_delay,
-                    status=MilestoneStatus.HYPOTHESIS if pm.hypothesis else MilestoneStatus.PENDING,
-                    inputs=list(dict.fromkeys(inputs)),
-                    cache=pm.cache,
-                    flaky=pm.flaky,
+                make(  # a dict through the model's validator: twice as fast as keywords through __init__
+                    {
+                        "id": i,
+                        "name": pm.name,
+                        "deps": list(dict.fromkeys(deps)) if len(deps) > 1 else deps,
+                        "acceptance": pm.acceptance,
+                        "gate": gate,
+                        "retries": d.retries if pm.retries is None else pm.retries,
+                        "timeout": d.timeout if pm.timeout is None else pm.timeout,
+                        "review": pm.review,
+                        "fix": d.fix if pm.fix is None else pm.fix,
+                        "retry_delay": d.retry_delay if pm.retry_delay is None else pm.retry_delay,
+                        "status": hypothesis if pm.hypothesis else pending,
+                        "inputs": list(dict.fromkeys(inputs)) if len(inputs) > 1 else inputs,
+                        "cache": pm.cache,
+                        "flaky": pm.flaky,
+                    }
                 )
             )
         validate_milestones(out)

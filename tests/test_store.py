@@ -306,10 +306,10 @@ def test_json_columns_are_written_as_json_dumps_writes_them(value: object) -> No
 
 def test_a_gate_commands_row_value_is_its_json_dump() -> None:
     from milepost.graph.models import GateCommand, Milestone
-    from milepost.service._rows import milestone_row
+    from milepost.service._rows import MILESTONE_ROW_FIELDS, milestone_row
 
     gate = [GateCommand(name="a", run="true", cwd="src", env={"X": "1"}, timeout=3), GateCommand(run="false")]
-    row = milestone_row(Milestone(id=1, name="m", gate=gate))
+    row = dict(zip(MILESTONE_ROW_FIELDS, milestone_row(Milestone(id=1, name="m", gate=gate)), strict=True))
     assert row["gate"] == [c.model_dump(mode="json") for c in gate]
 
 
@@ -326,3 +326,41 @@ def test_a_large_plan_is_written_in_file_order_with_its_deps(tmp_path: Path) -> 
     assert [m.name for m in again.milestones] == [f"m{i}" for i in range(3000)]
     assert again.milestones[2999].deps == ["m2998", "m1499"]
     assert again.milestones[7].gate[0].run == "echo 7"
+
+
+@pytest.mark.parametrize("dialect_name", ["sqlite", "postgresql"])
+def test_many_rows_get_the_values_one_row_gets(dialect_name: str) -> None:
+    """Prepared's row functions (one per fields and shared names, Boolean
+    values looked up) make what the statement's own processors make of one
+    row at a time, on both dialects' processors."""
+    import datetime
+
+    from sqlalchemy.dialects import sqlite
+    from sqlalchemy.dialects.postgresql import psycopg
+
+    from milepost.graph.models import GateCommand, Milestone
+    from milepost.service import _rows as rows
+    from milepost.service._prepared import _Compiled
+
+    dialect = sqlite.dialect() if dialect_name == "sqlite" else psycopg.dialect()
+    now = datetime.datetime(2026, 12, 1, 9, 30, tzinfo=datetime.UTC)
+    ms = [
+        Milestone(id=1, name="a", gate=[GateCommand(run="x", env={"K": "v"})], review=True, timeout=3),
+        Milestone(id=2, name="b", deps=["a"], cache=False, flaky=True, inputs=["src/**"], retry_delay=0.5),
+        Milestone(id=3, name="c", fix="make fix", acceptance="it works"),
+    ]
+    c = _Compiled(rows.ADD_MILESTONES.stmt, dialect)
+    same = {"item_id": 7, "created_at": now, "updated_at": now}
+
+    def plain(v: object) -> object:
+        return getattr(v, "obj", v)  # psycopg's Json wrapper compares by identity
+
+    for _ in range(2):  # the second call takes the row function made by the first
+        many = c.args_many(rows.MILESTONE_ROW_FIELDS, [rows.milestone_row(m) for m in ms], same)
+        for got, m in zip(many, ms, strict=True):
+            one = c.args({**dict(zip(rows.MILESTONE_ROW_FIELDS, rows.milestone_row(m), strict=True)), **same})
+            if isinstance(one, dict):
+                assert isinstance(got, dict)
+                assert {k: plain(v) for k, v in got.items()} == {k: plain(v) for k, v in one.items()}
+            else:
+                assert list(got) == list(one)

@@ -27,6 +27,7 @@ __all__ = [
     "ITEMS",
     "MANIFESTS",
     "MILESTONES",
+    "MILESTONE_ROW_FIELDS",
     "REFS",
     "RUNS",
     "gate_run",
@@ -192,26 +193,31 @@ def milestone_state(m: Milestone) -> dict[str, Any]:
     return plain(m.model_dump(include=set(STATE_FIELDS)))
 
 
-def milestone_row(m: Milestone) -> dict[str, Any]:
-    """A new milestone's row (the fields of :data:`NEW_MILESTONE_FIELDS` but
-    those all the milestones of an item share: ``item_id``, the times)."""
-    return {
-        "acceptance": m.acceptance,
-        "attempts": m.attempts,
-        "awaiting_review": m.awaiting_review,
-        "cache": m.cache,
-        "fix": m.fix,
-        "flaky": m.flaky,
-        "gate": [vars(c).copy() for c in m.gate],  # its fields (str, dict, float): model_dump's value, faster
-        "inputs": list(m.inputs),
-        "name": m.name,
-        "retries": m.retries,
-        "retry_delay": m.retry_delay,
-        "review": m.review,
-        "status": m.status.value,
-        "timeout": m.timeout,
-        "seq": m.id,
-    }
+# The values of a new milestone's row, in this order (:func:`milestone_row`):
+# the fields of NEW_MILESTONE_FIELDS but those all the milestones of an item share.
+MILESTONE_ROW_FIELDS = ("acceptance", "attempts", "awaiting_review", "cache", "fix", "flaky", "gate", "inputs",
+                        "name", "retries", "retry_delay", "review", "status", "timeout", "seq")  # fmt: skip
+
+
+def milestone_row(m: Milestone) -> tuple[Any, ...]:
+    """A new milestone's row: the values of :data:`MILESTONE_ROW_FIELDS`."""
+    return (
+        m.acceptance,
+        m.attempts,
+        m.awaiting_review,
+        m.cache,
+        m.fix,
+        m.flaky,
+        [vars(c) for c in m.gate],  # its fields (str, dict, float): model_dump's value, faster (read, not kept)
+        list(m.inputs),
+        m.name,
+        m.retries,
+        m.retry_delay,
+        m.review,
+        m.status.value,
+        m.timeout,
+        m.id,
+    )
 
 
 def item(row: Row[Any], milestones: list[Milestone], *, revision: int, current: bool) -> WorkItem:

@@ -304,20 +304,9 @@ class Tx:
         if self.events:
             rows.ADD_EVENTS.run_many(
                 self.conn,
-                [
-                    {
-                        "item_id": self.id,
-                        "milestone": e.milestone,
-                        "action": e.kind.value,
-                        "from_status": e.before,
-                        "to_status": e.after,
-                        "reason": e.reason,
-                        "agent": self.ctx.agent,
-                        "revision": new,
-                        "at": now,
-                    }
-                    for e in self.events
-                ],
+                ("milestone", "action", "from_status", "to_status", "reason"),
+                [(e.milestone, e.kind.value, e.before, e.after, e.reason) for e in self.events],
+                {"item_id": self.id, "agent": self.ctx.agent, "revision": new, "at": now},
             )
         self.revision = new
 

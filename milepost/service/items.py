@@ -204,16 +204,13 @@ def insert_milestones(
         # written: through SQLAlchemy's batched INSERT ... RETURNING, 100,000
         # milestones took most of `plan apply`.
         same = {"item_id": item_id, "created_at": now, "updated_at": now}
-        rows.ADD_MILESTONES.run_many(conn, [rows.milestone_row(m) for m in ms], same)
+        rows.ADD_MILESTONES.run_many(conn, rows.MILESTONE_ROW_FIELDS, map(rows.milestone_row, ms), same)
         seqs = [m.id for m in ms]
-        found = rows.NEW_KEYS.rows(conn, item=item_id, lo=min(seqs), hi=max(seqs))
-        by_seq = {r["seq"]: r["id"] for r in found}
+        by_seq = dict(rows.NEW_KEYS.tuples(conn, item=item_id, lo=min(seqs), hi=max(seqs)))
         pks.update((m.name, by_seq[m.id]) for m in ms)
-    dep_rows = [
-        {"milestone_id": pks[m.name], "dep_id": pks[d], "position": i} for m in ms for i, d in enumerate(m.deps)
-    ]
+    dep_rows = [(pks[m.name], pks[d], i) for m in ms for i, d in enumerate(m.deps)]
     if dep_rows:
-        rows.ADD_DEPS.run_many(conn, dep_rows, {"item_id": item_id})
+        rows.ADD_DEPS.run_many(conn, ("milestone_id", "dep_id", "position"), dep_rows, {"item_id": item_id})
     return pks
 
 

@@ -102,3 +102,54 @@ def test_driving_by_next_ready_finishes_everything_in_lowest_id_order(g: WorkGra
         g.record_attempt(m.name, passed=True)
     assert g.all_done()
     assert sorted(picked) == [m.id for m in g]
+
+
+def _reference_verdict(ms: list[tuple[str, list[str]]]) -> str:
+    """What a set of milestones is, found the slow way: the first problem's
+    kind in milestone_problems' order, else whether a topological order exists."""
+    import re
+
+    names = [n for n, _ in ms]
+    for n in names:
+        if not re.fullmatch(r"[a-z][a-z0-9._-]{0,63}", n) or names.count(n) > 1:
+            return "name"
+    for n, deps in ms:
+        if n in deps or any(d not in names for d in deps):
+            return "deps"
+    done: set[str] = set()
+    while len(done) < len(ms):
+        free = [n for n, deps in ms if n not in done and all(d in done for d in deps)]
+        if not free:
+            return "cycle"
+        done.update(free)
+    return "ok"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c", "d", "e", "B", "1x"]),
+            st.lists(st.sampled_from(["a", "b", "c", "d", "e", "z"]), max_size=3),
+        ),
+        max_size=6,
+    )
+)
+def test_validation_of_a_set_agrees_with_a_brute_force_reference(ms: list[tuple[str, list[str]]]) -> None:
+    """The one-look path (every dep listed earlier) and the full checks give
+    the verdict a brute-force search gives, on sets in any order."""
+    from milepost.graph import Milestone, validate_milestones
+    from milepost.graph.errors import CycleError, DuplicateNameError, InvalidNameError
+
+    items = [Milestone(id=i, name=n, deps=list(dict.fromkeys(d))) for i, (n, d) in enumerate(ms, start=1)]
+    expected = _reference_verdict([(m.name, m.deps) for m in items])
+    try:
+        validate_milestones(items)
+        got = "ok"
+    except (InvalidNameError, DuplicateNameError):
+        got = "name"
+    except CycleError:
+        got = "cycle"
+    except MilepostError:
+        got = "deps"
+    assert got == expected, [(m.name, m.deps) for m in items]
