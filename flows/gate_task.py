@@ -22,7 +22,7 @@ from prefect.states import Cancelled, Completed, Failed
 from pydantic import BaseModel, Field
 
 from milepost.gates._supervisor_main import process_start
-from milepost.gates.command import GateResult, Outcome, attempt_files, run_gate, write_result
+from milepost.gates.command import GateResult, Outcome, attempt_files, command_header, run_gate, write_result
 from milepost.gates.supervisor import host_identity, own_identity
 from milepost.graph.models import GateCommand
 from milepost.results import Claim
@@ -96,7 +96,13 @@ def _driver_gone(driver: dict[str, Any]) -> bool:
 
 class _Watched:
     """One running gate task, as the :class:`_Monitor` sees it: when to stop
-    its gate, and its log's lines still to forward to the task-run logger."""
+    its gate, and its log's lines still to forward to the task-run logger.
+
+    A command's header (``=== [name] $ run``) is forwarded with the first
+    output after it, or at the end of an attempt that did not pass: a quiet
+    passing gate sends no log line at all (one API log record per gate was a
+    tenth of a drive of quiet gates' work, in the gate's thread, Prefect's
+    log worker and the server). The log file keeps every header."""
 
     def __init__(self, spec: GateSpec, logger: Any, limit: int) -> None:
         self.spec = spec
@@ -108,20 +114,32 @@ class _Watched:
         self.pos = 0
         self.buf = b""
         self.lock = threading.Lock()
+        self.headers = {line.encode() for c in spec.commands for line in command_header(c).splitlines()}
+        self.held: list[bytes] = []  # header lines not forwarded yet
 
     def check(self) -> None:
         if not self.stopped.is_set() and (os.path.exists(self.spec.stop_file) or _driver_gone(self.spec.driver)):
             self.stopped.set()
 
-    def forward(self) -> bool:
-        """Send the log's new complete lines; True when there was anything new."""
+    def _send(self, line: bytes) -> None:
+        if self.sent < self.limit:
+            self.logger.info(line[:MAX_LINE_BYTES].decode("utf-8", errors="replace"))
+        self.sent += 1
+
+    def _release(self) -> None:
+        for line in self.held:
+            self._send(line)
+        self.held.clear()
+
+    def forward(self) -> int:
+        """Send the log's new complete lines; how many bytes were new."""
         with self.lock:
             try:
                 with open(self.path, "rb") as f:
                     f.seek(self.pos)
-                    chunk = f.read(1 << 16)
+                    chunk = f.read(_CHUNK)
             except FileNotFoundError:
-                return False
+                return 0
             self.pos += len(chunk)
             self.buf += chunk
             *lines, self.buf = self.buf.split(b"\n")
@@ -129,21 +147,31 @@ class _Watched:
                 lines.append(self.buf)
                 self.buf = b""
             for line in lines:
-                if self.sent < self.limit:
-                    self.logger.info(line[:MAX_LINE_BYTES].decode("utf-8", errors="replace"))
-                self.sent += 1
-            return bool(chunk)
+                if line in self.headers:
+                    self.held.append(line)
+                    continue
+                self._release()
+                self._send(line)
+            return len(chunk)
 
-    def finish(self) -> None:
-        """The gate ended: forward the rest (an unterminated last line too)."""
-        while self.forward():
+    def finish(self, passed: bool) -> None:
+        """The gate ended: forward the rest (an unterminated last line too;
+        the held headers unless it passed)."""
+        while self.forward() == _CHUNK:
             pass
         with self.lock:
-            if self.buf and self.sent < self.limit:
-                self.logger.info(self.buf[:MAX_LINE_BYTES].decode("utf-8", errors="replace"))
+            if self.buf:
+                self._release()
+                self._send(self.buf)
+                self.buf = b""
+            if not passed:
+                self._release()
             if self.sent > self.limit:
                 more = self.sent - self.limit
                 self.logger.warning(f"{more} more lines not forwarded; the whole output is in {self.path}")
+
+
+_CHUNK = 1 << 16  # bytes of the log read at a time
 
 
 class _Monitor:
@@ -221,6 +249,7 @@ def run_gate_spec(spec: GateSpec) -> State[Any]:
     watched = _Watched(spec, get_run_logger(), MAX_LOG_LINES)
     monitor = _monitor()
     monitor.add(watched)
+    passed = False
     try:
         result = run_gate(
             spec.commands,
@@ -232,9 +261,10 @@ def run_gate_spec(spec: GateSpec) -> State[Any]:
             inputs=spec.inputs,
             root=Path(spec.cwd),
         )
+        passed = result.passed
     finally:
         monitor.remove(watched)
-        watched.finish()
+        watched.finish(passed)
     if watched.stopped.is_set() and not result.passed:
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
         write_result(log_path, result)

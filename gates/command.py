@@ -45,6 +45,7 @@ __all__ = [
     "GateResult",
     "Outcome",
     "attempt_files",
+    "command_header",
     "read_tail",
     "recover_result",
     "run_gate",
@@ -109,6 +110,11 @@ def attempt_files(log_path: Path) -> tuple[Path, Path]:
     return Path(stem + ".proc"), Path(stem + ".result.json")
 
 
+def command_header(cmd: GateCommand) -> str:
+    """The line(s) an attempt's log holds before a command's output."""
+    return f"=== [{cmd.name}] $ {cmd.run}\n"
+
+
 def _run_one(
     index: int,
     cmd: GateCommand,
@@ -119,7 +125,7 @@ def _run_one(
     timeout: float | None,
     stop: threading.Event | None,
 ) -> CommandResult:
-    log_room.write(log_fd, f"=== [{cmd.name}] $ {cmd.run}\n")
+    log_room.write(log_fd, command_header(cmd))
     start_offset = os.lseek(log_fd, 0, os.SEEK_END)
 
     def failed(msg: str) -> CommandResult:

@@ -46,16 +46,26 @@ _LINE = re.compile(
 )
 
 
+_PIECE = 1 << 18  # characters of the text matched at a time (then on to the end of a line)
+
+
 def read_plain(text: str) -> Any | None:
     """The data of ``text`` when it is in the plain block form, else None."""
     if not text.isascii() or "\t" in text or "\r" in text or not text.replace("\n", "").isprintable():
         return None
     if text.startswith(("---", "...")) or "\n---" in text or "\n..." in text:
         return None  # document markers
-    found = _LINE.findall(text)
-    if len(found) != text.count("\n") + 1:
-        return None  # a line outside the form
-    lines = [(len(ind), dash, key, value) for ind, dash, key, value in found if dash or key or value]
+    lines: list[tuple[int, str, str, str]] = []
+    start = 0
+    while start <= len(text):  # a piece at a time: the matches of the whole text at once were 10 times its size
+        end = text.find("\n", start + _PIECE)
+        end = len(text) if end < 0 else end
+        piece = text[start:end]
+        found = _LINE.findall(piece)
+        if len(found) != piece.count("\n") + 1:
+            return None  # a line outside the form
+        lines += [(len(ind), dash, key, value) for ind, dash, key, value in found if dash or key or value]
+        start = end + 1
     if not lines or lines[0][0]:
         return None
     reader = _Reader(lines)

@@ -356,7 +356,7 @@ def test_many_rows_get_the_values_one_row_gets(dialect_name: str) -> None:
         return getattr(v, "obj", v)  # psycopg's Json wrapper compares by identity
 
     for _ in range(2):  # the second call takes the row function made by the first
-        many = c.args_many(rows.MILESTONE_ROW_FIELDS, [rows.milestone_row(m) for m in ms], same)
+        many = list(c.args_many(rows.MILESTONE_ROW_FIELDS, [rows.milestone_row(m) for m in ms], same))
         for got, m in zip(many, ms, strict=True):
             one = c.args({**dict(zip(rows.MILESTONE_ROW_FIELDS, rows.milestone_row(m), strict=True)), **same})
             if isinstance(one, dict):

@@ -68,16 +68,32 @@ def test_sequential_drive_of_the_example_in_lowest_id_order(
 
 
 def test_gate_output_reaches_the_task_run_logs(prefect_api: str, service: Service) -> None:
-    item = apply(service, "objective: logs\nmilestones:\n  - {name: talk, gate: 'echo hello-from-the-gate; exit 0'}\n")
+    """A command's output reaches its task run's log after the command's
+    header; a quiet passing gate sends no line; a quiet failing one sends
+    its header (which command failed). Every header stays in the log file."""
+    item = apply(
+        service,
+        "objective: logs\nmilestones:\n"
+        "  - {name: talk, gate: 'echo hello-from-the-gate; exit 0'}\n"
+        "  - {name: quiet, gate: 'true'}\n"
+        "  - {name: sulk, gate: 'exit 3', retries: 0}\n",
+    )
     summary = run_drive(service, item)
     runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [summary.flow_run_id]}}})
-    deadline = time.monotonic() + 20
-    messages: list[str] = []
-    while time.monotonic() < deadline and not any("hello-from-the-gate" in m for m in messages):
-        logs = api_post(prefect_api, "/logs/filter", {"logs": {"task_run_id": {"any_": [runs[0]["id"]]}}})
-        messages = [entry["message"] for entry in logs]
-        time.sleep(0.5)
-    assert any("hello-from-the-gate" in m for m in messages)
+    by_name = {r["name"]: r["id"] for r in runs}
+
+    def messages(name: str) -> list[str]:
+        logs = api_post(prefect_api, "/logs/filter", {"logs": {"task_run_id": {"any_": [by_name[name]]}}})
+        return [entry["message"] for entry in sorted(logs, key=lambda e: e["timestamp"])]
+
+    wait_until(lambda: "hello-from-the-gate" in messages("talk") and messages("sulk"), timeout=20)
+    said = messages("talk")
+    at = said.index("hello-from-the-gate")
+    assert at > 0 and said[at - 1] == "=== [gate] $ echo hello-from-the-gate; exit 0", said
+    assert "=== [gate] $ exit 3" in messages("sulk")
+    assert not any(m.startswith("=== [") for m in messages("quiet")), messages("quiet")
+    for name in ("talk", "quiet", "sulk"):
+        assert service.log_path(item, name, 1).read_text().startswith("=== [gate] $ ")
 
 
 def test_flaky_gate_ends_done_with_two_attempts(prefect_api: str, service: Service, workspace: Path) -> None:
