@@ -321,22 +321,24 @@ class WorkGraph:
 
     def insert(self, m: Milestone) -> None:
         """Take in a milestone validated elsewhere (its deps are in the graph)."""
+        succ = self._succ  # (made from the milestones as they were: before this one is in)
         self._max_id = max(self._max_id, m.id)
         self._ms[m.name] = m
-        self._succ[m.name] = []
+        succ[m.name] = []
         for d in m.deps:
-            self._succ[d].append(m.name)
+            succ[d].append(m.name)
         self._undone[m.name] = sum(1 for d in m.deps if self._ms[d].status is not S.DONE)
         self._enqueue(m)
 
     def remove(self, name: str) -> Milestone:
         m = self.get(name)
+        succ = self._succ  # (made from the milestones as they were: with this one)
         check_removable(m, self.dependents(name))
         del self._ms[name]
         del self._undone[name]
-        del self._succ[name]
+        del succ[name]
         for d in m.deps:
-            self._succ[d].remove(name)
+            succ[d].remove(name)
         self._queued.discard(name)  # its heap entry is skipped lazily
         if m.id == self._max_id:
             # Ids are max + 1, as a reload from the store would compute them.

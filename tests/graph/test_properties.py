@@ -62,6 +62,24 @@ def check_invariants(g: WorkGraph) -> None:
     assert [m.name for m in fresh.ready()] == ready
 
 
+def _act(g: WorkGraph, op: str, name: str) -> None:
+    if op == "start":
+        g.apply(name, Action.START)
+    elif op in ("pass", "fail"):
+        if g.get(name).status is S.IN_PROGRESS:
+            g.record_attempt(name, passed=op == "pass", reason=op)
+    elif op == "needs_fix":
+        g.apply(name, Action.NEEDS_FIX, reason="second check")
+    elif op == "reset":
+        g.apply(name, Action.RESET, reason="operator")
+    elif op == "lock":
+        g.apply(name, Action.LOCK, reason="hold")
+    elif op == "unlock":
+        g.apply(name, Action.UNLOCK, reason="go")
+    elif op == "next" and (m := g.next_ready()) is not None:
+        g.apply(m.name, Action.START)
+
+
 @settings(max_examples=150, deadline=None)
 @given(dags(), st.lists(STEP, max_size=80))
 def test_random_actions_keep_invariants(g: WorkGraph, steps: list[tuple[str, int]]) -> None:
@@ -71,24 +89,43 @@ def test_random_actions_keep_invariants(g: WorkGraph, steps: list[tuple[str, int
         name = names[idx % len(names)]
         before = [m.model_dump() for m in g]
         try:
-            if op == "start":
-                g.apply(name, Action.START)
-            elif op in ("pass", "fail"):
-                if g.get(name).status is S.IN_PROGRESS:
-                    g.record_attempt(name, passed=op == "pass", reason=op)
-            elif op == "needs_fix":
-                g.apply(name, Action.NEEDS_FIX, reason="second check")
-            elif op == "reset":
-                g.apply(name, Action.RESET, reason="operator")
-            elif op == "lock":
-                g.apply(name, Action.LOCK, reason="hold")
-            elif op == "unlock":
-                g.apply(name, Action.UNLOCK, reason="go")
-            elif op == "next" and (m := g.next_ready()) is not None:
-                g.apply(m.name, Action.START)
+            _act(g, op, name)
         except MilepostError:
             assert [m.model_dump() for m in g] == before, "a refused action changed the graph"
         check_invariants(g)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    dags(),
+    st.lists(st.one_of(STEP, st.tuples(st.sampled_from(["add", "remove"]), st.integers(0, 24))), max_size=60),
+)
+def test_a_loaded_graph_takes_new_milestones_removals_and_actions(g: WorkGraph, steps: list[tuple[str, int]]) -> None:
+    """A graph made from milestones (as the store loads one: its dependents'
+    lists are made on first use) keeps its counters right through added and
+    removed milestones and every action."""
+    g = WorkGraph(list(g))
+    added = 0
+    for op, idx in steps:
+        names = [m.name for m in g]
+        name = names[idx % len(names)]
+        before = [m.model_dump() for m in g]
+        try:
+            if op == "add":
+                g.add(f"new{added}", [name])
+                added += 1
+            elif op == "remove":
+                g.remove(name)
+            else:
+                _act(g, op, name)
+        except MilepostError:
+            assert [m.model_dump() for m in g] == before, "a refused action changed the graph"
+        if len(g):
+            check_invariants(g)
+        for m in g:
+            assert g.dependents(m.name) == sorted((x.name for x in g if m.name in x.deps), key=lambda n: g.get(n).id), (
+                "dependents lists out of step"
+            )
 
 
 @settings(max_examples=60, deadline=None)
