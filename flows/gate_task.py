@@ -114,7 +114,10 @@ class _Watched:
         self.pos = 0
         self.buf = b""
         self.lock = threading.Lock()
-        self.headers = {line.encode() for c in spec.commands for line in command_header(c).splitlines()}
+        # Each command's header, line by line, in the order the log holds them.
+        self.headers = [command_header(c).encode().split(b"\n")[:-1] for c in spec.commands]
+        self.next_header = 0  # the command whose header comes next
+        self.in_header: list[bytes] = []  # the rest of the header being read
         self.held: list[bytes] = []  # header lines not forwarded yet
 
     def check(self) -> None:
@@ -147,12 +150,26 @@ class _Watched:
                 lines.append(self.buf)
                 self.buf = b""
             for line in lines:
-                if line in self.headers:
+                if self._header_line(line):
                     self.held.append(line)
                     continue
                 self._release()
                 self._send(line)
             return len(chunk)
+
+    def _header_line(self, line: bytes) -> bool:
+        """Whether ``line`` is the next line of a command's header (by its
+        place: output that looks like a header is output)."""
+        if self.in_header:
+            if line == self.in_header[0]:
+                self.in_header.pop(0)
+                return True
+            self.in_header = []
+        if self.next_header < len(self.headers) and line == self.headers[self.next_header][0]:
+            self.in_header = self.headers[self.next_header][1:]
+            self.next_header += 1
+            return True
+        return False
 
     def finish(self, passed: bool) -> None:
         """The gate ended: forward the rest (an unterminated last line too;

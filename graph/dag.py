@@ -97,10 +97,11 @@ class WorkGraph:
         """Each milestone's dependents, in the order they were taken in."""
         succ = self._succ_lists
         if succ is None:
-            self._succ_lists = succ = {n: [] for n in self._ms}
+            succ = {n: [] for n in self._ms}
             for m in self._ms.values():
                 for d in m.deps:
                     succ[d].append(m.name)
+            self._succ_lists = succ  # only once whole
         return succ
 
     # -- reading ---------------------------------------------------------

@@ -71,7 +71,7 @@ def read_plain(text: str) -> Any | None:
     reader = _Reader(lines)
     try:
         data = reader.block(0)
-    except _Outside:
+    except Exception:  # _Outside, or anything else (a scalar PyYAML cannot make, nesting too deep): PyYAML says
         return None
     return data if reader.i == len(lines) else None
 

@@ -15,6 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from milepost.errors import PlanFileError
 from milepost.plainyaml import read_plain
 from milepost.plandoc import build, compose
 from milepost.planfile import parse_plan
@@ -171,7 +172,16 @@ milestones:
         "a: caf\u00e9\n",  # non-ASCII
         "---\na: 1\n",
         "a: {b: 1}\n",
+        "a: =\n",  # YAML 1.1's value tag: PyYAML has no constructor for it (and says so, with the line)
+        "=: 1\n",
+        "- =\n  - ^h\n",
+        "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 700)),  # nested deeper than the reader goes
     ],
 )
 def test_what_leaves_the_form_goes_to_pyyaml(text: str) -> None:
     assert read_plain(text) is None
+
+
+def test_a_scalar_pyyaml_cannot_make_is_refused_with_its_line() -> None:
+    with pytest.raises(PlanFileError, match=r"p.yaml:4: invalid YAML: could not determine a constructor"):
+        parse_plan("objective: x\nmilestones:\n- name: a\n  acceptance: =\n", "p.yaml")

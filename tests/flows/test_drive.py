@@ -465,3 +465,27 @@ def test_ctrl_c_on_a_terminal_exits_130_with_the_cursor_back(prefect_api: str, c
     assert "interrupted" in shown
     assert shown.rfind(SHOW_CURSOR) > shown.rfind(HIDE_CURSOR) >= 0
     assert cli.json("list")["milestones"][0]["view"] == "ready"
+
+
+@pytest.mark.parametrize("passed", [True, False])
+def test_the_log_follower_holds_headers_by_their_place_not_their_text(tmp_path: Path, passed: bool) -> None:
+    """Output that reads like a line of a command's header (a heredoc's
+    lines, an empty line) is output: forwarded whatever the verdict. The
+    headers go before the output that follows them; at the end only an
+    attempt that did not pass sends the headers left over."""
+    from types import SimpleNamespace
+
+    from milepost.flows.gate_task import _Watched
+    from milepost.gates.command import command_header
+    from milepost.graph import GateCommand
+
+    first = GateCommand(name="talk", run="cat <<EOF\nall good\nEOF\necho\n")
+    second = GateCommand(name="quiet", run="true")
+    log = tmp_path / "attempt-1.log"
+    log.write_text(command_header(first) + "first\n\nall good\n\n" + command_header(second))
+    sent: list[str] = []
+    logger = SimpleNamespace(info=sent.append, warning=sent.append)
+    spec = SimpleNamespace(commands=[first, second], log_path=str(log), stop_file=str(tmp_path / "stop"), driver={})
+    _Watched(spec, logger, 100).finish(passed)  # type: ignore[arg-type]
+    header = command_header(first).split("\n")[:-1]
+    assert sent == [*header, "first", "", "all good", ""] + (["=== [quiet] $ true"] if not passed else [])
