@@ -437,9 +437,8 @@ def _sqlite_setup(engine: Engine, busy_ms: int) -> None:
         cur.execute("PRAGMA foreign_keys = ON")
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = NORMAL")
-        # Up to 64 MiB of pages in memory (the default is 2 MiB): writing a
-        # large plan touches five indexes of the milestones, in name order
-        # among them, and re-reading evicted pages cost a fifth of it.
+        # 64 MiB of pages in memory (default 2 MiB): a large plan writes five indexes
+        # of the milestones, one in name order; re-reading evicted pages cost a fifth of it.
         cur.execute("PRAGMA cache_size = -65536")
         cur.close()
 

@@ -37,6 +37,7 @@ def test_all_is_exactly_the_public_surface() -> None:
             "results",
             "planfile",
             "plandoc",
+            "plainyaml",
             "workspace",
             "settings",
             "cli",
