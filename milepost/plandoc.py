@@ -103,6 +103,15 @@ def yaml_problem(e: yaml.YAMLError) -> Problem:
     cline = cmark.line + 1 if cmark is not None else None
     if "maximum nesting depth" in problem:
         return Problem(cline or pline, "the document is nested too deeply (at most 1000 levels)")
+    if problem.startswith("could not determine a constructor for the tag"):
+        tag = problem.rsplit(" ", 1)[-1]
+        if tag == "'tag:yaml.org,2002:value'":  # what YAML 1.1 makes of a bare '='
+            return Problem(pline, "invalid YAML: a bare = is YAML 1.1's 'value' mark, not text: write it quoted ('=')")
+        return Problem(
+            pline,
+            f"invalid YAML: the tag {tag} is not plain data (a plan holds text, numbers, true/false, lists and"
+            " mappings): remove the tag, or quote the value",
+        )
     opened = context is not None and (context.startswith("while scanning") or "flow" in context)
     if opened and cline is not None:
         found = f"{problem} on line {pline}" if pline and pline != cline else problem

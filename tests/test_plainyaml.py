@@ -190,5 +190,9 @@ def test_what_leaves_the_form_goes_to_pyyaml(text: str) -> None:
 
 
 def test_a_scalar_pyyaml_cannot_make_is_refused_with_its_line() -> None:
-    with pytest.raises(PlanFileError, match=r"p.yaml:4: invalid YAML: could not determine a constructor"):
+    with pytest.raises(PlanFileError, match=r"^p.yaml:4: invalid YAML: a bare = is YAML 1.1's 'value' mark, not text"):
         parse_plan("objective: x\nmilestones:\n- name: a\n  acceptance: =\n", "p.yaml")
+    with pytest.raises(PlanFileError, match=r"^p.yaml:3: invalid YAML: the tag '!foo' is not plain data .*: remove"):
+        parse_plan("objective: x\nmilestones:\n- name: !foo a\n", "p.yaml")
+    with pytest.raises(PlanFileError, match=r"^p.yaml:2: .*the tag 'tag:yaml.org,2002:python/name:os.system' is not"):
+        parse_plan("objective: x\nmilestones: !!python/name:os.system\n", "p.yaml")
