@@ -36,3 +36,31 @@ def test_user_text_is_shown_as_written_and_statuses_are_coloured() -> None:
     coloured = _render(["id", "status", "last reason"], rows, colour=True)
     assert "\x1b[" in coloured.split("stuck")[0].splitlines()[-1]  # the status cell is styled
     assert "[bold]not markup[/]" in coloured
+
+
+def test_the_milestone_list_is_aligned_columns_with_long_cells_cut() -> None:
+    """``list``: a milestone a line; the deps and inputs after the first
+    that fit with how many more, the gate at 40 characters, user text
+    neutralised, the status coloured."""
+    from milepost.graph import GateCommand, MilestoneStatus
+    from milepost.graph.status import DisplayStatus
+    from milepost.present.terminal import milestone_table
+    from milepost.results import MilestoneView
+
+    many = [f"dep-number-{i}" for i in range(30)]
+    views = [
+        MilestoneView(id=1, name="a", view=DisplayStatus.READY, gate=[GateCommand(run="echo " + "y" * 80)]),
+        MilestoneView(id=2, name="b", deps=many, view=DisplayStatus.BLOCKED, inputs=["src/**", "tests/**"],
+                      status=MilestoneStatus.PENDING, reason="[red]not markup[/] \x1b[2J"),
+    ]  # fmt: skip
+    out = io.StringIO()
+    milestone_table(Console(file=out, width=120, soft_wrap=True, highlight=False, color_system=None), views)
+    head, first, second = out.getvalue().splitlines()
+    assert head.split() == ["id", "name", "status", "budget", "deps", "gate", "inputs", "note"]
+    assert "dep-number-0, dep-number-1, dep-number-2 +27" in second
+    assert ("echo " + "y" * 34 + "…") in first and "src/** +1" in second
+    assert second.endswith("[red]not markup[/] \\x1b[2J") and "\x1b" not in second
+    assert first.index("ready") == second.index("blocked") == head.index("status")
+    coloured = io.StringIO()
+    milestone_table(Console(file=coloured, width=120, soft_wrap=True, color_system="standard"), views)
+    assert "\x1b[" in coloured.getvalue().splitlines()[1].split("ready")[0]
