@@ -203,6 +203,12 @@ def columns(
             out.append((marked[i][row] if row is not None and i in marked else esc(text)) + pad)
         return "  ".join(out).rstrip()
 
+    if con.color_system is None:  # no colours here (a pipe, a file, NO_COLOR): the text without rich's markup pass
+        plain = [head, *cells]  # (10 s of 19 for `list` of 100,000 milestones)
+        text = "\n".join("  ".join(t.ljust(widths[i]) if i < len(widths) else t for i, t in enumerate(r)).rstrip()
+                         for r in plain)  # fmt: skip
+        con.print(text, markup=False, emoji=False, highlight=False)
+        return
     body = [f"[bold]{line(head, None)}[/]", *(line(r, n) for n, r in enumerate(cells))]
     con.print("\n".join(body))
 
