@@ -374,3 +374,14 @@ def test_done_by_hand_on_a_review_milestone(cli: CLI) -> None:
     assert cli.json("item", "show")["readiness"] == "waiting_for_operator"
     cli("approve", "design", check=True)
     assert cli.json("list")["milestones"][0]["status"] == "done"
+
+
+def test_emoji_codes_someone_wrote_are_shown_as_written(item: CLI) -> None:
+    """rich turns ``:smile:`` into a picture unless told not to: text a user
+    wrote (an objective, a reason) is shown as written, everywhere."""
+    item("item", "update", "1", "--objective", "ship :rocket: now", check=True)
+    item("lock", "c", "--reason", "wait for :smile: team", check=True)
+    for args in (["history"], ["item", "show"], ["item", "list"], ["list"]):
+        out = item(*args, check=True).out
+        assert "\U0001f680" not in out and "\U0001f604" not in out, (args, out)
+    assert "wait for :smile: team" in item("history").out and "ship :rocket: now" in item("item", "show").out

@@ -57,7 +57,8 @@ class Ctx:
 
         # Off a terminal rich would wrap at 80 columns; scripts and logs prefer long lines.
         width = None if sys.stdout.isatty() else 200
-        return _Console(highlight=False, soft_wrap=True, width=width)
+        # emoji=False: a ":smile:" someone wrote is shown as written, not as a picture.
+        return _Console(highlight=False, soft_wrap=True, width=width, emoji=False)
 
     def emit(self, data: Any, human: Callable[[Console], None]) -> None:
         if self.json:
