@@ -114,6 +114,12 @@ class _Compiled:
             return out
         return (dict(zip(names, values, strict=True)) for values in out)
 
+    def tuples(self, description: Sequence[Sequence[Any]], found: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+        procs = self.processors(description)
+        if not any(procs):
+            return [tuple(r) for r in found]
+        return [tuple([v if p is None or v is None else p(v) for p, v in zip(procs, r, strict=True)]) for r in found]
+
     def records(self, description: Sequence[Sequence[Any]], found: Sequence[Sequence[Any]]) -> list[Record]:
         procs = self.processors(description)
         return [
@@ -139,33 +145,27 @@ class Prepared:
             c = self._by_dialect[name] = _Compiled(self.stmt, conn.dialect)
         return c
 
-    def rows(self, conn: Connection, **params: Any) -> list[Record]:
+    def _fetch(self, conn: Connection, params: Mapping[str, Any]) -> tuple[_Compiled, Any, list[Any]]:
+        """Run the statement; its compiled form, the cursor's description and every row."""
         c = self._compiled(conn)
         cur = _cursor(conn)
         try:
             cur.execute(c.sql, c.args(params))
-            return c.records(cur.description, cur.fetchall())
+            return c, cur.description, cur.fetchall()
         except conn.dialect.loaded_dbapi.Error as e:
             raise _wrapped(conn, cur, c.sql, e) from e
         finally:
             cur.close()
 
+    def rows(self, conn: Connection, **params: Any) -> list[Record]:
+        c, description, found = self._fetch(conn, params)
+        return c.records(description, found)
+
     def tuples(self, conn: Connection, **params: Any) -> list[tuple[Any, ...]]:
         """The result rows as tuples of the selected columns' values (for
         many rows: no :class:`Record` made per row)."""
-        c = self._compiled(conn)
-        cur = _cursor(conn)
-        try:
-            cur.execute(c.sql, c.args(params))
-            found = cur.fetchall()
-            procs = c.processors(cur.description)
-        except conn.dialect.loaded_dbapi.Error as e:
-            raise _wrapped(conn, cur, c.sql, e) from e
-        finally:
-            cur.close()
-        if not any(procs):
-            return [tuple(r) for r in found]
-        return [tuple([v if p is None or v is None else p(v) for p, v in zip(procs, r, strict=True)]) for r in found]
+        c, description, found = self._fetch(conn, params)
+        return c.tuples(description, found)
 
     def run(self, conn: Connection, **params: Any) -> int:
         """Run a statement that returns no rows; its row count."""
