@@ -99,7 +99,8 @@ BUMP_REVISION = Prepared(
 # ``executemany``; the new rows' keys read back by their ids (``seq``).
 NEW_MILESTONE_FIELDS = (*sorted(DEFINITION_FIELDS), "awaiting_review", "item_id", "seq", "created_at", "updated_at")
 ADD_MILESTONES = Prepared(insert(MILESTONES).values({f: bindparam(f) for f in NEW_MILESTONE_FIELDS}))
-ADD_DEPS = Prepared(insert(DEPS).values({f: bindparam(f) for f in ("milestone_id", "dep_id", "item_id", "position")}))
+DEP_FIELDS = ("milestone_id", "dep_id", "item_id", "position")
+ADD_DEPS = Prepared(insert(DEPS).values({f: bindparam(f) for f in DEP_FIELDS}))
 NEW_KEYS = Prepared(
     select(MILESTONES.c.seq, MILESTONES.c.id).where(
         MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.seq.between(bindparam("lo"), bindparam("hi"))
