@@ -213,14 +213,14 @@ def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id:
         loop.run()
         if ctx.fault is not None:
             raise ctx.fault  # the database or the API was lost: exit 3 naming it
-    except KeyboardInterrupt:
-        interrupted = True
-        raise
     except Exception as e:
         crash = f"the drive failed: {type(e).__name__}: {e}"
         # The first claim lost to a writer (a refusal), or a lost part (a fault): not a crash.
         if isinstance(e, StaleRevisionError | EnvironmentProblem):
             ctx.error = e
+        raise
+    except BaseException:  # Ctrl-C; SIGTERM, which a flow run's engine raises as its TerminationSignal
+        interrupted = True
         raise
     finally:
         try:
@@ -358,6 +358,7 @@ def run_drive(
         use_cache=use_cache,
         objective=objective,
         heartbeat=heartbeat_frequency(),
+        inline=task_runner == "thread" and max_parallel == 1,
     )
     _CONTEXT = ctx
     t0 = time.monotonic()

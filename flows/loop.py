@@ -22,6 +22,7 @@ from typing import Any
 
 from prefect.client.schemas.objects import State
 from prefect.futures import PrefectFuture
+from prefect.states import Failed
 
 from milepost.errors import EnvironmentProblem, MilepostError
 from milepost.events import DriveSummary, Reporter
@@ -30,6 +31,7 @@ from milepost.flows.gate_task import (
     GateSpec,
     SpecBox,
     TaskKind,
+    call_inline,
     driver_identity,
     forget_ended,
     tell_when_ended,
@@ -52,7 +54,8 @@ class _Running:
     kind: TaskKind
     claim: Claim
     spec: GateSpec
-    future: PrefectFuture[Any]
+    # Its task's future; run inline (DriveContext.inline): its final state once it ran, None before.
+    future: PrefectFuture[Any] | State[Any] | None
 
 
 @dataclass
@@ -77,6 +80,8 @@ class DriveContext:
     publishing: threading.Thread | None = None  # the artifacts, made while the flow run ends
     objective: str | None = None  # for the flow run's name
     heartbeat: int | None = None  # seconds between the flow run's heartbeats, sent by the body (flows/heartbeat.py)
+    # One gate at a time on threads: each task runs in the loop's thread (flows/gate_task.call_inline).
+    inline: bool = False
 
 
 class Loop:
@@ -90,6 +95,8 @@ class Loop:
         # Per milestone, what its dependents wait on: its latest gate task, or its plan node.
         self.by_name: dict[str, PrefectFuture[Any] | State[Any]] = {}
         self.done_q: queue.Queue[str] = queue.Queue()
+        # Tasks to run in this thread (ctx.inline), each when the loop would wait for a gate's end.
+        self.inline: list[tuple[str, list[PrefectFuture[Any] | State[Any]]]] = []
         self.timers: list[tuple[float, str]] = []
         run_dir = ctx.service.store.home / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -129,6 +136,13 @@ class Loop:
         # Named after the milestone (``task_run_name``), and without tags:
         # Prefect asks the API for the tags' concurrency slots before every
         # tagged task run (a round trip per gate). Its task (gate or fix) says what it runs.
+        if self.ctx.inline:
+            if kind is TaskKind.GATE:
+                self.session.leases.add(claim)
+            self.running[key] = _Running(key, kind, claim, spec, None)
+            self.inline.append((key, deps))
+            self.ctx.submitted += 1
+            return
         # The loop hears of the gate's end twice: from the task itself once its
         # verdict is in its file (this process's threads), so that it records
         # it and starts the next gate while Prefect ends the task run (its
@@ -143,6 +157,26 @@ class Loop:
         self.running[key] = _Running(key, kind, claim, spec, future)
         self.ctx.submitted += 1
         future.add_done_callback(lambda _future: ended())
+
+    def _run_inline(self) -> None:
+        """Run the next task of :attr:`inline` here (see call_inline); its
+        end goes to ``done_q`` as a pool thread's would, whatever happens."""
+        key, deps = self.inline.pop(0)
+        r = self.running[key]
+        try:
+            r.future = call_inline(r.kind, SpecBox(r.spec), deps)
+        except Exception as e:  # Prefect's engine itself failed (a gate's failure is a state): no verdict, a crash
+            r.future = Failed(message=f"{type(e).__name__}: {e}")
+        finally:
+            self.done_q.put(key)
+        if r.kind is TaskKind.GATE:
+            self.by_name[r.claim.milestone.name] = r.future
+
+    def _drop_inline(self) -> None:
+        """Tasks queued to run here that never ran end now (no verdict: the
+        attempt reads as interrupted)."""
+        while self.inline:
+            self.done_q.put(self.inline.pop(0)[0])
 
     def _fill(self) -> None:
         while (
@@ -297,6 +331,8 @@ class Loop:
                     if self.timers:  # (else: a reclaim or a re-proof made something claimable now)
                         time.sleep(max(0.05, min(t for t, _ in self.timers) - time.monotonic()))
                     continue
+                if self.inline:
+                    self._run_inline()
                 timeout = 0.5 if self.timers else 5.0
                 try:
                     key = self.done_q.get(timeout=timeout)
@@ -306,7 +342,7 @@ class Loop:
                 if r is None:
                     continue  # (the second word of a gate's end)
                 forget_ended(r.spec.log_path)
-                if not r.spec.result_file.exists():
+                if not r.spec.result_file.exists() and isinstance(r.future, PrefectFuture):
                     with contextlib.suppress(Exception):  # a task that died outside its run: read_result says so
                         r.future.wait()
                 self._finish(r)
@@ -323,6 +359,7 @@ class Loop:
         interrupted and make their milestones ready again."""
         if not self.running:
             return
+        self._drop_inline()
         self.stop_file.write_text(self.owner)
         deadline = time.monotonic() + 15
         pending = dict(self.running)
@@ -351,6 +388,9 @@ def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
         loop.ctx.fault = fault
     store = loop.ctx.service.store
     store.retry_for = 0.0  # the drive is ending: one try per record from here on
+    for key, _ in loop.inline:  # queued, never started: its lease expires, a later drive runs it
+        loop.session.leases.remove(loop.running.pop(key).claim)
+    loop.inline.clear()
     if loop.running:
         names = ", ".join(sorted({r.claim.milestone.name for r in loop.running.values()}))
         loop.reporter.warning(f"{fault.message}; no new gate is started, waiting for {names} to finish")

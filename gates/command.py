@@ -20,7 +20,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -124,6 +124,7 @@ def _run_one(
     env: Mapping[str, str],
     timeout: float | None,
     stop: threading.Event | None,
+    on_interrupt: Callable[[BaseException], None] | None = None,
 ) -> CommandResult:
     log_room.write(log_fd, command_header(cmd))
     start_offset = os.lseek(log_fd, 0, os.SEEK_END)
@@ -153,11 +154,13 @@ def _run_one(
             if stop is not None and stop.is_set():
                 job.kill("interrupted")
                 job.wait()
-    except BaseException:
+    except BaseException as e:
         # Interrupted (Ctrl-C, SIGTERM): never leave the gate running.
         job.kill("interrupted")
         job.wait(KILL_GRACE_SECONDS + 5)
-        raise
+        if on_interrupt is None or isinstance(e, Exception):
+            raise
+        on_interrupt(e)  # the command ends interrupted (the rest are skipped)
     if job.error is not None:
         return failed(f"cannot start {cmd.name!r}: {job.error}")
     status = job.status or ExitStatus(pid=job.pid, killed="lost")
@@ -198,6 +201,7 @@ def run_gate(
     env: Mapping[str, str] | None = None,
     default_timeout: float | None = None,
     stop: threading.Event | None = None,
+    on_interrupt: Callable[[BaseException], None] | None = None,
     inputs: Sequence[str] = (),
     root: Path | None = None,
 ) -> GateResult:
@@ -212,7 +216,11 @@ def run_gate(
 
     The commands run under this process's gate supervisor, so they die with
     this process. Setting ``stop`` (or Ctrl-C) stops the running command's
-    whole process group; the attempt is then ``interrupted``."""
+    whole process group; the attempt is then ``interrupted``. An interrupt
+    while a command runs (Ctrl-C, a signal: an exception that is not an
+    ``Exception``) stops its group and is raised again, unless
+    ``on_interrupt`` takes it: then the attempt ends interrupted, with its
+    verdict, and raising it is the caller's."""
     started = datetime.now(UTC)
     t0 = time.monotonic()
     try:
@@ -243,7 +251,7 @@ def run_gate(
             if not cwd.is_absolute():
                 cwd = default_cwd / cwd
             timeout = cmd.timeout if cmd.timeout is not None else default_timeout
-            results.append(_run_one(i, cmd, fd, log_path, cwd, {**base_env, **cmd.env}, timeout, stop))
+            results.append(_run_one(i, cmd, fd, log_path, cwd, {**base_env, **cmd.env}, timeout, stop, on_interrupt))
         rewrote: list[str] = []
         if proven is not None and results and all(r.outcome is Outcome.PASSED for r in results):
             after = _fingerprint(where, inputs, commands, default_timeout, None)

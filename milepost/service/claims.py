@@ -258,13 +258,15 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
                 note=f"{m.name!r} became {m.status.value} while its gate ran: the run is kept as evidence only",
             )
         if result.outcome is Outcome.INTERRUPTED:
+            # (said once: the reason of an interrupted attempt mostly begins with the word already)
+            why = result.reason if result.reason.startswith("interrupted") else f"interrupted: {result.reason}"
             if c.reproof:
-                change = steps.act(m, Action.RESTORE, reason=f"re-proof interrupted: {result.reason}")
+                change = steps.act(m, Action.RESTORE, reason=f"re-proof {why}")
             elif not release:
                 tx.emit(ItemEvent.INTERRUPTED, m.name, m.status.value, m.status.value, result.reason)
                 return DoneResult(**base, milestone=m, passed=False)
             else:
-                change = steps.act(m, Action.RELEASE, reason=f"interrupted: {result.reason}")
+                change = steps.act(m, Action.RELEASE, reason=why)
         elif c.reproof and not result.passed:
             # The second verification failed: what was built on it waits behind it.
             g = tx.graph().graph

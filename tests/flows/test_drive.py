@@ -7,9 +7,11 @@ import contextlib
 import os
 import shutil
 import signal
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,6 +96,39 @@ def test_gate_output_reaches_the_task_run_logs(prefect_api: str, service: Servic
     assert not any(m.startswith("=== [") for m in messages("quiet")), messages("quiet")
     for name in ("talk", "quiet", "sulk"):
         assert service.log_path(item, name, 1).read_text().startswith("=== [gate] $ ")
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_one_gate_at_a_time_runs_in_the_drives_thread(
+    prefect_api: str, service: Service, monkeypatch: pytest.MonkeyPatch, parallel: int
+) -> None:
+    """With one gate at a time on threads each gate task runs in the loop's
+    own thread (flows/gate_task.call_inline), the same task runs as from a
+    pool: named, their deps' runs as parents. More at a time: a pool's threads."""
+    from milepost.flows import gate_task
+
+    threads: list[int] = []
+    real = gate_task.run_gate_spec
+
+    def spy(spec: gate_task.GateSpec) -> Any:
+        threads.append(threading.get_ident())
+        return real(spec)
+
+    monkeypatch.setattr(gate_task, "run_gate_spec", spy)
+    item = apply(
+        service,
+        "objective: threads\nmilestones:\n  - {name: a, gate: 'true'}\n  - {name: b, deps: [a], gate: 'true'}\n"
+        "  - {name: c, deps: [b], gate: 'exit 1', retries: 1}\n",
+    )
+    summary = run_drive(service, item, max_parallel=parallel)
+    assert not summary.ok and len(threads) == 4  # a, b, and both attempts of c
+    here = threading.get_ident()
+    assert all(t == here for t in threads) if parallel == 1 else all(t != here for t in threads), threads
+    labels, edges = flow_run_edges(prefect_api, summary.flow_run_id or "")
+    assert {"a", "b", "c"} <= labels and {("a", "b"), ("b", "c")} <= edges
+    runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [summary.flow_run_id]}}})
+    got = sorted((r["name"], r["state_name"]) for r in runs if r["name"] in "abc")
+    assert got == [("a", "Completed"), ("b", "Completed"), ("c", "Needs fix"), ("c", "Stuck")]
 
 
 def test_flaky_gate_ends_done_with_two_attempts(prefect_api: str, service: Service, workspace: Path) -> None:
@@ -228,16 +263,22 @@ def test_a_frozen_drive_says_its_outcome_was_not_applied(prefect_api: str, cli: 
     assert [x["outcome"] for x in runs] == ["interrupted", "passed"]  # recorded once each, by the second drive
 
 
+@pytest.mark.parametrize("parallel", [1, 2])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stop_signal_exits_130_and_the_milestone_is_ready_again(
-    prefect_api: str, cli: CLI, workspace: Path, sig: signal.Signals
+    prefect_api: str, cli: CLI, workspace: Path, sig: signal.Signals, parallel: int
 ) -> None:
+    """The attempt ends as one the drive stopped: recorded once, with its
+    duration, its task run ``Interrupted``; then the drive stops. One gate
+    at a time, the gate's task runs in the thread the signal reaches
+    (flows/gate_task.call_inline); more, in a pool's thread."""
     marker = workspace / "started"
+    name = f"slow-{sig.name.lower()}-{parallel}"  # its task run, found by name on the shared server
     (workspace / "plan.yaml").write_text(
-        f"objective: interrupt\nmilestones:\n  - name: slow\n    gate: 'echo $$ > {marker}; sleep 60'\n"
+        f"objective: interrupt\nmilestones:\n  - name: {name}\n    gate: 'echo $$ > {marker}; sleep 60'\n"
     )
     cli("plan", "apply", "plan.yaml", check=True)
-    proc = cli.popen("drive")
+    proc = cli.popen("drive", "--max-parallel", str(parallel))
     wait_until(marker.exists, 60, f"{marker} to appear", step=0.1)
     time.sleep(0.3)
     gate_pid = int(marker.read_text())
@@ -248,7 +289,17 @@ def test_a_stop_signal_exits_130_and_the_milestone_is_ready_again(
     assert not Path(f"/proc/{gate_pid}").exists() or "Z" in Path(f"/proc/{gate_pid}/stat").read_text().split()[2]
     m = cli.json("list")["milestones"][0]
     assert m["status"] == "pending" and m["view"] == "ready" and m["attempts"] == 0
-    assert [x["outcome"] for x in cli.json("runs", "slow")["runs"]] == ["interrupted"]
+    assert m["reason"] == "interrupted: the drive stopped"  # the cause once, not "interrupted: interrupted: ..."
+    [run] = cli.json("runs", name)["runs"]
+    assert run["outcome"] == "interrupted" and run["reason"] == "interrupted: the drive stopped"
+    assert run["duration"] >= 0.3  # the time it ran, as a stopped gate reports it
+
+    def task_run_states() -> list[str]:
+        found = api_post(prefect_api, "/task_runs/filter", {"task_runs": {"name": {"any_": [name]}}})
+        return [r["state_name"] for r in found]
+
+    # (no "Not run" node: an interrupted drive, by either signal, adds none)
+    wait_until(lambda: task_run_states() == ["Interrupted"], 30, f"{name}'s task run to be Interrupted")
 
 
 def test_review_gate_waits_for_an_operator(prefect_api: str, cli: CLI, workspace: Path) -> None:
