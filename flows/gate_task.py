@@ -37,6 +37,7 @@ __all__ = [
     "gate_task",
     "run_boxed_spec",
     "run_gate_spec",
+    "take_verdict",
     "task_run_name",
 ]
 
@@ -262,7 +263,7 @@ def run_gate_spec(spec: GateSpec) -> State[Any]:
     module-level function, so Dask can pickle the task by reference.)"""
     log_path = Path(spec.log_path)
     if spec.cached:
-        return _task_state(spec, GateResult.model_validate_json(spec.result_file.read_text()))
+        return _task_state(spec, _kept(spec, GateResult.model_validate_json(spec.result_file.read_text())))
     # The run logger is bound to this task run's context: take it here, use it in the monitor's thread.
     watched = _Watched(spec, get_run_logger(), MAX_LOG_LINES)
     monitor = _monitor()
@@ -290,7 +291,23 @@ def run_gate_spec(spec: GateSpec) -> State[Any]:
     if watched.stopped.is_set() and not result.passed:
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
         write_result(log_path, result)
-    return _task_state(spec, result)
+    return _task_state(spec, _kept(spec, result))
+
+
+# The verdicts of the gate tasks run in this process, by log path: the loop
+# takes each (take_verdict) instead of reading back the file just written.
+# The file stays the record (a Dask worker process leaves only the file).
+_VERDICTS: dict[str, GateResult] = {}
+
+
+def _kept(spec: GateSpec, result: GateResult) -> GateResult:
+    _VERDICTS[spec.log_path] = result
+    return result
+
+
+def take_verdict(log_path: str) -> GateResult | None:
+    """The verdict of the gate task of ``log_path`` if it ran in this process (once)."""
+    return _VERDICTS.pop(log_path, None)
 
 
 def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:

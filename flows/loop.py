@@ -97,6 +97,8 @@ class Loop:
         self.done_q: queue.Queue[str] = queue.Queue()
         # Tasks to run in this thread (ctx.inline), each when the loop would wait for a gate's end.
         self.inline: list[tuple[str, list[PrefectFuture[Any] | State[Any]]]] = []
+        # The next claim, made with the record of a passed gate (_finish), for _fill to start.
+        self.chained: list[Claim | None] = []
         self.timers: list[tuple[float, str]] = []
         run_dir = ctx.service.store.home / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -183,7 +185,7 @@ class Loop:
             self.ctx.fault is None
             and len([r for r in self.running.values() if r.kind is TaskKind.GATE]) < self.ctx.max_parallel
         ):
-            claim = self.session.claim_next(self.ctx.expect_revision)
+            claim = self.chained.pop() if self.chained else self.session.claim_next(self.ctx.expect_revision)
             self.ctx.expect_revision = None
             if claim is None:
                 return
@@ -225,7 +227,12 @@ class Loop:
             self.gate_runs += 1
         name = r.claim.milestone.name
         self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration
-        done = self._record(r.claim, result)
+        if self._may_chain(result):
+            self.session.leases.remove(r.claim)
+            done, after = self.session.record_and_claim_next(r.claim, result)
+            self.chained.append(after)
+        else:
+            done = self._record(r.claim, result)
         self.reporter.gate_finished(r.claim, done)
         if done.note:  # the outcome was not applied as it stands (its lease passed on, the milestone moved)
             self.reporter.warning(f"{name}: {done.note}")
@@ -234,6 +241,14 @@ class Loop:
                 f"{name}: its gate changed its own inputs ({describe_changes(result.rewrote)}): it stays stale"
             )
         self._after_failure(r.claim, done, result)
+
+    def _may_chain(self, result: GateResult) -> bool:
+        """Whether the record of ``result`` may claim the next gate in its
+        transaction: a passed attempt (nothing to hold back after it), room
+        for a gate, no retry delay due meanwhile, nothing lost."""
+        if not result.passed or self.ctx.fault is not None or self.timers or self.ctx.expect_revision is not None:
+            return False
+        return len([r for r in self.running.values() if r.kind is TaskKind.GATE]) < self.ctx.max_parallel
 
     def _after_failure(self, claim: Claim, done: DoneResult, result: GateResult) -> None:
         m = done.milestone
@@ -342,7 +357,7 @@ class Loop:
                 if r is None:
                     continue  # (the second word of a gate's end)
                 forget_ended(r.spec.log_path)
-                if not r.spec.result_file.exists() and isinstance(r.future, PrefectFuture):
+                if isinstance(r.future, PrefectFuture) and not r.spec.result_file.exists():
                     with contextlib.suppress(Exception):  # a task that died outside its run: read_result says so
                         r.future.wait()
                 self._finish(r)
@@ -356,7 +371,13 @@ class Loop:
 
     def _stop_all(self) -> None:
         """Interrupted: kill every running gate, record the attempts as
-        interrupted and make their milestones ready again."""
+        interrupted and make their milestones ready again (and the one
+        claimed with the last record, not started yet)."""
+        for claim in self.chained:
+            if claim is not None:
+                why = "interrupted: the drive stopped before its gate started"
+                self._record(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
+        self.chained.clear()
         if not self.running:
             return
         self._drop_inline()
@@ -391,6 +412,7 @@ def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
     for key, _ in loop.inline:  # queued, never started: its lease expires, a later drive runs it
         loop.session.leases.remove(loop.running.pop(key).claim)
     loop.inline.clear()
+    loop.chained.clear()  # (the same for a claim made with the last record)
     if loop.running:
         names = ", ".join(sorted({r.claim.milestone.name for r in loop.running.values()}))
         loop.reporter.warning(f"{fault.message}; no new gate is started, waiting for {names} to finish")

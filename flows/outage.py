@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from milepost.flows.gate_task import GateSpec, TaskKind
+from milepost.flows.gate_task import GateSpec, TaskKind, take_verdict
 from milepost.flows.prefect_guard import task_failure
 from milepost.gates.command import GateResult, Outcome, unwritten_result
 from milepost.service import interrupted_result
@@ -54,7 +54,11 @@ def crashed_result(spec: GateSpec, future: Any = None) -> GateResult:
 
 
 def read_result(spec: GateSpec, future: Any = None) -> GateResult:
-    """The verdict a gate task wrote beside its log, or :func:`crashed_result`."""
+    """The verdict a gate task wrote beside its log (handed over in memory
+    when the task ran in this process), or :func:`crashed_result`."""
+    kept = take_verdict(spec.log_path)
+    if kept is not None:
+        return kept
     try:
         return GateResult.model_validate_json(spec.result_file.read_text())
     except (OSError, ValueError):

@@ -259,6 +259,40 @@ def test_concurrent_claims_never_hand_out_one_milestone_twice(any_service: Servi
     assert all(m.status is S.IN_PROGRESS for m in svc.get_item(item).milestones)
 
 
+def test_a_passed_record_claims_the_next_gate_in_its_transaction(any_service: Service) -> None:
+    """``DriveSession.record_and_claim_next`` (the drive, after a passed gate):
+    the run stored, the milestone done and the next ready one leased, in one
+    write (one revision, where record and claim made two); nothing ready:
+    the record alone."""
+    from datetime import UTC, datetime
+
+    from milepost.gates.outcome import GateResult, Outcome
+
+    svc = any_service
+    item = svc.create_item("chain").id
+    svc.add_milestone("a", gate="true")
+    svc.add_milestone("b", ["a"], gate="true")
+    session = svc.drive_session(item, "driver-1")
+
+    def passed(log_path: str) -> GateResult:
+        now = datetime.now(UTC)
+        return GateResult(outcome=Outcome.PASSED, reason="exit 0", log_path=log_path, started_at=now, finished_at=now)
+
+    a = session.claim_next()
+    assert a is not None and a.milestone.name == "a"
+    before = svc.get_item(item).revision
+    done, b = session.record_and_claim_next(a, passed(a.log_path))
+    assert done.passed and done.milestone.status is S.DONE
+    assert b is not None and b.milestone.name == "b" and b.owner == "driver-1"
+    got = svc.get_item(item)
+    assert got.revision == before + 1
+    assert {m.name: m.status for m in got.milestones} == {"a": S.DONE, "b": S.IN_PROGRESS}
+    assert [r.outcome for r in svc.runs("a", item)] == [Outcome.PASSED]
+    done, none = session.record_and_claim_next(b, passed(b.log_path))
+    assert none is None and done.milestone.status is S.DONE
+    assert all(m.status is S.DONE for m in svc.get_item(item).milestones)
+
+
 def test_a_plan_applies_as_it_reads_back(any_service: Service) -> None:
     """``plan apply`` returns the item from what it wrote (validated once,
     inserted in batches): the same item, field for field, as reading it back."""

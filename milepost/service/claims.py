@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -191,7 +192,14 @@ def cached_result(ctx: Context, claim: Claim, fp: Fingerprint | None = None) -> 
 
 def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False,
            cache: GraphCache | None = None, manifest: dict[str, str] | None = None) -> DoneResult:  # fmt: skip
-    """Store a gate run (always: evidence is never dropped), free the lease
+    """:func:`record_step` in a write transaction of its own."""
+    step = record_step(ctx, c, result, verdict=verdict, release=release, manifest=manifest)
+    return write(ctx, c.item, step, cache=cache)
+
+
+def record_step(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False,
+                manifest: dict[str, str] | None = None) -> Callable[[Tx], DoneResult]:  # fmt: skip
+    """The step of a write transaction that stores a gate run (always: evidence is never dropped), free the lease
     and apply the outcome while the milestone is still in progress: pass ->
     done (or in review), fail -> needs_fix (ready again after the retry
     delay) or stuck. An interrupted run spends no budget; with ``release``
@@ -290,7 +298,7 @@ def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = 
         crash_point("record")
         return DoneResult(**base, milestone=change.after, passed=result.passed, changes=out)
 
-    return write(ctx, c.item, fn, cache=cache)
+    return fn
 
 
 def _source_run_id(tx: Tx, result: GateResult) -> int | None:

@@ -124,30 +124,42 @@ class DriveSession:
         lowest-id stale milestone that can be re-proven (done -> in_progress),
         else the lowest-id ready milestone (-> in_progress).
         ``expect_revision`` guards a drive's first claim (``drive --expect-revision``)."""
+        return write(self.ctx, self.item, self._claim, expect_revision, cache=self.cache)
 
-        def fn(tx: Tx) -> Claim | None:
-            tx.check_open()
-            loaded = tx.graph()
-            g = loaded.graph
-            m = self._reproof_pick(g)
-            if m is not None:
-                changes = g.apply(m.name, Action.REPROVE, reason="stale: its inputs changed")
-                tx.save(loaded.pks[m.name], changes, applied=True)
-                self.to_reprove.discard(m.name)
-                self.reproven.add(m.name)
-                claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=True)
-                crash_point("claim")
-                return claim
-            m = self._ready_pick(g)
-            if m is None:
-                return None
-            changes = g.apply(m.name, Action.START)
+    def record_and_claim_next(self, claim: Claim, result: GateResult) -> tuple[DoneResult, Claim | None]:
+        """:meth:`record` a passed attempt and :meth:`claim_next` in one
+        transaction: the drive's next gate when one is ready, with one write
+        where two were (a commit, and the interpreter handed to the drive's
+        other threads at each statement, cost as much as the writes)."""
+        record = claims.record_step(self.ctx, claim, result)
+
+        def fn(tx: Tx) -> tuple[DoneResult, Claim | None]:
+            return record(tx), self._claim(tx)
+
+        return write(self.ctx, self.item, fn, cache=self.cache)
+
+    def _claim(self, tx: Tx) -> Claim | None:
+        """claim_next's step, in ``tx``."""
+        tx.check_open()
+        loaded = tx.graph()
+        g = loaded.graph
+        m = self._reproof_pick(g)
+        if m is not None:
+            changes = g.apply(m.name, Action.REPROVE, reason="stale: its inputs changed")
             tx.save(loaded.pks[m.name], changes, applied=True)
-            claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner)
+            self.to_reprove.discard(m.name)
+            self.reproven.add(m.name)
+            claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=True)
             crash_point("claim")
             return claim
-
-        return write(self.ctx, self.item, fn, expect_revision, cache=self.cache)
+        m = self._ready_pick(g)
+        if m is None:
+            return None
+        changes = g.apply(m.name, Action.START)
+        tx.save(loaded.pks[m.name], changes, applied=True)
+        claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner)
+        crash_point("claim")
+        return claim
 
     def record(self, claim: Claim, result: GateResult, *, release: bool = False,
                manifest: dict[str, str] | None = None) -> DoneResult:  # fmt: skip
