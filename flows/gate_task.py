@@ -381,8 +381,8 @@ def call_inline(kind: TaskKind, box: SpecBox, wait_for: Sequence[Any]) -> State[
     its final state. A drive of one gate at a time on threads does so: handed
     to a pool's thread, each gate cost two hand-overs between threads and the
     loop's writes ran beside Prefect's end of the task run, all under one
-    interpreter lock (a 200-gate drive took 12% longer). The task run is the
-    same: named, with its deps' runs as ``wait_for``.
+    interpreter lock (docs/benchmarks.md). The task run is the same: named,
+    with its deps' runs as ``wait_for``.
 
     An interrupt (Ctrl-C, SIGTERM) while its command runs stops the gate as
     the drive's stop file does in a pool's thread (the attempt interrupted,

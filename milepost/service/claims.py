@@ -39,19 +39,8 @@ from milepost.service.items import resolve
 from milepost.service.leases import ExpiredLease, LeaseKeeper, drop_lease, expired, held_elsewhere, log_path, take_lease
 from milepost.service.recovery import already_recorded, reclaimable
 
-__all__ = [
-    "LeaseKeeper",
-    "cached_result",
-    "done",
-    "gate_env",
-    "interrupted_result",
-    "log_path",
-    "reclaim_expired",
-    "record",
-    "record_fix",
-    "run_claimed",
-    "take_lease",
-]
+__all__ = ["LeaseKeeper", "cached_result", "done", "gate_env", "interrupted_result", "log_path", "reclaim_expired",
+           "record", "record_fix", "record_step", "run_claimed", "take_lease"]  # fmt: skip
 
 # How long a reclaimer waits for a dead driver's gate processes to die after SIGKILL.
 STOP_WAIT_SECONDS = 10.0
@@ -193,28 +182,23 @@ def cached_result(ctx: Context, claim: Claim, fp: Fingerprint | None = None) -> 
 def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False,
            cache: GraphCache | None = None, manifest: dict[str, str] | None = None) -> DoneResult:  # fmt: skip
     """:func:`record_step` in a write transaction of its own."""
-    step = record_step(ctx, c, result, verdict=verdict, release=release, manifest=manifest)
-    return write(ctx, c.item, step, cache=cache)
+    return write(ctx, c.item, record_step(ctx, c, result, verdict=verdict, release=release, manifest=manifest),
+                 cache=cache)  # fmt: skip
 
 
 def record_step(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False,
                 manifest: dict[str, str] | None = None) -> Callable[[Tx], DoneResult]:  # fmt: skip
-    """The step of a write transaction that stores a gate run (always: evidence is never dropped), free the lease
-    and apply the outcome while the milestone is still in progress: pass ->
-    done (or in review), fail -> needs_fix (ready again after the retry
-    delay) or stuck. An interrupted run spends no budget; with ``release``
-    the milestone becomes ready again (the drive loop), without it stays
-    in progress (``done`` interrupted by hand). A re-proof (``c.reproof``)
-    that passes spends no budget; one that fails reopens the done
-    milestones built on it (pending behind it); one interrupted leaves the
-    milestone done. A passing run's fingerprint becomes the milestone's
-    proof, and its file list (``manifest``, else the file beside its log)
-    is kept for the reasons of a later stale view.
+    """The step of a write transaction that stores a gate run (always: evidence is never dropped), frees
+    the lease and applies the outcome while the milestone is still in progress: pass -> done (or in review),
+    fail -> needs_fix (ready again after the retry delay) or stuck. An interrupted run spends no budget; with
+    ``release`` the milestone becomes ready again (the drive loop), without it stays in progress (``done``
+    interrupted by hand). A re-proof (``c.reproof``) that passes spends no budget; one that fails reopens the
+    done milestones built on it (pending behind it); one interrupted leaves the milestone done. A passing
+    run's fingerprint becomes the milestone's proof, and its file list (``manifest``, else the file beside
+    its log) is kept for the reasons of a later stale view.
 
-    Only the lease's holder records: when another driver took the lease
-    over (this one was frozen or cut off from the database long enough for
-    it to expire), that driver records this attempt, and here nothing is
-    written (the note says so)."""
+    Only the lease's holder records: when another driver took the lease over (this one was frozen or cut off
+    from the database long enough for it to expire), that driver records this attempt; nothing is written here."""
 
     def fn(tx: Tx) -> DoneResult:
         holder = rows.LEASE_ROW.rows(tx.conn, pk=c.pk)[0].lease_owner
