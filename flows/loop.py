@@ -138,27 +138,26 @@ class Loop:
         # Named after the milestone (``task_run_name``), and without tags:
         # Prefect asks the API for the tags' concurrency slots before every
         # tagged task run (a round trip per gate). Its task (gate or fix) says what it runs.
+        future: PrefectFuture[Any] | None = None
         if self.ctx.inline:
+            self.inline.append((key, deps))  # run by the loop when it would wait (_run_inline)
+        else:
+            # The loop hears of the gate's end twice: from the task itself once its
+            # verdict is in its file (this process's threads), so that it records
+            # it and starts the next gate while Prefect ends the task run (its
+            # final state and events, about 4 ms a gate), and from the future
+            # when Prefect has (the only word from a Dask worker process).
+            ended = functools.partial(self.done_q.put, key)
+            tell_when_ended(log_path, ended)
+            future = GATE_TASKS[kind].submit(SpecBox(spec), wait_for=deps)  # type: ignore[call-overload]
             if kind is TaskKind.GATE:
-                self.session.leases.add(claim)
-            self.running[key] = _Running(key, kind, claim, spec, None)
-            self.inline.append((key, deps))
-            self.ctx.submitted += 1
-            return
-        # The loop hears of the gate's end twice: from the task itself once its
-        # verdict is in its file (this process's threads), so that it records
-        # it and starts the next gate while Prefect ends the task run (its
-        # final state and events, about 4 ms a gate), and from the future
-        # when Prefect has (the only word from a Dask worker process).
-        ended = functools.partial(self.done_q.put, key)
-        tell_when_ended(log_path, ended)
-        future: PrefectFuture[Any] = GATE_TASKS[kind].submit(SpecBox(spec), wait_for=deps)  # type: ignore[call-overload]
+                self.by_name[name] = future
         if kind is TaskKind.GATE:
-            self.by_name[name] = future
             self.session.leases.add(claim)
         self.running[key] = _Running(key, kind, claim, spec, future)
         self.ctx.submitted += 1
-        future.add_done_callback(lambda _future: ended())
+        if future is not None:
+            future.add_done_callback(lambda _future: ended())
 
     def _run_inline(self) -> None:
         """Run the next task of :attr:`inline` here (see call_inline); its
@@ -181,10 +180,7 @@ class Loop:
             self.done_q.put(self.inline.pop(0)[0])
 
     def _fill(self) -> None:
-        while (
-            self.ctx.fault is None
-            and len([r for r in self.running.values() if r.kind is TaskKind.GATE]) < self.ctx.max_parallel
-        ):
+        while self.ctx.fault is None and self._room():
             claim = self.chained.pop() if self.chained else self.session.claim_next(self.ctx.expect_revision)
             self.ctx.expect_revision = None
             if claim is None:
@@ -248,6 +244,10 @@ class Loop:
         for a gate, no retry delay due meanwhile, nothing lost."""
         if not result.passed or self.ctx.fault is not None or self.timers or self.ctx.expect_revision is not None:
             return False
+        return self._room()
+
+    def _room(self) -> bool:
+        """Whether fewer gates run than ``max_parallel`` (fix hooks aside)."""
         return len([r for r in self.running.values() if r.kind is TaskKind.GATE]) < self.ctx.max_parallel
 
     def _after_failure(self, claim: Claim, done: DoneResult, result: GateResult) -> None:

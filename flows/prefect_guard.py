@@ -75,14 +75,14 @@ def task_failure(future: Any) -> str | None:
     """What ended a task's future, from this process only (asking a future for
     its ``state`` may call the API): the exception its thread raised, or the
     message of the state it returned."""
+    wrapped = getattr(future, "wrapped_future", None)
     if hasattr(future, "state_details"):  # a task run inline: its final state
         message = getattr(future, "message", None)
-        return " ".join(str(message).split())[:300] if message else None
-    wrapped = getattr(future, "wrapped_future", None)
-    if not isinstance(wrapped, concurrent.futures.Future) or not wrapped.done():
+    elif not isinstance(wrapped, concurrent.futures.Future) or not wrapped.done():
         return None
-    e = wrapped.exception(timeout=0)
-    message = _one_line(e) if e is not None else getattr(wrapped.result(timeout=0), "message", None)
+    else:
+        e = wrapped.exception(timeout=0)
+        message = _one_line(e) if e is not None else getattr(wrapped.result(timeout=0), "message", None)
     return " ".join(str(message).split())[:300] if message else None
 
 
