@@ -189,3 +189,10 @@ def test_an_honest_100000_milestone_plan_applies(cli: CLI, workspace: Path) -> N
         assert con.execute("SELECT count(*) FROM milestone_deps").fetchone() == (99_000,)
     finally:
         con.close()
+
+
+def test_a_one_milestone_plan_says_one_milestone(cli: CLI, workspace: Path) -> None:
+    (workspace / "one.yaml").write_text("objective: o\nmilestones:\n  - name: a\n    gate: 'true'\n")
+    r = cli("plan", "apply", "one.yaml")
+    assert r.code == 0, r.err
+    assert r.out.strip() == "created work item 1 from one.yaml: 1 milestone, plan draft (current)"

@@ -48,8 +48,8 @@ def plan_apply(c: Ctx, file: Path) -> None:
     c.emit(
         it.model_dump(mode="json") if c.json else None,
         lambda con: con.print(
-            f"created work item {it.id} from {file}: {len(it.milestones)} milestones,"
-            f" plan {it.plan_status.value} (current)"
+            f"created work item {it.id} from {file}: {len(it.milestones)}"
+            f" milestone{'s' if len(it.milestones) != 1 else ''}, plan {it.plan_status.value} (current)"
         ),
     )
 

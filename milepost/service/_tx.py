@@ -276,15 +276,18 @@ class Tx:
             self.find_pk(pk, m.name)
         return [d for d in self._deps[pk] if d.status is not MilestoneStatus.DONE]
 
-    def save(self, pk: int, changes: Iterable[Change], *, applied: bool = False) -> list[MilestoneChange]:
+    def save(self, pk: int, changes: Iterable[Change], *, applied: bool = False,
+             written: int = 0) -> list[MilestoneChange]:  # fmt: skip
         """Write what ``changes`` changed (one row each) and log them. Unless
-        ``applied`` (made on :meth:`graph` already), the graph at hand gets them too."""
+        ``applied`` (made on :meth:`graph` already), the graph at hand gets them too.
+        The first ``written`` rows the caller wrote itself (a claim: with its lease)."""
         out = []
         now = utcnow()
-        for c in changes:
+        for i, c in enumerate(changes):
             name = c.after.name
             key = self._loaded.pks[name] if self._loaded is not None and name in self._loaded.pks else pk
-            rows.SAVE_STATE.run(self.conn, pk=key, now=now, **rows.milestone_state(c.after))
+            if i >= written:
+                rows.SAVE_STATE.run(self.conn, pk=key, now=now, **rows.milestone_state(c.after))
             if not applied and self._loaded is not None:
                 self._loaded.graph.put(c.after)
             self.emit(c.action, c.after.name, c.before.status.value, c.after.status.value, c.reason)

@@ -36,7 +36,7 @@ from milepost.service import proofs
 from milepost.service._rows import MILESTONES, REFS, RUNS
 from milepost.service._tx import Context, GraphCache, ItemEvent, Tx, write
 from milepost.service.items import resolve
-from milepost.service.leases import ExpiredLease, LeaseKeeper, drop_lease, expired, held_elsewhere, log_path, take_lease
+from milepost.service.leases import ExpiredLease, LeaseKeeper, expired, held_elsewhere, log_path, take_lease
 from milepost.service.recovery import already_recorded, reclaimable
 
 __all__ = ["LeaseKeeper", "cached_result", "done", "gate_env", "interrupted_result", "log_path", "reclaim_expired",
@@ -201,8 +201,11 @@ def record_step(ctx: Context, c: Claim, result: GateResult, *, verdict: str | No
     from the database long enough for it to expire), that driver records this attempt; nothing is written here."""
 
     def fn(tx: Tx) -> DoneResult:
-        holder = rows.LEASE_ROW.rows(tx.conn, pk=c.pk)[0].lease_owner
         m = tx.find_pk(c.pk, c.milestone.name)
+        # The lease freed where this driver holds it (one statement: its row count says whether it did).
+        holder = c.owner if rows.DROP_LEASE.run(tx.conn, pk=c.pk, owner=c.owner) == 1 else None
+        if holder is None:
+            holder = rows.LEASE_ROW.rows(tx.conn, pk=c.pk)[0].lease_owner
         if holder is None and already_recorded(tx.conn, c):
             # Recorded by whoever the lease passed to, or by this very write before its connection dropped.
             return DoneResult(item=tx.id, revision=tx.revision, milestone=m, passed=result.passed,
@@ -217,7 +220,6 @@ def record_step(ctx: Context, c: Claim, result: GateResult, *, verdict: str | No
                 note=f"the lease of {m.name!r} passed to {holder or 'another driver'} while its gate ran"
                 f" (attempt {c.attempt}); that driver records the attempt, this outcome is not applied",
             )
-        drop_lease(tx.conn, c)
         tx.dirty = True
         if not c.milestone.has_gate:
             return _finish_without_gate(tx, c, m, result, verdict)

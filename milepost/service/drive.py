@@ -146,18 +146,16 @@ class DriveSession:
         m = self._reproof_pick(g)
         if m is not None:
             changes = g.apply(m.name, Action.REPROVE, reason="stale: its inputs changed")
-            tx.save(loaded.pks[m.name], changes, applied=True)
+            claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=True, start=changes)
             self.to_reprove.discard(m.name)
             self.reproven.add(m.name)
-            claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=True)
             crash_point("claim")
             return claim
         m = self._ready_pick(g)
         if m is None:
             return None
         changes = g.apply(m.name, Action.START)
-        tx.save(loaded.pks[m.name], changes, applied=True)
-        claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner)
+        claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, start=changes)
         crash_point("claim")
         return claim
 

@@ -8,7 +8,7 @@ lease another owner holds is either live (refused) or expired
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -20,12 +20,13 @@ from milepost._schema import utcnow
 from milepost.errors import EnvironmentProblem, TransitionError
 from milepost.gates.supervisor import own_identity
 from milepost.graph.models import Milestone
+from milepost.graph.steps import Change
 from milepost.results import Claim
 from milepost.service import _rows as rows
 from milepost.service._rows import MILESTONES
 from milepost.service._tx import Context, Tx
 
-__all__ = ["ExpiredLease", "LeaseKeeper", "drop_lease", "expired", "held_elsewhere", "log_path", "renew", "take_lease"]
+__all__ = ["ExpiredLease", "LeaseKeeper", "expired", "held_elsewhere", "log_path", "renew", "take_lease"]
 
 
 def log_path(ctx: Context, item_id: int, name: str, attempt: int) -> Path:
@@ -49,29 +50,40 @@ def expired(lease: Any, now: datetime) -> bool:
     return lease.lease_expires is None or lease.lease_expires <= now
 
 
-def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = False) -> Claim:
+def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = False,
+               start: Sequence[Change] = ()) -> Claim:  # fmt: skip
     """Lease an in-progress milestone's gate to ``owner`` and number its
     attempt; the lease records where the attempt runs (host, boot, pid, log)
     and whether it re-proves a done milestone, so a driver that reclaims it
-    can fence it and hand it back the right way."""
+    can fence it and hand it back the right way. ``start``: the changes,
+    made on the graph at hand already, that put ``m`` in progress (its own
+    first), saved here, its own in the same row write as the lease (one
+    statement where three were; a drive makes one a gate). Another owner's lease refuses: expired, it must be fenced
+    and recorded first (:class:`ExpiredLease`); live, the gate is running."""
     now = utcnow()
-    lease = rows.LEASE_ROW.rows(tx.conn, pk=pk)[0]
-    if held_elsewhere(lease, owner):
-        if expired(lease, now):
-            raise ExpiredLease  # its attempt must be fenced and recorded first
-        raise TransitionError(
-            f"cannot run the gate of {m.name!r}: it is already running ({lease.lease_owner},"
-            f" lease until {lease.lease_expires:%H:%M:%S} UTC); wait for it or let the lease expire",
-            milestone=m.name,
-            holder=lease.lease_owner,
-        )
     attempt = (rows.LAST_ATTEMPT_OF.rows(tx.conn, pk=pk)[0]["last"] or 0) + 1
     log = log_path(tx.ctx, tx.id, m.name, attempt)
     # (When it was claimed: a driver that reclaims it records the attempt from then.)
     info: dict[str, Any] = {**own_identity(), "log": str(log), "claimed": now.isoformat()}
     if reproof:
         info["reproof"] = True
-    rows.TAKE_LEASE.run(tx.conn, pk=pk, owner=owner, expires=now + tx.ctx.lease_ttl, info=info)
+    lease = {"pk": pk, "owner": owner, "expires": now + tx.ctx.lease_ttl, "info": info}
+    if start:
+        took = rows.START_LEASED.run(tx.conn, now=now, **lease, **rows.milestone_state(start[0].after))
+    else:
+        took = rows.TAKE_LEASE.run(tx.conn, **lease)
+    if took != 1:  # another owner holds it: nothing was written
+        held = rows.LEASE_ROW.rows(tx.conn, pk=pk)[0]
+        if expired(held, now):
+            raise ExpiredLease  # its attempt must be fenced and recorded first
+        raise TransitionError(
+            f"cannot run the gate of {m.name!r}: it is already running ({held.lease_owner},"
+            f" lease until {held.lease_expires:%H:%M:%S} UTC); wait for it or let the lease expire",
+            milestone=m.name,
+            holder=held.lease_owner,
+        )
+    if start:
+        tx.save(pk, start, applied=True, written=1)
     return Claim(item=tx.id, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log), reproof=reproof)
 
 
@@ -125,7 +137,3 @@ def renew(conn: Connection, ctx: Context, c: Claim) -> None:
         .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
         .values(lease_expires=utcnow() + ctx.lease_ttl)
     )
-
-
-def drop_lease(conn: Connection, c: Claim) -> None:
-    rows.DROP_LEASE.run(conn, pk=c.pk, owner=c.owner)
