@@ -166,12 +166,15 @@ def record_attempt(
     while budget is left (ready again at the backoff's :func:`retry_at`
     when the attempt finished ``at``), else stuck. A ``free`` attempt (a
     re-proof of a done milestone, or a cached result) spends no budget when
-    it passes; a failing re-proof does (the seed's second verification).
+    it passes; a failing re-proof is the first attempt of a fresh budget
+    (the seed's second verification failed: the work is open again).
     ``fingerprint``: of the inputs the attempt ran on."""
     name = m.name
     if m.awaiting_review:
         raise TransitionError(f"{name!r} waits for review; its gate already passed", milestone=name)
-    attempts = m.attempts if (passed and free) else m.attempts + 1
+    # A failing re-proof is the first failure of a new round (the milestone had passed):
+    # a fresh budget, not what was left of the round it passed in.
+    attempts = (m.attempts if passed else 1) if free else m.attempts + 1
     review_ = False
     when = None
     if passed:
@@ -298,7 +301,7 @@ def nothing_ready_reason(
     if not total:
         return "no milestones yet: add one with `milepost add NAME`"
     if done == total:
-        return f"all {total} milestones are done"
+        return f"all {total} milestones are done" if total != 1 else "the milestone is done"
     by: dict[S, list[str]] = {}
     review: list[str] = []
     held_: list[str] = []

@@ -57,3 +57,11 @@ def test_next_on_both_backends(any_service: Service) -> None:
     held = [Milestone(id=1, name="x", status=S.IN_PROGRESS), Milestone(id=2, name="y", deps=["x"])]
     same_answer(any_service, held)
     assert any_service.next().reason == "nothing ready: waiting on x (in_progress)"
+    from milepost.graph.models import GateCommand
+
+    proven = Milestone(id=1, name="p", status=S.DONE, gate=[GateCommand(run="true")], inputs=["src/**"])
+    item = any_service.create_item("proven", milestones=[proven, Milestone(id=2, name="q", status=S.DONE)]).id
+    assert any_service.next(item).reason == (
+        "all 2 milestones are done; next reads no inputs:"
+        " `milepost list` shows any that are stale (changed since proven)"
+    )  # (the stored status says done; list, graph, verify and drive read the files)

@@ -72,6 +72,23 @@ def test_list_shows_inputs_and_the_stale_view(proven: CLI, workspace: Path) -> N
     assert {m["name"]: m["view"] for m in proven.json("list")["milestones"]} == {"a": "done", "b": "stale"}
 
 
+def test_next_says_it_reads_no_inputs_when_all_is_done(proven: CLI, cli: CLI, workspace: Path) -> None:
+    """All done: ``next`` names nothing; with inputs it says that it did not
+    read them (an edit may have made some stale) and where to look."""
+    (workspace / "src/a.py").write_text("ok = 1  # edited\n")
+    r = proven("--json", "next")
+    assert r.code == 0 and r.data["milestone"] is None
+    assert r.data["reason"] == (
+        "all 2 milestones are done; next reads no inputs:"
+        " `milepost list` shows any that are stale (changed since proven)"
+    )
+    cli("item", "create", "no inputs", check=True)
+    cli("add", "c", "--gate", "true", check=True)
+    cli("start", "c", check=True)
+    cli("done", "c", check=True)
+    assert cli.json("next")["reason"] == "the milestone is done"  # nothing to say about inputs
+
+
 def test_verify_from_the_cli(proven: CLI, workspace: Path) -> None:
     r = proven("verify")
     assert r.code == 0 and "nothing to re-prove: 2 proven milestones unchanged since proven" in r.out

@@ -145,6 +145,11 @@ HOLDING = Prepared(
     .where(MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.status != "done", MILESTONES.c.status != "pending")
     .order_by(MILESTONES.c.seq)
 )  # fmt: skip
+WITH_INPUTS = Prepared(
+    select(MILESTONES.c.id)
+    .where(MILESTONES.c.item_id == bindparam("item"), func.json_array_length(MILESTONES.c.inputs) > 0)
+    .limit(1)
+)
 COUNTS = Prepared(
     select(func.count().label("total"), func.count().filter(MILESTONES.c.status == "done").label("done")).where(
         MILESTONES.c.item_id == bindparam("item")

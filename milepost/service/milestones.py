@@ -299,7 +299,11 @@ def next_milestone(ctx: Context, item: int | None = None) -> NextResult:
         counts = rows.COUNTS.rows(conn, item=item_id)[0]
         total, done = int(counts.total or 0), int(counts.done or 0)
         holding = [Milestone.model_validate({**r, "id": r.seq}) for r in rows.HOLDING.rows(conn, item=item_id)]
-    return NextResult(item=item_id, milestone=None, reason=nothing_ready_reason(total, done, holding), ready=[])
+        reason = nothing_ready_reason(total, done, holding)
+        if total and done == total and rows.WITH_INPUTS.rows(conn, item=item_id):
+            # Done is the stored status: whether the files its proofs read changed since, next does not read.
+            reason += "; next reads no inputs: `milepost list` shows any that are stale (changed since proven)"
+    return NextResult(item=item_id, milestone=None, reason=reason, ready=[])
 
 
 def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:

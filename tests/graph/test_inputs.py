@@ -129,18 +129,43 @@ def test_a_passing_reproof_spends_no_budget_and_refreshes_the_fingerprint() -> N
     assert (g.get("a").status, g.get("a").attempts, g.get("a").fingerprint) == (S.DONE, 1, "fp-a2")
 
 
-def test_a_failing_reproof_spends_budget_and_reopens_what_was_built_on_it_as_pending() -> None:
+def test_a_failing_reproof_starts_a_fresh_budget_and_reopens_what_was_built_on_it_as_pending() -> None:
     g = chain()
     g.apply("a", Action.REPROVE)
     g.record_attempt("a", passed=False, reason="exit 1", free=True, fingerprint="fp-bad")
     reopened = g.reopen_dependents("a", "its re-proof failed: exit 1")
-    assert (g.get("a").status, g.get("a").attempts, g.get("a").fingerprint) == (S.NEEDS_FIX, 2, "fp-bad")
+    assert (g.get("a").status, g.get("a").attempts, g.get("a").fingerprint) == (S.NEEDS_FIX, 1, "fp-bad")
     assert [(c.after.name, c.after.status, c.action) for c in reopened] == [
         ("b", S.PENDING, Action.REOPEN),
         ("c", S.PENDING, Action.REOPEN),
     ]
     assert all(g.get(n).attempts == 0 and g.get(n).fingerprint is None for n in ("b", "c"))
     assert g.view("b") == "blocked" and g.view("c") == "blocked"
+
+
+def test_each_break_after_a_pass_gets_its_own_budget() -> None:
+    """A milestone that passed on the last attempt of its budget, then broke
+    by an edit, is not stuck at the first failure of its re-proof; its round
+    of retries is new. Failing again in that round spends it as any round."""
+    g = WorkGraph()
+    g.add("a", gate=[TRUE], inputs=["a.py"], retries=1)  # two attempts a round
+    g.apply("a", Action.START)
+    g.record_attempt("a", passed=False, reason="exit 1")
+    g.apply("a", Action.START)
+    g.record_attempt("a", passed=True, fingerprint="fp-1")
+    assert (g.get("a").status, g.get("a").attempts) == (S.DONE, 2)  # passed on its last attempt
+    for _ in range(2):  # broken and fixed twice: each break is a first failure
+        g.apply("a", Action.REPROVE)
+        g.record_attempt("a", passed=False, reason="exit 1", free=True)
+        assert (g.get("a").status, g.get("a").attempts) == (S.NEEDS_FIX, 1)
+        g.apply("a", Action.START)
+        g.record_attempt("a", passed=True, fingerprint="fp-2")
+        assert (g.get("a").status, g.get("a").attempts) == (S.DONE, 2)
+    g.apply("a", Action.REPROVE)
+    g.record_attempt("a", passed=False, reason="exit 1", free=True)
+    g.apply("a", Action.START)
+    g.record_attempt("a", passed=False, reason="exit 1")
+    assert (g.get("a").status, g.get("a").attempts) == (S.STUCK, 2)  # two failures in one round
 
 
 def test_an_interrupted_reproof_leaves_the_milestone_done() -> None:
