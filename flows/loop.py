@@ -99,6 +99,7 @@ class Loop:
         self.inline: list[tuple[str, list[PrefectFuture[Any] | State[Any]]]] = []
         # The next claim, made with the record of a passed gate (_finish), for _fill to start.
         self.chained: list[Claim | None] = []
+        self.told_busy: set[str] = set()  # session.busy entries reported
         self.timers: list[tuple[float, str]] = []
         run_dir = ctx.service.store.home / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +184,9 @@ class Loop:
         while self.ctx.fault is None and self._room():
             claim = self.chained.pop() if self.chained else self.session.claim_next(self.ctx.expect_revision)
             self.ctx.expect_revision = None
+            for name in self.session.busy.keys() - self.told_busy:  # (picks another driver's gate holds)
+                self.told_busy.add(name)
+                self.reporter.warning(f"{name} not started: {self.session.busy[name]}")
             if claim is None:
                 return
             crash_point("claimed")

@@ -183,7 +183,7 @@ def record_attempt(
     else:
         action = Action.FAIL if attempts < m.max_attempts else Action.EXHAUST
         if action is Action.FAIL and at is not None:
-            when = retry_at(at, m.retry_delay, m.attempts)
+            when = retry_at(at, m.retry_delay, attempts - 1)  # (the failures before this one, in its round)
     target = transition(name, m.status, action)
     new = m.model_copy(
         update={

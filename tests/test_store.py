@@ -293,13 +293,14 @@ def test_a_passed_record_claims_the_next_gate_in_its_transaction(any_service: Se
     assert all(m.status is S.DONE for m in svc.get_item(item).milestones)
 
 
-def test_a_claim_never_takes_a_live_lease_of_another_driver(any_service: Service) -> None:
+def test_a_claim_never_takes_a_live_lease(any_service: Service) -> None:
     """A milestone sent back by hand while its gate runs keeps that driver's
-    lease: another drive's claim of it is refused (the gate is running) and
-    writes nothing; the first driver's record then keeps its run as evidence."""
+    lease: no drive starts it again, neither another nor the one running it
+    (its claim is refused, writes nothing, and the milestone is held for that
+    drive, with the reason); the running driver's record then keeps its run
+    as evidence, and the free lease can be taken."""
     from datetime import UTC, datetime
 
-    from milepost.errors import TransitionError
     from milepost.gates.outcome import GateResult, Outcome
     from milepost.graph.status import Action
 
@@ -311,17 +312,19 @@ def test_a_claim_never_takes_a_live_lease_of_another_driver(any_service: Service
     assert a is not None
     svc.act("a", Action.NEEDS_FIX, reason="seen broken by hand", item=item)
     before = svc.get_item(item)
-    with pytest.raises(TransitionError, match=r"cannot run the gate of 'a': it is already running \(driver-1"):
-        svc.drive_session(item, "driver-2").claim_next()
-    after = svc.get_item(item)
-    assert after.revision == before.revision and after.milestones[0].status is S.NEEDS_FIX
+    for owner in ("driver-2", "driver-1"):
+        session = first if owner == "driver-1" else svc.drive_session(item, owner)
+        assert session.claim_next() is None
+        assert session.busy["a"].startswith("cannot run the gate of 'a': it is already running (driver-1")
+        after = svc.get_item(item)
+        assert after.revision == before.revision and after.milestones[0].status is S.NEEDS_FIX
     now = datetime.now(UTC)
     done = first.record(a, GateResult(outcome=Outcome.PASSED, reason="exit 0", log_path=a.log_path,
                                       started_at=now, finished_at=now))  # fmt: skip
     assert done.note is not None and "became needs_fix while its gate ran" in done.note
     assert [r.outcome for r in svc.runs("a", item)] == [Outcome.PASSED]
-    again = svc.drive_session(item, "driver-2").claim_next()  # the lease is free now
-    assert again is not None and again.owner == "driver-2" and again.attempt == 2
+    again = svc.drive_session(item, "driver-3").claim_next()  # the lease is free now
+    assert again is not None and again.owner == "driver-3" and again.attempt == 2
 
 
 def test_a_plan_applies_as_it_reads_back(any_service: Service) -> None:

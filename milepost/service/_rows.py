@@ -161,15 +161,16 @@ LAST_ATTEMPT = select(func.max(RUNS.c.attempt)).where(RUNS.c.milestone_id == bin
 LEASE_ROW = Prepared(LEASE)
 LAST_ATTEMPT_OF = Prepared(select(func.max(RUNS.c.attempt).label("last")).where(RUNS.c.milestone_id == bindparam("pk")))
 # A lease is taken only where no other owner holds one (the statement's row
-# count says which); with its start (START_LEASED) the state goes in the same row write.
+# count says which); with its start (START_LEASED) the state goes in the same
+# row write, and only where no lease at all is held.
 _FREE = (MILESTONES.c.lease_owner.is_(None)) | (MILESTONES.c.lease_owner == bindparam("owner"))
 _LEASE_VALUES: dict[str, Any] = {
     "lease_owner": bindparam("owner"), "lease_expires": bindparam("expires"), "lease_info": bindparam("info"),
 }  # fmt: skip
 TAKE_LEASE = Prepared(update(MILESTONES).where(MILESTONES.c.id == bindparam("pk"), _FREE).values(_LEASE_VALUES))
-START_LEASED = Prepared(
+START_LEASED = Prepared(  # (a milestone not in progress holds no lease of its own: only a free one is taken)
     update(MILESTONES)
-    .where(MILESTONES.c.id == bindparam("pk"), _FREE)
+    .where(MILESTONES.c.id == bindparam("pk"), MILESTONES.c.lease_owner.is_(None))
     .values({f: bindparam(f) for f in sorted(STATE_FIELDS)} | {"updated_at": bindparam("now")} | _LEASE_VALUES)
 )
 DROP_LEASE = Prepared(

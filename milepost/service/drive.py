@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from milepost.errors import TransitionError
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult
 from milepost.gates.inputs import Fingerprint, Snapshot
@@ -19,6 +20,7 @@ from milepost.graph.status import Action, MilestoneStatus
 from milepost.results import Claim, DoneResult, StaleInfo
 from milepost.service import claims, items, proofs
 from milepost.service._tx import Context, GraphCache, Tx, write
+from milepost.service.leases import ExpiredLease
 
 __all__ = ["DriveSession"]
 
@@ -45,6 +47,9 @@ class DriveSession:
         self.reproven: set[str] = set()
         self.stale: dict[str, StaleInfo] = {}
         self.waiting: dict[str, str] = {}
+        # Milestones this drive will not start, and why: another driver's gate
+        # holds their lease (sent back by hand while it ran).
+        self.busy: dict[str, str] = {}
 
     @property
     def graph(self) -> WorkGraph:
@@ -134,30 +139,44 @@ class DriveSession:
         record = claims.record_step(self.ctx, claim, result)
 
         def fn(tx: Tx) -> tuple[DoneResult, Claim | None]:
-            return record(tx), self._claim(tx)
+            return record(tx), self._claim(tx)  # (a pick another driver holds is skipped, not refused: _claim)
 
         return write(self.ctx, self.item, fn, cache=self.cache)
 
     def _claim(self, tx: Tx) -> Claim | None:
-        """claim_next's step, in ``tx``."""
+        """claim_next's step, in ``tx``. A pick whose lease another driver
+        holds is not this drive's to run: it is held (see :attr:`busy`),
+        nothing of it written, and the next pick is tried."""
         tx.check_open()
         loaded = tx.graph()
         g = loaded.graph
-        m = self._reproof_pick(g)
-        if m is not None:
-            changes = g.apply(m.name, Action.REPROVE, reason="stale: its inputs changed")
-            claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=True, start=changes)
-            self.to_reprove.discard(m.name)
-            self.reproven.add(m.name)
+        while True:
+            m = self._reproof_pick(g)
+            reproof = m is not None
+            if m is None:
+                m = self._ready_pick(g)
+                if m is None:
+                    return None
+            changes = g.apply(m.name, Action.REPROVE, reason="stale: its inputs changed") if reproof \
+                else g.apply(m.name, Action.START)  # fmt: skip
+            try:
+                claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=reproof,
+                                          start=changes)  # fmt: skip
+            except (TransitionError, ExpiredLease) as e:
+                g.put(changes[0].before)  # the refused claim wrote nothing
+                if reproof:
+                    g.mark_stale([m.name])
+                    self.to_reprove.discard(m.name)
+                why = str(e) if isinstance(e, TransitionError) else "another driver's expired lease is on it"
+                self.busy[m.name] = why
+                self.hold(m.name)
+                g.hold(m.name)  # (the graph at hand too: read in this transaction, it is not cached yet)
+                continue
+            if reproof:
+                self.to_reprove.discard(m.name)
+                self.reproven.add(m.name)
             crash_point("claim")
             return claim
-        m = self._ready_pick(g)
-        if m is None:
-            return None
-        changes = g.apply(m.name, Action.START)
-        claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, start=changes)
-        crash_point("claim")
-        return claim
 
     def record(self, claim: Claim, result: GateResult, *, release: bool = False,
                manifest: dict[str, str] | None = None) -> DoneResult:  # fmt: skip

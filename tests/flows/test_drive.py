@@ -210,6 +210,28 @@ def test_two_drivers_run_every_gate_exactly_once(prefect_api: str, cli: CLI, wor
     assert all(m["status"] == "done" for m in cli.json("list")["milestones"])
 
 
+def test_a_drive_does_not_start_a_gate_another_driver_runs(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    """Sent back by hand while ``done`` runs its gate, a milestone keeps that
+    lease: a drive does not start it again (it says why and goes on with the
+    rest), and ``done``'s outcome is kept as evidence only."""
+    marker = workspace / "started"
+    plan = (f"objective: busy\nmilestones:\n  - {{name: slow, gate: 'touch {marker}; sleep 4'}}\n"
+            "  - {name: other, gate: 'true'}\n")  # fmt: skip
+    (workspace / "plan.yaml").write_text(plan)
+    cli("plan", "apply", "plan.yaml", check=True)
+    cli("start", "slow", check=True)
+    first = cli.popen("done", "slow")
+    wait_until(marker.exists, 60, f"{marker} to appear", step=0.1)
+    cli("needs-fix", "slow", "--reason", "seen broken by hand", check=True)
+    r = cli("drive")
+    assert r.code == 1, r.err + r.out
+    assert "slow not started: cannot run the gate of 'slow': it is already running" in r.out, r.out
+    first.communicate(timeout=60)
+    assert [x["outcome"] for x in cli.json("runs", "slow")["runs"]] == ["passed"]  # done's attempt, run once
+    shown = {m["name"]: m["status"] for m in cli.json("list")["milestones"]}
+    assert shown == {"slow": "needs_fix", "other": "done"}
+
+
 def test_sigkill_leaves_a_lease_the_next_drive_reclaims(prefect_api: str, cli: CLI, workspace: Path) -> None:
     marker = workspace / "started"
     gate = f"if [ -e {marker} ]; then exit 0; fi; echo $$ > {marker}; sleep 60"

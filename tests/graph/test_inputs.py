@@ -3,6 +3,8 @@ the stale view, and the re-proof's moves (reprove, restore, reopen)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from milepost.errors import BlockedError, InvalidValueError, PlanFileError, TransitionError
@@ -143,12 +145,15 @@ def test_a_failing_reproof_starts_a_fresh_budget_and_reopens_what_was_built_on_i
     assert g.view("b") == "blocked" and g.view("c") == "blocked"
 
 
+AT = datetime(2026, 12, 2, 7, 0, tzinfo=UTC)
+
+
 def test_each_break_after_a_pass_gets_its_own_budget() -> None:
     """A milestone that passed on the last attempt of its budget, then broke
     by an edit, is not stuck at the first failure of its re-proof; its round
     of retries is new. Failing again in that round spends it as any round."""
     g = WorkGraph()
-    g.add("a", gate=[TRUE], inputs=["a.py"], retries=1)  # two attempts a round
+    g.add("a", gate=[TRUE], inputs=["a.py"], retries=1, retry_delay=10)  # two attempts a round
     g.apply("a", Action.START)
     g.record_attempt("a", passed=False, reason="exit 1")
     g.apply("a", Action.START)
@@ -156,8 +161,9 @@ def test_each_break_after_a_pass_gets_its_own_budget() -> None:
     assert (g.get("a").status, g.get("a").attempts) == (S.DONE, 2)  # passed on its last attempt
     for _ in range(2):  # broken and fixed twice: each break is a first failure
         g.apply("a", Action.REPROVE)
-        g.record_attempt("a", passed=False, reason="exit 1", free=True)
+        g.record_attempt("a", passed=False, reason="exit 1", free=True, at=AT)
         assert (g.get("a").status, g.get("a").attempts) == (S.NEEDS_FIX, 1)
+        assert g.get("a").retry_at == AT + timedelta(seconds=10)  # the round's first delay, not its third
         g.apply("a", Action.START)
         g.record_attempt("a", passed=True, fingerprint="fp-2")
         assert (g.get("a").status, g.get("a").attempts) == (S.DONE, 2)
