@@ -58,8 +58,12 @@ def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = Fal
     can fence it and hand it back the right way. ``start``: the changes,
     made on the graph at hand already, that put ``m`` in progress (its own
     first), saved here, its own in the same row write as the lease (one
-    statement where three were; a drive makes one a gate). Another owner's lease refuses: expired, it must be fenced
-    and recorded first (:class:`ExpiredLease`); live, the gate is running."""
+    statement where three were; a drive makes one a gate).
+
+    Another owner's lease refuses (for a start, any lease: a milestone not in
+    progress holds none of its own), and nothing is written: expired, its
+    attempt must be fenced and recorded first (:class:`ExpiredLease`); live,
+    its gate is running (:class:`TransitionError`)."""
     now = utcnow()
     attempt = (rows.LAST_ATTEMPT_OF.rows(tx.conn, pk=pk)[0]["last"] or 0) + 1
     log = log_path(tx.ctx, tx.id, m.name, attempt)
