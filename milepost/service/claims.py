@@ -203,8 +203,9 @@ def record_step(ctx: Context, c: Claim, result: GateResult, *, verdict: str | No
     def fn(tx: Tx) -> DoneResult:
         m = tx.find_pk(c.pk, c.milestone.name)
         # The lease freed where this driver holds it (one statement: its row count says whether it did).
-        holder = c.owner if rows.DROP_LEASE.run(tx.conn, pk=c.pk, owner=c.owner) == 1 else None
-        if holder is None:
+        if rows.DROP_LEASE.run(tx.conn, pk=c.pk, owner=c.owner) == 1:
+            holder: str | None = c.owner
+        else:
             holder = rows.LEASE_ROW.rows(tx.conn, pk=c.pk)[0].lease_owner
         if holder is None and already_recorded(tx.conn, c):
             # Recorded by whoever the lease passed to, or by this very write before its connection dropped.

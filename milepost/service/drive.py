@@ -157,8 +157,10 @@ class DriveSession:
                 m = self._ready_pick(g)
                 if m is None:
                     return None
-            changes = g.apply(m.name, Action.REPROVE, reason="stale: its inputs changed") if reproof \
-                else g.apply(m.name, Action.START)  # fmt: skip
+            action, reason = (Action.REPROVE, "stale: its inputs changed") if reproof else (Action.START, None)
+            changes = g.apply(m.name, action, reason=reason)
+            if reproof:
+                self.to_reprove.discard(m.name)
             try:
                 claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=reproof,
                                           start=changes)  # fmt: skip
@@ -166,14 +168,12 @@ class DriveSession:
                 g.put(changes[0].before)  # the refused claim wrote nothing
                 if reproof:
                     g.mark_stale([m.name])
-                    self.to_reprove.discard(m.name)
                 why = str(e) if isinstance(e, TransitionError) else "another driver's expired lease is on it"
                 self.busy[m.name] = why
                 self.hold(m.name)
                 g.hold(m.name)  # (the graph at hand too: read in this transaction, it is not cached yet)
                 continue
             if reproof:
-                self.to_reprove.discard(m.name)
                 self.reproven.add(m.name)
             crash_point("claim")
             return claim
