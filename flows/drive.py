@@ -348,7 +348,7 @@ def run_drive(
     item is at that revision: checked before Prefect starts and again by the
     first claim, in its transaction."""
     global _CONTEXT
-    objective = service.check_can_drive(item_id, expect_revision)
+    objective = service.check_can_drive(item_id, expect_revision, until=until)
     ctx = DriveContext(
         service=service,
         reporter=reporter or NullReporter(),
@@ -362,6 +362,7 @@ def run_drive(
     )
     _CONTEXT = ctx
     t0 = time.monotonic()
+    state: State[Any] | None = None
     if task_runner == "thread":
         supervisor()  # its gates run here: the supervisor starts up while the flow run does
     try:
@@ -369,7 +370,7 @@ def run_drive(
         configured = drive_workgraph.with_options(task_runner=runner)
         with _sigterm_as_interrupt(), prefect_heartbeat_off():
             try:
-                configured(item_id=item_id, max_parallel=max_parallel, until=until, return_state=True)
+                state = configured(item_id=item_id, max_parallel=max_parallel, until=until, return_state=True)
             except Exception as e:
                 if ctx.error is None and not is_api_error(e):
                     raise
@@ -394,6 +395,8 @@ def run_drive(
         _CONTEXT = None
     if ctx.error is not None:
         raise ctx.error
+    if ctx.summary is None and state is not None and state.is_failed():
+        state.result()  # the body failed before it could sum up: its error, raised as it is (not a summary)
     summary = ctx.summary or _summary(ctx, *service.graph(item_id, proofs=False))
     if isinstance(ctx.fault, PrefectUnreachableError):
         summary.message += "; the flow run's record in the Prefect UI is incomplete (the Prefect API stopped answering)"

@@ -211,6 +211,8 @@ BAD = [
     ),
     ("stale revision", ["add", "x", "--expect-revision", "2"], r"work item 1 is at revision 4, not 2"),
     ("stale revision drive", ["drive", "--expect-revision", "2"], r"work item 1 is at revision 4, not 2"),
+    # Refused before Prefect starts; it was a green drive of every milestone, "nope ... are done".
+    ("unknown until", ["drive", "--until", "nope"], r"no milestone 'nope' in this work item; known: a, b, c"),
     ("unknown milestone", ["start", "zzz"], r"no milestone 'zzz' in this work item; known: a, b, c"),
     ("reason missing", ["needs-fix", "a"], r"Missing option '--reason'"),
     ("unknown item", ["list", "--item", "99"], r"no work item 99"),

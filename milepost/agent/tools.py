@@ -203,7 +203,7 @@ def drive(svc: Service, a: DriveArgs) -> dict[str, Any]:
     from milepost.flows.server import configure_prefect
 
     item = svc.resolve_item(a.item)
-    svc.check_can_drive(item, a.expect_revision)
+    svc.check_can_drive(item, a.expect_revision, until=a.until)
     configure_prefect(svc.store.home)
     from milepost.flows.drive import run_drive
 

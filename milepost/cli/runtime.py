@@ -86,7 +86,7 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     """
     svc = c.service
     item = svc.resolve_item(item_id)
-    svc.check_can_drive(item, expect_revision)
+    svc.check_can_drive(item, expect_revision, until=until)
     if dry_run:
         plan = svc.plan_order(item, until)
         c.emit(plan.model_dump(mode="json"), lambda con: show_dry_run(con, plan))

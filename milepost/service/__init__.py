@@ -177,8 +177,8 @@ class Service:
         current = set(self.current_items())
         return [i.id for i in sorted(ready, key=lambda i: (i.id not in current, i.id))]
 
-    def check_can_drive(self, item: int, expect_revision: int | None = None) -> str:
-        return items.check_can_drive(self.ctx, item, expect_revision)
+    def check_can_drive(self, item: int, expect_revision: int | None = None, *, until: str | None = None) -> str:
+        return items.check_can_drive(self.ctx, item, expect_revision, until=until)
 
     def pick(self, item: int, *, clear_blocker: bool = False, reason: str | None = None,
              expect_revision: int | None = None) -> WorkItem:  # fmt: skip

@@ -110,10 +110,12 @@ def get_item(ctx: Context, item: int | None = None) -> WorkItem:
     return read(ctx, resolve(ctx, item))[0]
 
 
-def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = None) -> str:
+def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = None, *,
+                    until: str | None = None) -> str:  # fmt: skip
     """Refuse (before any Prefect start-up) to drive an item that is not
-    open, belongs to another agent, or is no longer at ``expect_revision``.
-    Returns its objective (one row read, not the item's milestones)."""
+    open, belongs to another agent, or is no longer at ``expect_revision``,
+    or up to a milestone (``until``) it does not have. Returns its objective
+    (its row read, and ``until``'s: not the item's milestones)."""
 
     with ctx.store.read() as conn:
         row = head(conn, item_id)
@@ -121,6 +123,8 @@ def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = No
         tx.check_owner()
         check_revision(tx.id, tx.revision, expect_revision)
         tx.check_open()
+        if until is not None:
+            tx.find(until)  # no such milestone: refused, naming those it has
     return str(row.objective)
 
 

@@ -375,6 +375,22 @@ def test_retry_delay_backs_off(prefect_api: str, service: Service, workspace: Pa
     assert t[1] - t[0] >= 1.0 and t[2] - t[1] >= 2.0  # 1 s, then 2 s
 
 
+def test_a_drive_whose_body_fails_before_its_summary_raises_the_error(prefect_api: str, service: Service) -> None:
+    """An error in the flow body before there is a summary (here the
+    caller's reporter) is raised by run_drive as it is, never turned into a
+    summary of the item's statuses (which read ok when all was done)."""
+    from milepost.events import NullReporter
+
+    class Broken(NullReporter):
+        def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
+            raise RuntimeError("the reporter broke")
+
+    item = apply(service, "objective: done\nmilestones:\n  - {name: a, gate: 'true'}\n")
+    assert run_drive(service, item).ok
+    with pytest.raises(RuntimeError, match="the reporter broke"):
+        run_drive(service, item, reporter=Broken())
+
+
 def test_until_and_dry_run(prefect_api: str, cli: CLI, workspace: Path) -> None:
     for p in (EXAMPLES / "refactor").iterdir():
         (shutil.copytree if p.is_dir() else shutil.copy)(p, workspace / p.name)
