@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from milepost.gates.outcome import GateResult, Outcome
+from milepost.gates.outcome import CachedFrom, GateResult, Outcome
 from milepost.graph.models import Milestone, WorkItem
 from milepost.graph.status import (
     Action,
@@ -156,6 +156,7 @@ class Verified(BaseModel):
     reason: str
     stale: StaleInfo | None = None
     reopened: list[str] = Field(default_factory=list)
+    cached_from: CachedFrom | None = None  # outcome cached: the passed run that stands in
 
 
 class VerifyResult(BaseModel):

@@ -137,7 +137,8 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
             "message": r.message,
             "verified": [
                 {"name": v.milestone, "outcome": v.outcome.value if v.outcome else "skipped", "status": v.status.value,
-                 "reason": v.reason, **({"reopened": v.reopened} if v.reopened else {})}
+                 "reason": v.reason, **({"reopened": v.reopened} if v.reopened else {}),
+                 **({"cached_from": v.cached_from.model_dump()} if v.cached_from else {})}
                 for v in r.verified
             ],
         }  # fmt: skip

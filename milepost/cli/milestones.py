@@ -180,23 +180,37 @@ def done(c: Ctx, name: str, verdict: str | None, no_cache: bool, item: int | Non
 
 @cli.command()
 @click.argument("names", nargs=-1, metavar="[NAME]...")
-@click.option("--all", "all_", is_flag=True, help="Re-run every done milestone's gate, stale or not.")
-@click.option("--no-cache", is_flag=True, help="Accepted like drive's and done's; verify never uses the cache.")
+@click.option("--all", "all_", is_flag=True, help="Re-run every done milestone's gate, stale or not (implies --fresh).")
+@click.option(
+    "--max-parallel",
+    type=click.IntRange(min=1, max=1000),
+    default=1,
+    show_default=True,
+    help="Gates running at once (lowest ids first; a milestone waits for the re-proofs below it).",
+)
+@click.option(
+    "--fresh", is_flag=True, help="Run every gate it checks, even where a passed run on the same inputs exists."
+)
+@click.option("--no-cache", is_flag=True, help="The same as --fresh (as drive's and done's).")
 @item_option
 @pass_ctx
-def verify(c: Ctx, names: tuple[str, ...], all_: bool, no_cache: bool, item: int | None) -> None:
-    """Prove again what was proven: re-run, here (no Prefect), lowest id
-    first, the gates of the stale milestones (done, but their inputs changed
-    since), of failed ones whose inputs changed since they failed, and of
-    those that wait behind them once their deps are done.
+def verify(c: Ctx, names: tuple[str, ...], all_: bool, max_parallel: int, fresh: bool, no_cache: bool,
+           item: int | None) -> None:  # fmt: skip
+    """Prove again what was proven: here (no Prefect), lowest id first, the
+    gates of the stale milestones (done, but their inputs changed since), of
+    failed ones whose inputs changed since they failed, and of those that
+    wait behind them once their deps are done.
 
-    Looks at the milestones a gate proved once (or NAMEs). Never takes a
-    result from the cache: the gates run. A failing re-proof sends its
-    milestone to needs_fix (the done milestones built on it wait behind it).
-    Exit 0 when all of them end done and none stale (nothing stale: nothing
-    runs), 1 otherwise. This is the command a CI step runs on a reused store.
+    Looks at the milestones a gate proved once (or NAMEs). A state whose gate
+    and inputs equal a run that passed anywhere in the store (a file put back
+    as it was) is not run again: outcome cached, naming that run; --fresh
+    runs every gate it checks. Independent milestones run side by side up to
+    --max-parallel. A failing re-proof sends its milestone to needs_fix (the
+    done milestones built on it wait behind it). Exit 0 when all of them end
+    done and none stale (nothing stale: nothing runs), 1 otherwise. This is
+    the command a CI step runs on a reused store.
     """
-    r = c.service.verify(list(names), all_=all_, item=item)
+    r = c.service.verify(list(names), all_=all_, item=item, fresh=fresh or no_cache, max_parallel=max_parallel)
     c.emit(r.model_dump(mode="json"), lambda con: show_verify(con, r))
     if not r.ok:
         raise SystemExit(1)

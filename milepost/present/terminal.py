@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from milepost.gates.outcome import Outcome
 from milepost.graph.status import MilestoneStatus
 
 if TYPE_CHECKING:
@@ -137,6 +138,13 @@ def show_verify(con: Console, r: VerifyResult) -> None:
         changed = f" ({esc(v.stale.reason)})" if v.stale is not None and v.stale.reason else ""
         if v.outcome is None:
             con.print(f"{v.milestone}: {styled(v.status.value)} — not run: {esc(v.reason)}")
+        elif v.outcome is Outcome.CACHED:
+            src = v.cached_from
+            where = f" as item {src.item} {esc(repr(src.milestone))} attempt {src.attempt}" if src is not None else ""
+            con.print(
+                f"{v.milestone}: {styled('done')} — cached{changed}: the same gate passed on the same inputs{where}"
+                f" (attempt {v.attempt}, no gate run)"
+            )
         elif v.outcome.proves:
             con.print(
                 f"{v.milestone}: {styled('done')} — proven again{changed}: {esc(v.reason)}"

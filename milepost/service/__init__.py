@@ -303,11 +303,14 @@ class Service:
             self.ctx, name, verdict=verdict, item=item, expect_revision=expect_revision, use_cache=use_cache
         )
 
-    def verify(self, names: list[str] | None = None, *, all_: bool = False, item: int | None = None) -> VerifyResult:
-        """Prove again what was proven, here (see :mod:`milepost.service.verify`)."""
+    def verify(self, names: list[str] | None = None, *, all_: bool = False, item: int | None = None,
+               fresh: bool = False, max_parallel: int = 1) -> VerifyResult:  # fmt: skip
+        """Prove again what was proven, here, up to ``max_parallel`` gates at
+        once; a state that passed before is ``cached`` unless ``fresh`` (see
+        :mod:`milepost.service.verify`)."""
         from milepost.service import verify
 
-        return verify.verify(self.ctx, names or [], all_=all_, item=item)
+        return verify.verify(self.ctx, names or [], all_=all_, item=item, fresh=fresh, max_parallel=max_parallel)
 
     def check_proofs(self, item: int, graph: WorkGraph) -> Check:
         """Which done milestones are stale and which failed ones wait for a
