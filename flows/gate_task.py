@@ -23,7 +23,9 @@ from pydantic import BaseModel, Field
 
 from milepost.gates._supervisor_main import process_start
 from milepost.gates.command import GateResult, Outcome, attempt_files, command_header, run_gate, write_result
+from milepost.gates.outcome import CachedFrom
 from milepost.gates.supervisor import host_identity, own_identity
+from milepost.gates.units import UnitBook
 from milepost.graph.models import GateCommand
 from milepost.results import Claim
 
@@ -257,7 +259,7 @@ def _monitor() -> _Monitor:
         return _MONITOR
 
 
-def run_gate_spec(spec: GateSpec) -> State[Any]:
+def run_gate_spec(spec: GateSpec, units: UnitBook | None = None) -> State[Any]:
     """The body of :data:`gate_task`: run one gate (or fix) attempt and end
     in a state that says how it went (see :func:`_task_state`). (A plain
     module-level function, so Dask can pickle the task by reference.)"""
@@ -283,6 +285,8 @@ def run_gate_spec(spec: GateSpec) -> State[Any]:
             on_interrupt=_INLINE.defer(watched.stopped) if _INLINE.deferring else None,
             inputs=spec.inputs,
             root=Path(spec.cwd),
+            units=units,
+            origin=CachedFrom(item=spec.claim.item, milestone=spec.claim.milestone.name, attempt=spec.claim.attempt),
         )
         passed = result.passed
     finally:
@@ -338,10 +342,14 @@ class SpecBox:
     by field and twice: for a spec with its milestone that cost milliseconds
     per gate. The spec holds no future (a gate's deps go in ``wait_for``)."""
 
-    __slots__ = ("spec",)
+    __slots__ = ("spec", "units")
 
-    def __init__(self, spec: GateSpec) -> None:
+    def __init__(self, spec: GateSpec, units: UnitBook | None = None) -> None:
         self.spec = spec
+        self.units = units  # the drive's units of proof (this process only: a Dask worker gets None)
+
+    def __reduce__(self) -> tuple[type[SpecBox], tuple[GateSpec]]:
+        return (SpecBox, (self.spec,))
 
 
 # The drive loops of this process that want to hear of a gate's end as soon as
@@ -401,7 +409,7 @@ def call_inline(kind: TaskKind, box: SpecBox, wait_for: Sequence[Any]) -> State[
 
 def run_boxed_spec(box: SpecBox) -> State[Any]:
     """The body of :data:`gate_task` (module level, for Dask's pickle)."""
-    state = run_gate_spec(box.spec)
+    state = run_gate_spec(box.spec, box.units)
     notify = _ENDED.pop(box.spec.log_path, None)
     if notify is not None:
         notify()

@@ -37,9 +37,11 @@ from milepost.flows.gate_task import (
     tell_when_ended,
 )
 from milepost.flows.outage import read_result
+from milepost.flows.waiting import wait_for_others
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, write_result
 from milepost.gates.inputs import describe_changes
+from milepost.gates.outcome import CachedFrom
 from milepost.graph.models import GateCommand
 from milepost.graph.status import MilestoneStatus
 from milepost.results import Claim, DoneResult
@@ -100,13 +102,14 @@ class Loop:
         # The next claim, made with the record of a passed gate (_finish), for _fill to start.
         self.chained: list[Claim | None] = []
         self.told_busy: set[str] = set()  # session.busy entries reported
+        self.waiting_on: dict[str, str] = {}  # other drivers' leases last reported waited on (flows/waiting.py)
         self.timers: list[tuple[float, str]] = []
         run_dir = ctx.service.store.home / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
         self.stop_file: Path = run_dir / f"{self.owner.replace(':', '-')}.stop"
         self.stop_file.unlink(missing_ok=True)
         self.gate_runs = 0  # gates executed (a cached attempt is not)
-        self.cached = 0
+        self.cached: list[tuple[str, CachedFrom | None]] = []  # cached attempts: milestone, the run reused
         self.claimed = 0
         self._claimed_at_check = -1
         self._prepared = False
@@ -150,7 +153,7 @@ class Loop:
             # when Prefect has (the only word from a Dask worker process).
             ended = functools.partial(self.done_q.put, key)
             tell_when_ended(log_path, ended)
-            future = GATE_TASKS[kind].submit(SpecBox(spec), wait_for=deps)  # type: ignore[call-overload]
+            future = GATE_TASKS[kind].submit(SpecBox(spec, self.session.units), wait_for=deps)  # type: ignore[call-overload]
             if kind is TaskKind.GATE:
                 self.by_name[name] = future
         if kind is TaskKind.GATE:
@@ -166,7 +169,7 @@ class Loop:
         key, deps = self.inline.pop(0)
         r = self.running[key]
         try:
-            r.future = call_inline(r.kind, SpecBox(r.spec), deps)
+            r.future = call_inline(r.kind, SpecBox(r.spec, self.session.units), deps)
         except Exception as e:  # Prefect's engine itself failed (a gate's failure is a state): no verdict, a crash
             r.future = Failed(message=f"{type(e).__name__}: {e}")
         finally:
@@ -221,11 +224,11 @@ class Loop:
             self.reporter.fix_finished(r.claim, result)
             self._release_hold(r.claim.milestone.name)
             return
+        name = r.claim.milestone.name
         if result.outcome is Outcome.CACHED:
-            self.cached += 1
+            self.cached.append((name, result.cached_from))
         elif r.claim.milestone.has_gate:
             self.gate_runs += 1
-        name = r.claim.milestone.name
         self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration
         if self._may_chain(result):
             self.session.leases.remove(r.claim)
@@ -285,6 +288,14 @@ class Loop:
         self.timers.append((time.monotonic() + wait, name))
         self.reporter.retry_scheduled(name, when, wait)
 
+    def hold_retries(self) -> None:
+        """Failed milestones whose retry delay has not passed wait for it (unless they wait already)."""
+        now, timed = datetime.now(UTC), {name for _, name in self.timers}
+        for m in self.session.graph:
+            due = m.retry_at
+            if m.status is MilestoneStatus.NEEDS_FIX and due is not None and due > now and m.name not in timed:
+                self._hold_until(m.name, due)
+
     def _due_timers(self) -> None:
         now = time.monotonic()
         for entry in [t for t in self.timers if t[0] <= now]:
@@ -301,7 +312,7 @@ class Loop:
             self.reporter.lease_reclaimed(done)
         return len(reclaimed)
 
-    def _check_proofs(self) -> None:
+    def check_proofs(self) -> None:
         """Stale milestones join the re-proof queue; failed ones on unchanged inputs are held."""
         known = dict(self.session.waiting)
         self.session.check_proofs()
@@ -315,16 +326,13 @@ class Loop:
     def prepare(self) -> None:
         """Before the first claim: reclaim what dead drivers left, and look at the inputs."""
         self._reclaim()
-        self._check_proofs()
+        self.check_proofs()
         self._prepared = True
 
     def run(self) -> None:
         if not self._prepared:
             self.prepare()
-        now = datetime.now(UTC)
-        for m in self.session.graph:
-            if m.retry_at is not None and m.retry_at > now and m.status is MilestoneStatus.NEEDS_FIX:
-                self._hold_until(m.name, m.retry_at)
+        self.hold_retries()
         try:
             with self.session.leases:
                 self._loop()
@@ -343,8 +351,10 @@ class Loop:
                     # behind, and the gates that ran may have changed other milestones' inputs.
                     if not self.timers and not self._reclaim():
                         claimed = self.claimed
-                        self._check_proofs()
+                        self.check_proofs()
                         if not self.session.to_reprove or claimed == self._claimed_at_check:
+                            if wait_for_others(self):  # other live drivers hold work of the item
+                                continue
                             return  # nothing new to re-prove (or nothing of it can run now)
                         self._claimed_at_check = claimed
                     if self.timers:  # (else: a reclaim or a re-proof made something claimable now)

@@ -14,6 +14,7 @@ Outcomes are values (:class:`GateResult`); only misuse raises.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -35,8 +36,9 @@ from milepost.gates.inputs import (
     spec_digest,
     write_manifest,
 )
-from milepost.gates.outcome import CommandResult, GateResult, Outcome
+from milepost.gates.outcome import CachedFrom, CommandResult, GateResult, Outcome
 from milepost.gates.supervisor import ExitStatus, LaunchError, read_proc, supervisor
+from milepost.gates.units import UnitBook, unit_command, unit_digest
 from milepost.graph.models import GateCommand
 
 __all__ = [
@@ -204,6 +206,8 @@ def run_gate(
     on_interrupt: Callable[[BaseException], None] | None = None,
     inputs: Sequence[str] = (),
     root: Path | None = None,
+    units: UnitBook | None = None,
+    origin: CachedFrom | None = None,
 ) -> GateResult:
     """Run the commands of one gate attempt in order; all must pass. After a
     failure the rest are reported as skipped. Output goes to ``log_path``;
@@ -220,7 +224,14 @@ def run_gate(
     while a command runs (Ctrl-C, a signal: an exception that is not an
     ``Exception``) stops its group and is raised again, unless
     ``on_interrupt`` takes it: then the attempt ends interrupted, with its
-    verdict, and raising it is the caller's."""
+    verdict, and raising it is the caller's.
+
+    A command with ``each`` runs once per file, each run a unit of proof
+    (:mod:`.units`): a unit that passed in the same state (``units``, the
+    book of this drive and of the store) is not run again and reads
+    ``cached``; ``origin`` (this attempt) is where the units run here passed.
+    Every unit of the command runs (or is reused) even after one failed, so
+    the evidence names each; the commands after it are skipped."""
     started = datetime.now(UTC)
     t0 = time.monotonic()
     try:
@@ -240,8 +251,10 @@ def run_gate(
             proven = _fingerprint(where, inputs, commands, default_timeout, fd)
             if proven is not None:
                 write_manifest(log_path, proven)
-        for i, cmd in enumerate(commands):
-            if results and results[-1].outcome is not Outcome.PASSED:
+        index = 0  # of the process started (a unit's too), in the supervisor's record
+        for cmd in commands:
+            if any(not r.outcome.proves for r in results):
+                index += max(1, len(cmd.each))
                 why = "skipped: an earlier command failed"
                 if results[-1].outcome is Outcome.INTERRUPTED:
                     why = "skipped: the attempt was interrupted"
@@ -251,9 +264,17 @@ def run_gate(
             if not cwd.is_absolute():
                 cwd = default_cwd / cwd
             timeout = cmd.timeout if cmd.timeout is not None else default_timeout
-            results.append(_run_one(i, cmd, fd, log_path, cwd, {**base_env, **cmd.env}, timeout, stop, on_interrupt))
+            run_env = {**base_env, **cmd.env}
+            if cmd.each:
+                one = functools.partial(_run_one, log_fd=fd, log_path=log_path, cwd=cwd, env=run_env,
+                                        timeout=timeout, stop=stop, on_interrupt=on_interrupt)  # fmt: skip
+                results += _Units(where, units, origin, default_timeout).run(cmd, one, index, fd, stop)
+                index += len(cmd.each)
+                continue
+            results.append(_run_one(index, cmd, fd, log_path, cwd, run_env, timeout, stop, on_interrupt))
+            index += 1
         rewrote: list[str] = []
-        if proven is not None and results and all(r.outcome is Outcome.PASSED for r in results):
+        if proven is not None and results and all(r.outcome.proves for r in results):
             after = _fingerprint(where, inputs, commands, default_timeout, None)
             if after is not None and (after.files != proven.files or after.unreadable != proven.unreadable):
                 rewrote = changed_paths(proven.files, after.files) or sorted(after.unreadable)
@@ -272,6 +293,66 @@ def run_gate(
         )
     write_result(log_path, result)
     return result
+
+
+class _Units:
+    """The units of one ``each`` command of an attempt: found in the book, or run."""
+
+    def __init__(self, root: Path, book: UnitBook | None, origin: CachedFrom | None,
+                 default_timeout: float | None) -> None:  # fmt: skip
+        self.root = root
+        self.book = book
+        self.origin = origin
+        self.default_timeout = default_timeout
+
+    def _digest(self, snap: Snapshot, cmd: GateCommand, path: str, fd: int) -> str | None:
+        try:
+            return unit_digest(snap, cmd, path, self.default_timeout)
+        except Exception as e:  # the unit still runs: it is only not shared
+            _note(fd, f"could not fingerprint unit {path}: {type(e).__name__}: {e}")
+            return None
+
+    def run(self, cmd: GateCommand, run_one: Callable[..., CommandResult], first: int, fd: int,
+            stop: threading.Event | None) -> list[CommandResult]:  # fmt: skip
+        """Each unit in turn; ``run_one(index=, cmd=)`` runs one (``first``: the index of the first)."""
+        snap = Snapshot(self.root)
+        out: list[CommandResult] = []
+        for n, path in enumerate(cmd.each):
+            one = unit_command(cmd, path)
+            if (out and out[-1].outcome is Outcome.INTERRUPTED) or (stop is not None and stop.is_set()):
+                out.append(CommandResult(name=cmd.name, run=one.run, outcome=Outcome.SKIPPED,
+                                         reason="skipped: the attempt was interrupted", file=path))  # fmt: skip
+                continue
+            digest = self._digest(snap, cmd, path, fd)
+            before = self.book.begin(digest) if self.book is not None and digest is not None else None
+            if before is not None:
+                out.append(_reused(one, path, digest, *before, fd))
+                continue
+            try:
+                r = run_one(index=first + n, cmd=one).model_copy(update={"file": path, "unit": digest})
+            except BaseException:
+                if self.book is not None and digest is not None:
+                    self.book.end(digest, None, None)
+                raise
+            if self.book is not None and digest is not None:
+                self.book.end(digest, r, self.origin)
+            out.append(r)
+        snap.save()
+        return out
+
+
+def _reused(cmd: GateCommand, path: str, digest: str | None, outcome: Outcome, source: CachedFrom,
+            fd: int) -> CommandResult:  # fmt: skip
+    """A unit answered without running: passed (``cached``) or failed where ``source`` ran it."""
+    if outcome is Outcome.PASSED:
+        reason = f"cached: passed as {source.shown()} on the same command and inputs"
+        out = Outcome.CACHED
+    else:
+        reason = f"failed as {source.shown()} on the same command and inputs (not run again)"
+        out = Outcome.FAILED
+    log_room.write(fd, f"{command_header(cmd)}milepost: {reason}\n")
+    return CommandResult(name=cmd.name, run=cmd.run, outcome=out, reason=reason, tail=reason, file=path, unit=digest,
+                         cached_from=source)  # fmt: skip
 
 
 def _note(fd: int | None, text: str) -> None:
@@ -307,8 +388,17 @@ def verdict(
     speaker = bad or (results[-1] if results else None)
     if bad is None:
         reason = "exit 0" if len(results) == 1 else f"all {len(results)} commands passed"
+        units = [r for r in results if r.file is not None]
+        if units:
+            plain = len(results) - len(units)
+            cached = sum(r.outcome is Outcome.CACHED for r in units)
+            parts = [f"{plain} command{'s' * (plain != 1)}"] if plain else []
+            parts.append(f"{len(units)} unit{'s' * (len(units) != 1)} ({cached} cached)" if cached else
+                         f"{len(units)} unit{'s' * (len(units) != 1)}")  # fmt: skip
+            reason = "all passed: " + ", ".join(parts)
     else:
-        reason = bad.reason if len(results) == 1 else f"{bad.name}: {bad.reason}"
+        who = f"{bad.name} {bad.file}" if bad.file else bad.name
+        reason = bad.reason if len(results) == 1 else f"{who}: {bad.reason}"
     return GateResult(
         outcome=Outcome.PASSED if bad is None else bad.outcome,
         reason=reason,
@@ -363,7 +453,9 @@ def recover_result(
     with contextlib.suppress(OSError):
         tail = read_tail(log_path)
     results: list[CommandResult] = []
-    for i, cmd in enumerate(commands):
+    # The processes in the order they were started: each command, or each unit of an ``each`` command.
+    flat = [u for c in commands for u in ([unit_command(c, f) for f in c.each] or [c])]
+    for i, cmd in enumerate(flat):
         end = ends.get(i)
         if end is None:
             results.append(

@@ -36,7 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from milepost.gates.listing import FileIndex, git_files, walk_files
+from milepost.gates.imports import ImportIndex, is_module_entry
+from milepost.gates.listing import NEVER, FileIndex, git_files, walk_files
 from milepost.graph.models import GateCommand
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
 FORMAT = "milepost-fingerprint-1"
 DIGEST_CHARS = 32  # of a file's sha256: 128 bits tell contents apart
 CACHE_FILE = Path("cache") / "inputs-stat.json"  # under the workspace's .milepost/
+IMPORTS_CACHE_FILE = Path("cache") / "imports.json"
 # A file changed within this many seconds may change again within the same
 # timestamp tick: it is hashed every time until it has settled (git's "racy clean").
 RACY_SECONDS = 2.0
@@ -68,6 +70,7 @@ def spec_digest(commands: Sequence[GateCommand], default_timeout: float | None =
             "env": dict(sorted(c.env.items())),
             "timeout": c.timeout if c.timeout is not None else default_timeout,
         }
+        | ({"each": c.each} if c.each else {})  # (absent when empty: earlier proofs keep their digest)
         for c in commands
     ]
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
@@ -105,6 +108,10 @@ class Fingerprint:
         shown = [f"{p} ({why})" for p, why in sorted(self.unreadable.items())[:limit]]
         more = len(self.unreadable) - len(shown)
         return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
+def _counted_path(rel: str) -> bool:
+    return not any(part in NEVER for part in rel.split("/"))
 
 
 def changed_paths(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
@@ -207,6 +214,15 @@ class Snapshot:
         self._listed: FileIndex | None = None
         self._git: bool | None = None
         self._digests: dict[str, tuple[str | None, str | None]] = {}
+        self._imports: ImportIndex | None = None
+
+    @property
+    def imports(self) -> ImportIndex:
+        """The workspace's modules and their imports, read as they are now (``module:`` entries)."""
+        if self._imports is None:
+            self._imports = ImportIndex(self.root, lambda rel: self._digest(rel)[0],
+                                        self.root / ".milepost" / IMPORTS_CACHE_FILE)  # fmt: skip
+        return self._imports
 
     def _index(self, patterns: Sequence[str]) -> FileIndex:
         if self._git is None:
@@ -218,10 +234,26 @@ class Snapshot:
         return FileIndex(walk_files(self.root, patterns))  # outside git: the folders these patterns reach
 
     def matching(self, patterns: Sequence[str]) -> list[str]:
-        """The files ``patterns`` match, sorted."""
+        """The files ``patterns`` match, sorted (``module:`` entries: the files they stand for now)."""
+        return sorted(self.resolve(patterns)[0])
+
+    def resolve(self, patterns: Sequence[str]) -> tuple[set[str], dict[str, str]]:
+        """The files ``patterns`` and ``module:`` entries match now, and the
+        entries naming no module (entry -> why)."""
         if not patterns:
-            return []
-        return self._index(patterns).match(patterns)
+            return set(), {}
+        globs = [p for p in patterns if not is_module_entry(p)]
+        modules = [p for p in patterns if is_module_entry(p)]
+        files = set(self._index(globs).match(globs)) if globs else set()
+        missing: dict[str, str] = {}
+        if modules:
+            roots = self.imports.roots_of(modules)
+            for entry in modules:
+                found = self.imports.expand(entry, roots)
+                if found.missing is not None:
+                    missing[entry] = found.missing
+                files |= {f for f in found.files if _counted_path(f)}
+        return files, missing
 
     def _digest(self, rel: str) -> tuple[str | None, str | None]:
         """(content digest, None), (None, why unreadable), or (None, None) when gone."""
@@ -263,8 +295,9 @@ class Snapshot:
 
     def fingerprint(self, patterns: Sequence[str], spec: str) -> Fingerprint:
         files: dict[str, str] = {}
-        unreadable: dict[str, str] = {}
-        for rel in self.matching(patterns):
+        found, missing = self.resolve(patterns)
+        unreadable: dict[str, str] = {entry: why.partition(": ")[2] for entry, why in missing.items()}
+        for rel in sorted(found):
             digest, why = self._digest(rel)
             if digest is not None:
                 files[rel] = digest
@@ -273,8 +306,10 @@ class Snapshot:
         return Fingerprint(spec=spec, files=files, unreadable=unreadable)
 
     def save(self) -> None:
-        """Keep what was hashed for the next time (best effort)."""
+        """Keep what was hashed and parsed for the next time (best effort)."""
         self.cache.save()
+        if self._imports is not None:
+            self._imports.save()
 
 
 def fingerprint_of(

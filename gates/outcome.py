@@ -26,7 +26,22 @@ class Outcome(StrEnum):
         return self in (Outcome.PASSED, Outcome.CACHED)
 
 
+class CachedFrom(BaseModel):
+    """The passed run a ``cached`` attempt (or unit) reuses."""
+
+    item: int
+    milestone: str
+    attempt: int
+
+    def shown(self) -> str:
+        return f"item {self.item} {self.milestone!r} attempt {self.attempt}"
+
+
 class CommandResult(BaseModel):
+    """One command's result, or one unit's (a command run once per file:
+    ``file`` and ``unit``, its digest; ``cached_from`` when an earlier pass
+    of the same unit stands in for it)."""
+
     name: str
     run: str
     outcome: Outcome
@@ -34,14 +49,9 @@ class CommandResult(BaseModel):
     duration: float = 0.0
     reason: str
     tail: str = ""
-
-
-class CachedFrom(BaseModel):
-    """The passed run a ``cached`` attempt reuses."""
-
-    item: int
-    milestone: str
-    attempt: int
+    file: str | None = None
+    unit: str | None = None
+    cached_from: CachedFrom | None = None
 
 
 class GateResult(BaseModel):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated
@@ -150,7 +151,7 @@ def check_env(env: Mapping[str, str], what: str) -> Mapping[str, str]:
 
 INPUTS_RULE = (
     "gitignore-style patterns relative to the workspace root, e.g. 'src/pkg/**', './setup.py' (that file at the"
-    " root only) or '!**/*.md'"
+    " root only) or '!**/*.md', or module entries such as 'module:pkg.mod' (the module and what it imports)"
 )
 
 
@@ -165,6 +166,8 @@ def _pattern_problem(pattern: str) -> str | None:
         return f"is {len(pattern)} characters long (at most {MAX_PATTERN})"
     if "\x00" in pattern or "\n" in pattern or "\r" in pattern:
         return "contains a NUL or line-break character"
+    if pattern.startswith(MODULE_PREFIX):
+        return module_entry_problem(pattern)
     if pattern.startswith("#"):
         return "starts with '#', which makes it a comment in gitignore syntax (write '\\#' for a literal '#')"
     body = pattern[1:] if pattern.startswith("!") else pattern
@@ -181,10 +184,31 @@ def _pattern_problem(pattern: str) -> str | None:
     return None
 
 
+MODULE_PREFIX = "module:"
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def module_entry_problem(entry: str) -> str | None:
+    """What is wrong with the form of a ``module:`` input entry, or None
+    (whether the module exists is the workspace's question)."""
+    body = entry[len(MODULE_PREFIX) :]
+    if not body.strip():
+        return "names no module (module:NAME takes a dotted name such as kv.mod_c, or a .py file's path)"
+    if body.endswith(".py"):
+        if body.startswith(("/", "~")) or ".." in body.split("/") or "\\" in body or "*" in body:
+            return "is not the path of a .py file relative to the workspace root (such as src/kv/mod_c.py)"
+        return None
+    if not _DOTTED.fullmatch(body):
+        return "is neither a dotted module name (such as kv.mod_c) nor the path of a .py file (such as src/kv/mod_c.py)"
+    return None
+
+
 def _normal_pattern(pattern: str) -> str:
     """``./src/**`` and ``src/**`` mean the same (a '/' inside anchors a
     pattern at the root): keep the second spelling. ``./setup.py`` anchors a
     name that would otherwise match at any depth: it keeps its ``./``."""
+    if pattern.startswith(MODULE_PREFIX):
+        return MODULE_PREFIX + pattern[len(MODULE_PREFIX) :].removeprefix("./")
     neg = pattern.startswith("!")
     body = pattern[1:] if neg else pattern
     while body.startswith("././"):
@@ -256,6 +280,16 @@ Retries = Annotated[StrictInt, Field(ge=0, le=MAX_RETRIES)]
 InputPattern = Annotated[str, AfterValidator(_input_pattern)]
 
 
+def _each_file(v: str) -> str:
+    v = v.removeprefix("./")
+    if not v.strip() or v.startswith(("/", "~")) or ".." in v.split("/") or "\x00" in v or "\n" in v:
+        raise ValueError(f"{v!r} is not a file path relative to the workspace root (such as tests/test_a.py)")
+    return v
+
+
+EachFile = Annotated[str, AfterValidator(_each_file)]
+
+
 class _Read(BaseModel):
     model_config = ConfigDict(extra="ignore", use_enum_values=False)
 
@@ -268,6 +302,12 @@ class GateCommand(_Read):
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     timeout: Annotated[float, Field(gt=0)] | None = None
+    # Run once per file ({file} in run): each run a unit of proof (see milepost.gates.units).
+    each: list[str] = Field(default_factory=list)
+
+    def unit_run(self, path: str) -> str:
+        """The command of one unit: ``{file}`` replaced by the path, quoted for the shell."""
+        return self.run.replace("{file}", shlex.quote(path))
 
 
 class Milestone(_Read):

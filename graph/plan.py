@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictBool, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StrictBool, Tag, model_validator
 
 from milepost.graph.errors import DuplicateNameError, InvalidValueError
 from milepost.graph.models import (
     DEFAULT_RETRIES,
     CommandText,
     Delay,
+    EachFile,
     EnvMap,
     GateCommand,
     InputPattern,
@@ -44,6 +45,20 @@ class PlanCommand(_Strict):
     cwd: Text | None = Field(None, description="working directory, relative to the workspace root")
     env: EnvMap = Field(default_factory=dict, description="extra environment variables")
     timeout: Seconds | None = Field(None, description="seconds before the command is killed")
+    each: list[EachFile] | None = Field(
+        None,
+        description="files to run the command once each, with {file} in run replaced by the file's path; each run"
+        " is a unit of proof kept under the digest of its command and inputs, shared by every gate that runs it",
+    )
+
+    @model_validator(mode="after")
+    def _each_has_file(self) -> PlanCommand:
+        if self.each is not None:
+            if not self.each:
+                raise ValueError("each: is empty: list the files to run the command on (or leave each: out)")
+            if "{file}" not in self.run:
+                raise ValueError("run has no {file}: a command with each: runs once per file, named by {file}")
+        return self
 
 
 def _gate_kind(v: Any) -> str:
@@ -185,7 +200,8 @@ def _gate_commands(pm: PlanMilestone) -> list[GateCommand]:
         if name in seen:
             raise DuplicateNameError(f"milestone {pm.name!r} has two gate commands named {name!r}")
         seen.add(name)
-        cmds.append(GateCommand(name=name, run=c.run, cwd=c.cwd, env=c.env, timeout=c.timeout))
+        each = list(dict.fromkeys(c.each)) if c.each else []
+        cmds.append(GateCommand(name=name, run=c.run, cwd=c.cwd, env=c.env, timeout=c.timeout, each=each))
     return cmds
 
 
@@ -200,7 +216,8 @@ def plan_from_item(item: WorkItem) -> dict[str, Any]:
             entry["deps"] = list(m.deps)
         if m.acceptance:
             entry["acceptance"] = m.acceptance
-        if len(m.gate) == 1 and m.gate[0].name == "gate" and not (m.gate[0].cwd or m.gate[0].env or m.gate[0].timeout):
+        g0 = m.gate[0] if len(m.gate) == 1 else None
+        if g0 is not None and g0.name == "gate" and not (g0.cwd or g0.env or g0.timeout or g0.each):
             entry["gate"] = m.gate[0].run
         elif m.gate:
             entry["gate"] = [g.model_dump(exclude_defaults=True) | {"name": g.name} for g in m.gate]

@@ -185,6 +185,21 @@ MANIFESTS = Table(
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
 )
 
+# The units of proof that passed (a gate command run once per file, see
+# milepost.gates.units), by the digest of the unit's command and inputs: a
+# unit in the same state is not run again, whichever gate includes it.
+UNIT_PASSES = Table(
+    "unit_passes",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    _fk("item_id", "work_items.id", index=True),
+    Column("milestone", String(64), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("file", Text, nullable=False),
+    Column("duration", Float, nullable=False, default=0.0),
+    Column("created_at", UTCDateTime, nullable=False, default=utcnow),
+)
+
 # Append-only log of every transition, for audit and ``history``.
 EVENTS = Table(
     "events",

@@ -36,7 +36,7 @@ from milepost.errors import (
 __all__ = ["SCHEMA_HEAD", "Store", "mask_url"]
 
 # The newest migration; opening a store whose schema is older upgrades it.
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 # The tables a sound store has (alembic_version aside).
 TABLES = frozenset(
     {
@@ -49,6 +49,7 @@ TABLES = frozenset(
         "work_refs",
         "store_meta",
         "input_manifests",
+        "unit_passes",
     }
 )
 # Seconds a locked SQLite write waits (MILEPOST_BUSY_TIMEOUT), and seconds in

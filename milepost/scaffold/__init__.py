@@ -34,14 +34,13 @@ from milepost.scaffold.render import (
     dump,
     flow,
     flow_dict,
-    input_patterns,
     listed,
     render,
     shown,
     slug,
     unique,
 )
-from milepost.scaffold.source import MODULE_LEVEL, locate, read_imports, statement_kinds
+from milepost.scaffold.source import MODULE_LEVEL, Source, locate, read_imports, statement_kinds
 from milepost.scaffold.testmap import TestMap, map_tests
 
 __all__ = ["DEFAULT_GATE", "Scaffold", "scaffold"]
@@ -73,7 +72,8 @@ class _Node:
     units: list[str]
     deps: set[str] = field(default_factory=set)
     cycle: Cycle | None = None
-    reads: set[Path] = field(default_factory=set)  # the files its proof depends on
+    reads: set[Path] = field(default_factory=set)  # the files its proof depends on (now)
+    inputs: list[str] = field(default_factory=list)  # its input entries
 
 
 def scaffold(
@@ -179,25 +179,16 @@ def scaffold(
                 n.deps |= node_of[u].deps - members
                 node_of[u].deps.add(n.name)
 
-    # What each milestone's proof reads: its modules and all they import, and its tests.
-    cond = nx.condensation(g)
-    comp_of: dict[str, int] = cond.graph["mapping"]
-    reach: dict[int, frozenset[Path]] = {}
-    for c in reversed(list(nx.topological_sort(cond))):
-        mods = [m for u in cond.nodes[c]["members"] for m in contents[u]]
-        # Importing a module runs its enclosing packages' __init__.py first: they are read too.
-        own = {files[p] for m in mods for p in _enclosing(m) if p in files} | {files[m] for m in mods}
-        for d in cond.successors(c):
-            own |= reach[d]
-        reach[c] = frozenset(own)
+    # What each milestone's proof reads: module entries (its modules, and its
+    # tests), which stand for what they import when they are checked.
     uses_tests = any("{tests}" in t for t in gates)
     node_tests = {n.name: _tests_of(n, contents, tm) for n in nodes}
+    entries = _Entries(source, base, files)
     for n in nodes:
-        for u in n.units:
-            n.reads |= reach[comp_of[u]]
+        n.inputs = [entries.module(m) for u in n.units for m in contents[u]]
         if uses_tests:
-            for t in node_tests[n.name]:
-                n.reads |= {t, *tm.support.get(t, ())}
+            n.inputs += [entries.file(t) for t in node_tests[n.name]]
+        n.reads = entries.reads(n.inputs)
 
     kept = nodes
     left_out = 0
@@ -216,14 +207,6 @@ def scaffold(
     position = {name: i for i, name in enumerate(order)}
     by_name = {n.name: n for n in kept}
 
-    folder_files: dict[str, frozenset[str]] = {}
-    rel_of: dict[Path, str] = {}
-
-    def inside_base(paths: set[Path]) -> list[str]:
-        for p in paths - rel_of.keys():
-            rel_of[p] = shown(p, base)
-        return [r for r in (rel_of[p] for p in paths) if not r.startswith("/")]
-
     milestones: list[dict[str, Any]] = []
     skipped: dict[str, list[str]] = {}
     for name in order:
@@ -234,23 +217,24 @@ def scaffold(
             "name": n.name,
             "tests": " ".join(shown(t, base) for t in node_tests[n.name]),
         }
-        commands = []
+        test_paths = [shown(t, base) for t in node_tests[n.name]]
+        commands: list[dict[str, Any]] = []
         taken: set[str] = set()
         for template in gates:
             if "{tests}" in template and not values["tests"]:
                 skipped.setdefault(template, []).append(n.name)
                 continue
-            commands.append(flow_dict(name=command_name(template, taken), run=render(template, values)))
+            commands.append(_command(template, values, test_paths, taken))
         entry: dict[str, Any] = {"name": n.name}
         if n.deps:
             entry["deps"] = flow(sorted(n.deps, key=position.__getitem__))
         entry["acceptance"] = _acceptance(n, values, acceptance)
-        if len(commands) == 1:
+        if len(commands) == 1 and "each" not in commands[0]:
             entry["gate"] = commands[0]["run"]
         elif commands:
             entry["gate"] = commands
         if commands and inside:
-            entry["inputs"] = flow(input_patterns(inside_base(n.reads), base, folder_files))
+            entry["inputs"] = flow(n.inputs)
         milestones.append(entry)
     if final:
         if final in by_name:
@@ -260,7 +244,17 @@ def scaffold(
         if tops := [name for name in order if name not in needed]:
             entry["deps"] = flow(tops)
         if final_gate:
-            entry["gate"] = final_gate
+            every = [shown(t, base) for t in tm.found]
+            if "{tests}" in final_gate:
+                if not every:
+                    raise InvalidValueError(
+                        f"--final-gate {final_gate!r} runs {{tests}}, but no test files were found"
+                        f" (test_*.py or *_test.py defining a test, in {listed([shown(r, base) for r in roots])}"
+                        " and the package): give --tests DIR, or a final gate without {tests}"
+                    )
+                entry["gate"] = [_command(final_gate, {"tests": "{tests}"}, every, set())]
+            else:
+                entry["gate"] = final_gate
             if inside:
                 folders = [source.folder, *(r for r in roots if source.folder not in (r, *r.parents))]
                 entry["inputs"] = flow(shown(f, base) + "/" for f in folders if shown(f, base) != str(f))
@@ -305,6 +299,41 @@ def scaffold(
     reports = [_cycle_report(c, heads[id(c)]) for c in cycles]
     return Scaffold(plan=plan, text=text, cycles=reports, modules=len(code), left_out=left_out, notes=notes,
                     source=where, cycle_lines=cycle_lines)  # fmt: skip
+
+
+def _command(template: str, values: dict[str, str], tests: list[str], taken: set[str]) -> dict[str, Any]:
+    """A gate step from a template; one with ``{tests}`` runs once per test
+    file (``each``), each run a unit of proof shared by every gate that runs it."""
+    name = command_name(template, taken)
+    if "{tests}" not in template:
+        return flow_dict(name=name, run=render(template, values))
+    run = render(template, {**values, "tests": "{file}"})
+    return {"name": name, "run": run, "each": flow(tests)}
+
+
+class _Entries:
+    """Module input entries for a package's modules and test files, and the
+    files they stand for now (read once, through one snapshot)."""
+
+    def __init__(self, source: Source, base: Path, files: dict[str, Path]) -> None:
+        from milepost.gates.inputs import Snapshot
+
+        self.base = base
+        self.files = files
+        self.snap = Snapshot(base)
+        root = shown(source.folder.parent, base)
+        # A dotted name is found in the workspace root and src/; elsewhere the entry names the file.
+        self.dotted = root in (".", "src")
+
+    def module(self, m: str) -> str:
+        return f"module:{m}" if self.dotted else f"module:{shown(self.files[m], self.base)}"
+
+    def file(self, t: Path) -> str:
+        return f"module:{shown(t, self.base)}"
+
+    def reads(self, inputs: list[str]) -> set[Path]:
+        found, _ = self.snap.resolve(inputs)
+        return {(self.base / f).resolve() for f in found}
 
 
 def _enclosing(module: str) -> list[str]:
@@ -409,7 +438,7 @@ def _test_notes(tm: TestMap, code: list[str], base: Path) -> list[str]:
     by_import = [m for m in code if tm.tests.get(m) and m not in tm.by_name]
     notes = [
         f"tests: {len(mapped)} of {count(len(tm.found), 'test file')} mapped to modules:"
-        f" {count(len(by_import), 'module')} by the tests' imports, {len(tm.by_name)} by name only"
+        f" {count(len(by_import), 'module')} by the tests' imports, {len(tm.by_name)} by name"
         + (f" ({listed(sorted(tm.by_name))})" if tm.by_name else "")
     ]
     unmapped = [shown(t, base) for t in tm.found if t not in mapped]

@@ -51,7 +51,7 @@ class TestMap:
     in_package: set[str]  # the package's modules that are tests or their support: no milestone
     found: list[Path]  # every test file
     not_tests: list[Path]  # files of the test folders that define no test
-    by_name: dict[str, list[Path]] = field(default_factory=dict)  # modules mapped by the name rule only
+    by_name: dict[str, list[Path]] = field(default_factory=dict)  # module -> the test files named after it
 
 
 def _py_files(folder: Path) -> list[Path]:
@@ -266,8 +266,19 @@ def map_tests(
     tests: dict[str, set[Path]] = {m: set() for m in files if m not in in_package}
     support: dict[Path, list[Path]] = {}
     conftests: dict[Path, bool] = {}
+    by_name: dict[str, list[Path]] = {}
+    by_last: dict[str, list[str]] = {}
+    for m in tests:
+        by_last.setdefault(m.rsplit(".", 1)[-1], []).append(m)
     for t in found:
         direct, helpers = reader.imports_of(t, candidates[t], by_file.get(t))
+        support[t] = sorted({*helpers, *_around(t, base, roots, folder, reader.helpers, conftests)})
+        named = _named_after(t, base, by_last)
+        if named:  # a test named after a module tests that module, whatever else it imports
+            for m in named:
+                tests[m].add(t)
+                by_name.setdefault(m, []).append(t)
+            continue
         exercised = set(direct)
         for m in direct:
             if not pkg.is_package(m):
@@ -275,16 +286,6 @@ def map_tests(
         for m in exercised:
             if m in tests:
                 tests[m].add(t)
-        support[t] = sorted({*helpers, *_around(t, base, roots, folder, reader.helpers, conftests)})
-    by_name: dict[str, list[Path]] = {}
-    for m, ts in tests.items():
-        if ts:
-            continue
-        last = m.rsplit(".", 1)[-1]
-        named = [t for t in found if t.name in (f"test_{last}.py", f"{last}_test.py")]
-        if named:
-            ts.update(named)
-            by_name[m] = sorted(named)
     return TestMap(
         tests={m: sorted(ts) for m, ts in tests.items()},
         support=support,
@@ -293,6 +294,31 @@ def map_tests(
         not_tests=not_tests,
         by_name=by_name,
     )
+
+
+def _named_after(test: Path, base: Path, by_last: dict[str, list[str]]) -> list[str]:
+    """The modules a test file is named after: ``test_<name>.py`` or
+    ``<name>_test.py`` for a module ``<name>`` (among several of that name,
+    the ones whose packages the test's folders name, if any do), or a folder
+    path naming the module (``tests/<pkg>/<name>/test_x.py``)."""
+    try:
+        parts = test.relative_to(base).parts[:-1]
+    except ValueError:
+        parts = test.parts[:-1]
+    stem = test.stem
+    name = stem[5:] if stem.startswith("test_") else stem[:-5] if stem.endswith("_test") else ""
+    found = by_last.get(name, []) if name else []
+    if len(found) > 1:
+        closer = [m for m in found if set(m.split(".")[:-1]) & set(parts)]
+        found = closer or found
+    if found:
+        return sorted(found)
+    for i in range(len(parts), 0, -1):  # the deepest folder path that spells a module's dotted name
+        for m in by_last.get(parts[i - 1], []):
+            dotted = m.split(".")
+            if tuple(dotted) == tuple(parts[max(0, i - len(dotted)) : i]):
+                return [m]
+    return []
 
 
 class _Reader:

@@ -139,6 +139,8 @@ def run_claimed(ctx: Context, claimed: Claim, *, verdict: str | None = None) -> 
                 default_timeout=m.timeout,
                 inputs=m.inputs if m.has_inputs else (),
                 root=ctx.store.root,
+                units=proofs.unit_book(ctx),
+                origin=CachedFrom(item=claimed.item, milestone=m.name, attempt=claimed.attempt),
             )
     except KeyboardInterrupt:
         # The gate's process group is already killed: keep the evidence,
@@ -228,6 +230,7 @@ def record_step(ctx: Context, c: Claim, result: GateResult, *, verdict: str | No
         run = GateRun(**result.model_dump(), item=tx.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict)
         source = _source_run_id(tx, result)
         rows.ADD_RUN.run(tx.conn, **rows.run_row(tx.id, c.pk, c.attempt, result, stored, verdict, source))
+        proofs.store_unit_passes(tx.conn, tx.id, c.milestone.name, c.attempt, result)
         if result.passed and result.inputs_digest:
             files = manifest
             if files is None and result.log_path:

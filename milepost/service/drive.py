@@ -18,9 +18,10 @@ from milepost.graph.dag import WorkGraph
 from milepost.graph.models import Milestone
 from milepost.graph.status import Action, MilestoneStatus
 from milepost.results import Claim, DoneResult, StaleInfo
+from milepost.retry import retrying
 from milepost.service import claims, items, proofs
 from milepost.service._tx import Context, GraphCache, Tx, write
-from milepost.service.leases import ExpiredLease
+from milepost.service.leases import ExpiredLease, HeldElsewhere, held_by_others
 
 __all__ = ["DriveSession"]
 
@@ -40,6 +41,8 @@ class DriveSession:
         self.scope = set(scope) if scope is not None else None
         self.cache = GraphCache()
         self.leases = claims.LeaseKeeper(ctx)
+        # The units of proof of this drive (each run once per state, whichever gates include it).
+        self.units = proofs.unit_book(ctx)
         # Stale milestones waiting for their re-proof, those re-proven in this
         # drive (each at most once: a gate that rewrites its own inputs would
         # loop), and why a failed milestone is held until its inputs change.
@@ -188,6 +191,21 @@ class DriveSession:
     def reclaim_expired(self) -> list[DoneResult]:
         """Expired leases of this item (drivers that died): fenced and recorded."""
         return claims.reclaim_expired(self.ctx, self.item, self.owner, cache=self.cache)
+
+    def others(self) -> HeldElsewhere:
+        """What other live drivers hold of this drive's milestones (its
+        scope), and the item's revision: what a drive with nothing it can
+        run waits on (see :func:`~milepost.service.leases.held_by_others`)."""
+        return retrying(self.ctx.store, lambda: held_by_others(self.ctx, self.item, self.owner, self.scope))
+
+    def free_busy(self, held: Iterable[str]) -> list[str]:
+        """Milestones held as :attr:`busy` whose lease is no longer held
+        elsewhere (not in ``held``): claimable again. Returns their names."""
+        freed = [name for name in self.busy if name not in set(held)]
+        for name in freed:
+            del self.busy[name]
+            self.unhold(name)
+        return freed
 
     def gate_env(self, claim: Claim) -> dict[str, str]:
         return claims.gate_env(self.ctx, claim)

@@ -114,6 +114,10 @@ def add_milestone(
             cache=cache,
             flaky=flaky,
         )
+        if m.inputs:
+            from milepost.service.proofs import check_module_entries
+
+            check_module_entries(ctx.store.root, [m])
         pks = insert_milestones(tx.conn, tx.id, [m], utcnow(), {n: pk for n, (pk, _) in found.items()})
         held = tx.at_hand()
         if held is not None:  # keep the graph at hand in step
@@ -224,6 +228,9 @@ def review(ctx: Context, name: str, approve: bool, *, reason: str | None = None,
 def apply_plan(ctx: Context, plan: Plan) -> WorkItem:
     """Create a work item from a plan, validated whole before anything is written."""
     milestones = plan.take_milestones()  # validated whole (once: parse_plan's check, if it read the plan)
+    from milepost.service.proofs import check_module_entries
+
+    check_module_entries(ctx.store.root, milestones)
     defaults = ItemDefaults.model_validate(plan.defaults.model_dump())
     return create_item(ctx, plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones,
                        validated=True)  # fmt: skip

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, and_, select
 
-from milepost._schema import utcnow
+from milepost._schema import UNIT_PASSES, utcnow
+from milepost.errors import InvalidValueError
+from milepost.gates.imports import is_module_entry
 from milepost.gates.inputs import Fingerprint, Snapshot, changed_paths, describe_changes, spec_digest
+from milepost.gates.outcome import CachedFrom, GateResult, Outcome
+from milepost.gates.units import UnitBook
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import Milestone
 from milepost.graph.status import MilestoneStatus
@@ -29,7 +34,17 @@ from milepost.results import StaleInfo
 from milepost.service._rows import MANIFESTS, MILESTONES, RUNS
 from milepost.service._tx import Context
 
-__all__ = ["Check", "cached_run", "check", "fingerprint", "proven_files", "store_manifest"]
+__all__ = [
+    "Check",
+    "cached_run",
+    "check",
+    "check_module_entries",
+    "fingerprint",
+    "proven_files",
+    "store_manifest",
+    "store_unit_passes",
+    "unit_book",
+]
 
 S = MilestoneStatus
 # Changed paths kept in a stale milestone's view (the count says how many in all).
@@ -44,6 +59,31 @@ class Check:
     # needs_fix milestones whose inputs are unchanged since their failed attempt -> the reason
     waiting: dict[str, str] = field(default_factory=dict)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+
+
+def check_module_entries(root: Path, milestones: Iterable[Milestone]) -> None:
+    """Refuse ``module:`` inputs that name no module of the workspace now
+    (all of them in one error, the first ten shown), before anything is written."""
+    milestones = list(milestones)
+    wanted = [(m, e) for m in milestones for e in m.inputs if is_module_entry(e)]
+    if not wanted:
+        return
+    snap = Snapshot(root)
+    bad: list[str] = []
+    for m, entry in wanted:
+        roots = snap.imports.roots_of([e for e in m.inputs if is_module_entry(e)])
+        if snap.imports.resolve_entry(entry, roots) is None:
+            body = entry.removeprefix("module:")
+            where = "no such file" if body.endswith(".py") else f"not found in {', '.join(r or '.' for r in roots)}"
+            bad.append(f"{entry} of {m.name!r} ({where})")
+    if bad:
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise InvalidValueError(
+            f"input {'entries name' if len(bad) > 1 else 'entry names'} no module of the workspace: "
+            f"{'; '.join(bad[:10])}{more}; a module entry names a Python module in the workspace root or src/"
+            " (module:pkg.mod) or its file (module:lib/pkg/mod.py)",
+            field="inputs",
+        )
 
 
 def fingerprint(snap: Snapshot, m: Milestone) -> Fingerprint:
@@ -199,3 +239,44 @@ def cached_run(ctx: Context, fp: str) -> CachedRun | None:
     if r is None:
         return None
     return CachedRun(id=r.id, item=r.item_id, milestone=r.name, attempt=r.attempt, inputs_digest=r.inputs_digest)
+
+
+# -- units of proof ----------------------------------------------------------------------
+
+
+def unit_book(ctx: Context) -> UnitBook:
+    """A book of units for one drive, ``done`` or ``verify``: passes kept in
+    the store stand in for a unit in the same state."""
+
+    def lookup(digest: str) -> CachedFrom | None:
+        with ctx.store.read() as conn:
+            r = conn.execute(
+                select(UNIT_PASSES.c.item_id, UNIT_PASSES.c.milestone, UNIT_PASSES.c.attempt).where(
+                    UNIT_PASSES.c.digest == digest
+                )
+            ).first()
+        return None if r is None else CachedFrom(item=r.item_id, milestone=r.milestone, attempt=r.attempt)
+
+    return UnitBook(lookup)
+
+
+def store_unit_passes(conn: Connection, item_id: int, milestone: str, attempt: int, result: GateResult) -> None:
+    """Keep the units this attempt ran and passed (a unit kept already stays as it was)."""
+    now = utcnow()
+    values = [
+        {"digest": c.unit, "item_id": item_id, "milestone": milestone, "attempt": attempt, "file": c.file or "",
+         "duration": c.duration, "created_at": now}
+        for c in result.commands
+        if c.unit and c.outcome is Outcome.PASSED
+    ]  # fmt: skip
+    if not values:
+        return
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        stmt: Any = pg_insert(UNIT_PASSES).on_conflict_do_nothing(index_elements=["digest"])
+    else:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        stmt = sqlite_insert(UNIT_PASSES).on_conflict_do_nothing(index_elements=["digest"])
+    conn.execute(stmt, values)
