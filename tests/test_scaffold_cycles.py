@@ -1,10 +1,15 @@
-"""``milepost plan scaffold`` on import cycles: named after their most
-imported module, explained with the imports that close them (deferred ones
-marked), and split with ``--split-cycles`` into a cut and one milestone per
-module in an order that holds."""
+"""Import cycles, honestly: ``plan scaffold`` gives a milestone only to a cycle
+that exists at import time (named after its most imported module, explained
+with the module-level imports that close it, split with ``--split-cycles``
+into a cut whose gate fails until the cycle is gone, then one milestone per
+module). A cycle that closes only through ``TYPE_CHECKING`` or function-level
+imports is reported as no import-time cycle and its modules keep their own
+milestones. ``plan cycles`` is the check: packages generated here, real files."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import InProcessCLI
@@ -36,6 +41,88 @@ def test_an_import_cycle_is_named_after_its_most_imported_module_and_explained(t
     assert ms["loop.a-cycle"]["acceptance"].startswith("loop.a loop.b ")
 
 
+TYPE_CHECKING_ONLY = {
+    "": "",
+    "model": "from tc.store import save\n",
+    "store": """\
+        from typing import TYPE_CHECKING
+
+        if TYPE_CHECKING:
+            from tc.model import Model
+        """,
+    "hints": """\
+        import typing
+
+        if typing.TYPE_CHECKING:
+            from tc import model
+        """,  # no cycle: a TYPE_CHECKING import still orders the plan
+}
+
+
+def test_a_cycle_closed_only_under_type_checking_is_no_import_time_cycle(tmp_path: Path) -> None:
+    make_package(tmp_path, "tc", TYPE_CHECKING_ONLY)
+    cli = InProcessCLI(tmp_path)
+    for split in ([], ["--split-cycles"]):
+        r = cli("plan", "scaffold", "tc", "--path", "src", *split)
+        assert r.code == 0, r.err
+        line = (
+            "no import-time cycle among 2 modules around tc.model (tc.model -> tc.store -> tc.model): it closes only"
+            " through 1 import under TYPE_CHECKING or in a function; each module keeps its own milestone, ordered by"
+            " its import-time imports"
+        )
+        assert r.err.splitlines()[0] == line
+        assert "# import cycles: none at import time\n#   " + line + "\n" in r.out
+        ms = by_name(plan_of(r.out))
+        assert set(ms) == {"tc", "tc.model", "tc.store", "tc.hints"}  # no cycle or cut milestone
+        assert "deps" not in ms["tc.store"]  # its TYPE_CHECKING import would close the cycle: no dep
+        assert ms["tc.model"]["deps"] == ["tc.store"]
+        assert ms["tc.hints"]["deps"] == ["tc.model"]
+    (cycle,) = cli.json("plan", "scaffold", "tc", "--path", "src")["cycles"]
+    assert cycle["milestone"] is None and cycle["import_time"] is False and cycle["cut"] == []
+    assert cycle["deferred"] == [
+        {"file": "src/tc/store.py", "line": 4, "import": "from tc.model import Model", "kind": "TYPE_CHECKING"}
+    ]
+
+
+FUNCTION_LEVEL_ONLY = {
+    "": "",
+    "a": "from fl import b\n",
+    "b": """\
+        from fl import c
+
+        class Thing:
+            def make(self):
+                import fl.a
+                return fl.a
+        """,
+    "c": """\
+        def run():
+            from fl.a import thing
+            return thing
+        """,
+}
+
+
+def test_a_cycle_closed_only_in_functions_is_no_import_time_cycle(tmp_path: Path) -> None:
+    make_package(tmp_path, "fl", FUNCTION_LEVEL_ONLY)
+    cli = InProcessCLI(tmp_path)
+    data = cli.json("plan", "scaffold", "fl", "--path", "src", "--split-cycles")
+    (cycle,) = data["cycles"]
+    assert cycle["import_time"] is False and cycle["milestone"] is None
+    assert cycle["modules"] == ["fl.a", "fl.b", "fl.c"]
+    assert [(d["file"], d["line"], d["kind"]) for d in cycle["deferred"]] == [
+        ("src/fl/b.py", 5, "in a function"),
+        ("src/fl/c.py", 2, "in a function"),
+    ]
+    ms = by_name(data["plan"])
+    assert set(ms) == {"fl", "fl.a", "fl.b", "fl.c"}
+    assert [m["name"] for m in data["plan"]["milestones"]] == ["fl", "fl.c", "fl.b", "fl.a"]
+    assert ms["fl.a"]["deps"] == ["fl.b"] and ms["fl.b"]["deps"] == ["fl.c"] and "deps" not in ms["fl.c"]
+    r = cli("plan", "cycles", "fl", "--path", "src", "--check")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[0] == "fl (4 modules, read from src/fl): no import-time cycle"
+
+
 CYCLE = {
     "": "",
     "base": "",
@@ -49,7 +136,10 @@ CYCLE = {
             from cyc.view import View
         """,
     "store": """\
-        from cyc.model import Model
+        try:
+            from cyc.model import Model
+        except ImportError:
+            Model = None
 
         def save(m):
             from cyc import view
@@ -60,51 +150,107 @@ CYCLE = {
 }
 
 
-def test_a_cycle_reports_its_imports_and_which_are_deferred(tmp_path: Path) -> None:
+def test_a_real_cycle_inside_a_deferred_one_is_the_only_cycle_milestone(tmp_path: Path) -> None:
     make_package(tmp_path, "cyc", CYCLE)
     data = InProcessCLI(tmp_path).json("plan", "scaffold", "cyc", "--path", "src")
-    (cycle,) = data["cycles"]
-    assert cycle["modules"] == ["cyc.model", "cyc.store", "cyc.view"]
-    assert cycle["milestone"] == "cyc.view-cycle"  # three importers (model, store, app); the others two
-    assert cycle["path"] == "cyc.view -> cyc.model -> cyc.view"
-    assert cycle["import_time"] is True  # model <-> store at module level
-    # Three two-module cycles need three cuts; only model <-> store needs a module-level one
-    # (model's, before store's: ties by name), the other two are the deferred imports.
-    assert [(c["file"], c["line"], c["kind"]) for c in cycle["cut"]] == [
-        ("src/cyc/model.py", 4, "module level"),
-        ("src/cyc/model.py", 7, "TYPE_CHECKING"),
-        ("src/cyc/store.py", 4, "in a function"),
-    ]
-    assert cycle["cut"][1]["import"] == "from cyc.view import View"
-    assert cycle["summary"] == "closed by 3 imports: 1 at module level, 2 under TYPE_CHECKING or in a function"
+    real, deferred = data["cycles"]
+    # model <-> store at module level (a try block runs at import time): a real cycle.
+    assert real["modules"] == ["cyc.model", "cyc.store"] and real["import_time"] is True
+    assert real["milestone"] == "cyc.model-cycle"  # two importers each: ties by name
+    assert real["path"] == "cyc.model -> cyc.store -> cyc.model"
+    assert [(c["file"], c["line"], c["kind"]) for c in real["cut"]] == [("src/cyc/model.py", 4, "module level")]
+    # view closes a larger cycle only through model's TYPE_CHECKING and store's function-level import.
+    assert deferred["modules"] == ["cyc.model", "cyc.store", "cyc.view"] and deferred["milestone"] is None
+    assert deferred["summary"].startswith("no import-time cycle beyond the import-time cycle at cyc.model among 3")
+    assert [(d["file"], d["line"]) for d in deferred["deferred"]] == [("src/cyc/model.py", 7), ("src/cyc/store.py", 7)]
+    ms = by_name(data["plan"])
+    assert set(ms) == {"cyc", "cyc.base", "cyc.model-cycle", "cyc.view", "cyc.app"}
+    assert ms["cyc.model-cycle"]["deps"] == ["cyc.base"]  # not cyc.view: those imports are deferred
+    assert ms["cyc.view"]["deps"] == ["cyc.model-cycle"]
+    assert ms["cyc.app"]["deps"] == ["cyc.view"]
 
 
-def test_split_cycles_cuts_first_then_one_milestone_per_module_in_an_order_that_holds(tmp_path: Path) -> None:
+def test_split_cycles_cuts_only_the_import_time_imports_then_one_milestone_per_module(tmp_path: Path) -> None:
     make_package(tmp_path, "cyc", CYCLE)
     cli = InProcessCLI(tmp_path)
     cli("init", check=True)
     data = cli.json("plan", "scaffold", "cyc", "--path", "src", "--split-cycles", "--apply")
     ms = by_name(data["plan"])
     names = [m["name"] for m in data["plan"]["milestones"]]
-    (cycle,) = data["cycles"]
-    assert cycle["milestone"] == "cyc.view-cycle-cut"
-    cut_ms = ms["cyc.view-cycle-cut"]
+    cut_ms = ms["cyc.model-cycle-cut"]
     assert cut_ms["deps"] == ["cyc.base"]  # what the cycle imports outside itself
-    assert all(f"{c['file']}:{c['line']}" in cut_ms["acceptance"] for c in cycle["cut"])
-    for member in ("cyc.model", "cyc.store", "cyc.view"):
-        assert "cyc.view-cycle-cut" in ms[member]["deps"]
-    # Every import not cut is honoured: the imported module's milestone comes first.
-    cut_pairs = {(c["file"], c["line"]) for c in cycle["cut"]}
-    edges = [
-        ("cyc.model", "cyc.store", ("src/cyc/model.py", 4)),
-        ("cyc.model", "cyc.view", ("src/cyc/model.py", 7)),
-        ("cyc.store", "cyc.model", ("src/cyc/store.py", 1)),
-        ("cyc.store", "cyc.view", ("src/cyc/store.py", 4)),
-        ("cyc.view", "cyc.model", ("src/cyc/view.py", 1)),
-        ("cyc.view", "cyc.store", ("src/cyc/view.py", 2)),
-    ]
-    for importer, imported, where in edges:
-        if where not in cut_pairs:
-            assert imported in ms[importer].get("deps", []), (importer, imported)
-            assert names.index(imported) < names.index(importer)
+    assert "(src/cyc/model.py:4 from cyc.store import save)" in cut_ms["acceptance"]
+    assert "model.py:7" not in cut_ms["acceptance"] and "store.py:7" not in cut_ms["acceptance"]
+    assert cut_ms["gate"][0] == {
+        "name": "cycles",
+        "run": "milepost plan cycles cyc --path src --check --through cyc.model,cyc.store",
+    }
+    assert ms["cyc.model"]["deps"] == ["cyc.base", "cyc.model-cycle-cut"]
+    assert ms["cyc.store"]["deps"] == ["cyc.model-cycle-cut", "cyc.model"]  # the import it keeps
+    assert ms["cyc.view"]["deps"] == ["cyc.model", "cyc.store"]
+    assert names.index("cyc.model-cycle-cut") < names.index("cyc.model") < names.index("cyc.store")
     assert data["item"] == 1 and len(cli.json("list")["milestones"]) == len(names)
+
+
+def test_the_cut_milestones_gate_fails_until_the_cycle_is_cut_in_the_files(tmp_path: Path, milepost_bin: Path) -> None:
+    pkg = make_package(tmp_path, "loop", {
+        "": "",
+        "a": "from loop import b\n\ndef f():\n    return b\n",
+        "b": "import loop.a\n",
+        "other": "import loop.more\n",
+        "more": "import loop.other\n",  # a second cycle, not the one the milestone cuts
+    })  # fmt: skip
+    cli = InProcessCLI(tmp_path)
+    cli.extra["PATH"] = f"{milepost_bin}:{cli.env['PATH']}"
+    cli("init", check=True)
+    cli("plan", "scaffold", "loop", "--path", "src", "--split-cycles", "--apply", check=True)
+    r = cli("plan", "cycles", "loop", "--path", "src", "--check", "--through", "loop.a,loop.b")
+    assert r.code == 1
+    assert r.err == "import-time cycle remains in loop through loop.a, loop.b: cut src/loop/a.py:1 from loop import b\n"
+    assert cli("plan", "cycles", "loop", "--path", "src", "--check", "--through", "loop.more").code == 1
+    cli("start", "loop.a-cycle-cut", check=True)
+    failed = cli("--json", "done", "loop.a-cycle-cut")
+    assert failed.code == 1 and failed.data["milestone"]["status"] == "needs_fix", failed.out
+    check = failed.data["gate_run"]["commands"][0]
+    assert check["name"] == "cycles" and check["exit_code"] == 1
+    assert "import-time cycle remains in loop through loop.a, loop.b: cut src/loop/a.py:1" in check["tail"]
+    # The cycle is cut: a's import moves into the function that uses it.
+    (pkg / "a.py").write_text("def f():\n    from loop import b\n\n    return b\n")
+    r = cli("plan", "cycles", "loop", "--path", "src", "--check", "--through", "loop.a,loop.b")
+    assert r.code == 0, r.err
+    assert r.out.startswith("loop (5 modules, read from src/loop): no import-time cycle through loop.a, loop.b\n")
+    assert cli("plan", "cycles", "loop", "--path", "src", "--check").code == 1  # loop.more's cycle is still there
+    cli("start", "loop.a-cycle-cut", check=True)
+    passed = cli("--json", "done", "loop.a-cycle-cut")
+    assert passed.code == 0 and passed.data["milestone"]["status"] == "done", passed.out
+
+
+def test_plan_cycles_reports_as_json_and_imports_neither_prefect_nor_a_store(tmp_path: Path) -> None:
+    make_package(tmp_path, "cyc", CYCLE)
+    data = InProcessCLI(tmp_path).json("plan", "cycles", "cyc", "--path", "src")
+    assert data["import_time"] == 1 and data["units"] == 6 and data["source"] == "src/cyc"
+    assert [c["import_time"] for c in data["cycles"]] == [True, False]
+    assert data["cycles"][0]["cut"][0]["line"] == 4
+    script = "import sys\nfrom milepost.cli import main\nmain(['plan', 'cycles', 'cyc', '--path', 'src', '--check'])\n"
+    p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "import-time cycle remains in cyc: cut src/cyc/model.py:4" in p.stderr
+    q = subprocess.run([sys.executable, "-c", script.replace(", '--check'", "") + "print(sorted(sys.modules))"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert q.returncode == 0, q.stderr
+    loaded = q.stdout.splitlines()[-1]
+    assert "'networkx'" in loaded and "'prefect'" not in loaded and "'sqlalchemy'" not in loaded
+
+
+def test_plan_cycles_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    make_package(tmp_path, "cyc", CYCLE)
+    cli = InProcessCLI(tmp_path)
+    r = cli("plan", "cycles", "nope", "--path", "src")
+    assert r.code == 2 and r.err.count("\n") == 1
+    assert "no Python package 'nope' found in src: --path takes the folder that holds nope/__init__.py" in r.err
+    r = cli("plan", "cycles", "cyc", "--path", "missing")
+    assert r.code == 2 and r.err.count("\n") == 1 and "'missing' does not exist" in r.err
+    r = cli("plan", "cycles", "cyc", "--path", "src", "--check", "--through", "cyc.model,cyc.nope")
+    assert r.code == 2 and r.err.count("\n") == 1
+    assert "--through names cyc.nope: not a module of cyc (read from src/cyc); give some of its 6 modules" in r.err
+    r = cli("plan", "cycles", "nope")  # no --path: nowhere to be found
+    assert r.code == 2 and "no Python package 'nope' found (in " in r.err and "pass --path DIR" in r.err

@@ -165,6 +165,86 @@ def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gat
         click.echo(f"{where}: {made_of}{made}")
 
 
+@plan.command("cycles")
+@click.argument("package")
+@click.option(
+    "--path",
+    "paths",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The folder holding PACKAGE (e.g. src), as for plan scaffold. Default: the workspace root, its src/,"
+    " then where Python finds it.",
+)
+@click.option("--level", type=click.Choice(["module", "package"]), default="module", show_default=True,
+              help="Cycles between modules, or between packages.")  # fmt: skip
+@click.option("--package-imports", is_flag=True, help="Count a module's import of an enclosing package.")
+@click.option("--check", is_flag=True, help="Exit 1 while an import-time cycle remains (through --through).")
+@click.option(
+    "--through",
+    default=None,
+    metavar="A,B,...",
+    help="Only the import-time cycles through any of these modules (packages with --level package),"
+    " comma-separated: a cut milestone's gate names its cycle's modules.",
+)
+@pass_ctx
+def plan_cycles(c: Ctx, package: str, paths: tuple[Path, ...], level: str, package_imports: bool, check: bool,
+                through: str | None) -> None:  # fmt: skip
+    """Show PACKAGE's import cycles: those that exist at import time, with the
+    module-level imports (file:line) whose cut breaks each, and those that
+    close only through imports under TYPE_CHECKING or in a function (no
+    import-time cycle). Reads the source, imports nothing; no store needed.
+
+    With --check, exit 1 while an import-time cycle remains (any, or one
+    through --through's modules), 0 once cut: a gate for the cut milestones of
+    plan scaffold --split-cycles."""
+    from milepost.scaffold.cycles import package_cycles
+    from milepost.scaffold.render import count, listed, shown
+    from milepost.workspace import find_home
+
+    home = find_home(Path.cwd())
+    base = home.parent if home is not None else Path.cwd()
+    result = package_cycles(package, paths, base, level, package_imports)
+    found, where = result.found, shown(result.source.folder, base)
+    wanted: list[str] | None = None
+    if through is not None:
+        wanted = [w.strip() for w in through.split(",") if w.strip()]
+        unknown = [w for w in wanted if w not in result.units]
+        if not wanted or unknown:
+            kind = f"a {level}" if len(unknown) == 1 else f"{level}s"
+            what = f"names {listed(unknown)}: not {kind}" if unknown else f"names no {level}"
+            raise InvalidValueError(
+                f"--through {what} of {package} (read from {where}); give some of its"
+                f" {count(len(result.units), level)}, comma-separated, such as {listed(result.units, 3)}"
+            )
+    scope = f" through {listed(wanted)}" if wanted else ""
+    real = found.real if wanted is None else found.through(wanted)
+    deferred = found.deferred if wanted is None else [d for d in found.deferred if set(wanted) & set(d.members)]
+    if c.json:
+        click.echo(json.dumps({
+            "package": package, "source": where, "level": level, "units": len(result.units), "through": wanted,
+            "import_time": len(real), "cycles": [x.as_dict() for x in real] + [d.as_dict() for d in deferred],
+        }))  # fmt: skip
+    else:
+        n = count(len(real), "import-time cycle") if real else "no import-time cycle"
+        click.echo(f"{package} ({count(len(result.units), level)}, read from {where}): {n}{scope}")
+        for x in real:
+            click.echo(f"import-time cycle at {x.head} ({count(len(x.members), level)}): {x.path_text};"
+                       f" {x.summary()}:")  # fmt: skip
+            for i in x.imports:
+                click.echo(f"  {i.shown()}")
+        for d in deferred:
+            click.echo(d.summary())
+    if check and real:
+        if not c.json:
+            cuts = "; ".join(i.shown() for x in real for i in x.imports)
+            click.echo(
+                f"import-time cycle{'s' if len(real) > 1 else ''} remain{'' if len(real) > 1 else 's'} in {package}"
+                f"{scope}: cut {cuts}",
+                err=True,
+            )
+        raise SystemExit(1)
+
+
 @plan.command("schema")
 def plan_schema() -> None:
     """Print the JSON Schema of plan files (for editors and validators).

@@ -20,6 +20,7 @@ the source and the cycles), validated like any other before it is written.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 from milepost.errors import InvalidValueError
 from milepost.graph.models import check_name
-from milepost.scaffold.cycles import Cycle, ImportLine, analyse
+from milepost.scaffold.cycles import Cycle, Cycles, DeferredCycle, find_cycles, unit_graph, unit_of
 from milepost.scaffold.render import (
     command_name,
     count,
@@ -40,7 +41,7 @@ from milepost.scaffold.render import (
     slug,
     unique,
 )
-from milepost.scaffold.source import MODULE_LEVEL, Source, locate, read_imports, statement_kinds
+from milepost.scaffold.source import Source, locate, read_imports
 from milepost.scaffold.testmap import TestMap, map_tests
 
 __all__ = ["DEFAULT_GATE", "Scaffold", "scaffold"]
@@ -130,45 +131,22 @@ def scaffold(
     tm = map_tests(package, source.folder, files, deps_of, roots, base)
     code = [m for m in imports.modules if m not in tm.in_package]
 
-    def group(m: str) -> str:
-        if level == "module" or files[m].name == "__init__.py":
-            return m
-        return m.rsplit(".", 1)[0]
-
+    group = unit_of(files, level)
     units = sorted({group(m) for m in code})
     contents: dict[str, list[str]] = {u: [] for u in units}
     for m in code:
         contents[group(m)].append(m)
-    g: nx.DiGraph[str] = nx.DiGraph()
-    g.add_nodes_from(units)
-    pairs: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for m in code:
-        for i in deps_of[m]:
-            if i in tm.in_package or group(i) == group(m):
-                continue
-            pairs.setdefault((group(m), group(i)), []).append((m, i))
-    g.add_edges_from(sorted(pairs))
+    # Every import between units (deferred ones too); the plan's deps leave out the
+    # deferred imports that close a cycle only they make (see .cycles).
+    g, lines = unit_graph(imports, code, group, package_imports, base)
 
-    # Cycles and milestones.
-    kinds: dict[str, dict[int, str]] = {}
-
-    def lines(u: str, v: str) -> list[ImportLine]:
-        out = []
-        for m, i in pairs[u, v]:
-            if m not in kinds:
-                kinds[m] = statement_kinds(files[m])
-            k = kinds[m]
-            for st in imports.statements(m, i):
-                out.append(ImportLine(u, v, shown(files[m], base), st.line, st.text, k.get(st.line, MODULE_LEVEL)))
-        return out
-
-    importers = {u: g.in_degree(u) for u in units}
-    components = sorted(sorted(c) for c in nx.strongly_connected_components(g))
-    cycles = [analyse(g, c, importers, lines) for c in components if len(c) > 1]
+    # Cycles and milestones: only import-time cycles get one.
+    found = find_cycles(g, lines)
+    cycles = found.real
     nodes = _nodes(units, cycles, split_cycles)
     node_of = {u: n for n in nodes for u in n.units if n.kind != "cut"}
     cut_edges = {e for c in cycles for e in c.cut} if split_cycles else set()
-    for u, v in sorted(g.edges):
+    for u, v in found.deps(g):
         a, b = node_of[u], node_of[v]
         if a is not b and (u, v) not in cut_edges:
             a.deps.add(b.name)
@@ -220,6 +198,10 @@ def scaffold(
         test_paths = [shown(t, base) for t in node_tests[n.name]]
         commands: list[dict[str, Any]] = []
         taken: set[str] = set()
+        if n.kind == "cut":  # fails while the cycle is there: the gate cannot pass without the cut
+            assert n.cycle is not None
+            check = _cycles_check(package, source.folder, base, level, package_imports, n.cycle.members)
+            commands.append(flow_dict(name=command_name("cycles", taken), run=check))
         for template in gates:
             if "{tests}" in template and not values["tests"]:
                 skipped.setdefault(template, []).append(n.name)
@@ -290,13 +272,13 @@ def scaffold(
     if left_out:
         header.append(f"# {count(left_out, 'unaffected milestone')} left out.")
     heads = {id(n.cycle): n.name for n in nodes if n.kind in ("cycle", "cut")}
-    cycle_lines = _cycle_lines(cycles, heads)
-    header += _cycle_header(cycle_lines, split_cycles)
+    cycle_lines = _cycle_lines(found, heads)
+    header += _cycle_header(found, cycle_lines, split_cycles)
     text = "\n".join(header) + "\n" + dump(plan)
     from milepost.graph.plan import Plan
 
     Plan.model_validate(plan).to_milestones()  # validated like any other plan (the text is its dump)
-    reports = [_cycle_report(c, heads[id(c)]) for c in cycles]
+    reports = [_cycle_report(c, heads[id(c)]) for c in cycles] + [_cycle_report(c, None) for c in found.deferred]
     return Scaffold(plan=plan, text=text, cycles=reports, modules=len(code), left_out=left_out, notes=notes,
                     source=where, cycle_lines=cycle_lines)  # fmt: skip
 
@@ -394,41 +376,53 @@ def _acceptance(n: _Node, values: dict[str, str], template: str | None) -> str:
         assert n.cycle is not None
         cut = "; ".join(i.shown() for i in n.cycle.imports)
         return (
-            f"the import cycle of {count(len(n.units), 'module')} around {n.cycle.head} is cut: these imports are"
-            f" removed, inverted or moved ({cut}), so its modules can be worked one by one; the gate passes"
+            f"the import-time cycle of {count(len(n.units), 'module')} around {n.cycle.head} is cut: these"
+            f" module-level imports are removed, inverted, or moved into a function or under TYPE_CHECKING ({cut}),"
+            " so its modules can be worked one by one; `milepost plan cycles` finds no import-time cycle through"
+            " them and the gate passes"
         )
     if template:
         return render(template, values)
     return f"{values['module']} depends only on the interfaces of what it imports, and its gate passes"
 
 
-def _cycle_lines(cycles: list[Cycle], heads: dict[int, str]) -> list[str]:
+def _cycle_lines(found: Cycles, heads: dict[int, str]) -> list[str]:
+    """The cycles for a reader: each import-time cycle with the imports to cut,
+    then each cycle that exists only through deferred imports."""
     out = []
-    for c in cycles:
+    for c in found.real:
         out.append(f"import cycle {heads[id(c)]} ({count(len(c.members), 'module')}): {c.path_text}; {c.summary()}:")
         out += [f"  {i.shown()}" for i in c.imports]
+    for d in found.deferred:
+        out.append(f"{d.summary()}; each module keeps its own milestone, ordered by its import-time imports")
     return out
 
 
-def _cycle_header(lines: list[str], split: bool) -> list[str]:
-    if not lines:
-        return ["# import cycles: none"]
+def _cycle_header(found: Cycles, lines: list[str], split: bool) -> list[str]:
+    if not found.real:
+        return ["# import cycles: none at import time", *(f"#   {line}" for line in lines)]
     how = "each split: a milestone cuts its imports, then one per module" if split else (
         "one milestone each, named after its most-imported module; --split-cycles cuts them"
     )  # fmt: skip
     return [f"# import cycles ({how}):", *(f"#   {line}" for line in lines)]
 
 
-def _cycle_report(c: Cycle, milestone: str) -> dict[str, Any]:
-    return {
-        "milestone": milestone,
-        "modules": c.members,
-        "head": c.head,
-        "path": c.path_text,
-        "import_time": c.import_time,
-        "summary": c.summary(),
-        "cut": [{"file": i.file, "line": i.line, "import": i.text, "kind": i.kind} for i in c.imports],
-    }
+def _cycles_check(package: str, folder: Path, base: Path, level: str, package_imports: bool, units: list[str]) -> str:
+    """The command that fails while an import-time cycle holds any of ``units``
+    (run from the workspace root, like every gate)."""
+    words = ["milepost", "plan", "cycles", package, "--path", shown(folder.parent, base)]
+    if level != "module":
+        words += ["--level", level]
+    if package_imports:
+        words.append("--package-imports")
+    words += ["--check", "--through", ",".join(units)]
+    return shlex.join(words)
+
+
+def _cycle_report(c: Cycle | DeferredCycle, milestone: str | None) -> dict[str, Any]:
+    """``cut``: the imports to cut (an import-time cycle); ``deferred``: the
+    deferred imports that close a cycle that does not exist at import time."""
+    return {"milestone": milestone, **c.as_dict()}
 
 
 def _test_notes(tm: TestMap, code: list[str], base: Path) -> list[str]:
