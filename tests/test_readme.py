@@ -116,8 +116,10 @@ def test_the_proof_walkthrough_runs_as_written(shell: CLI) -> None:
     ran = run_walkthrough(shell, "README.md", "Done means proven on the code as it is now")
     assert ran[-1] == "milepost runs leaf"
     runs = shell.json("runs", "leaf")["runs"]
-    # proven, re-proven after the edit, failed on the bad edit, proven after the fix: four executions.
-    assert [r["outcome"] for r in runs] == ["passed", "passed", "failed", "passed"]
+    # proven, re-proven after the edit, failed on the bad edit, put back as proven (cached: no
+    # execution), then run anyway with --fresh --all: four executions.
+    assert [r["outcome"] for r in runs] == ["passed", "passed", "failed", "cached", "passed"]
+    assert runs[3]["cached_from"] == {"item": 1, "milestone": "leaf", "attempt": 1}
     assert shell.json("list")["milestones"][0]["view"] == "done"
 
 
