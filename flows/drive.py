@@ -69,6 +69,7 @@ def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = 
     held.update(check.waiting)
     scope = ctx.scope if ctx.scope is not None else {m.name for m in g}
     spent = ctx.service.gate_time(it.id)
+    cached = dict(loop.cached) if loop is not None else {}
     ms = []
     for m in g:
         ms.append(
@@ -85,6 +86,7 @@ def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = 
                 last_reason=m.reason,
                 stale=check.stale.get(m.name),
                 waiting_for_change=held.get(m.name),
+                cached_from=cached.get(m.name),
             )
         )
     left = [s for s in ms if s.name in scope and s.view is not DisplayStatus.DONE]
@@ -234,7 +236,7 @@ def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id:
             summary.ok = False
             summary.message = f"{crash}; {summary.message}"
         summary.gate_runs = loop.gate_runs
-        summary.cached = loop.cached
+        summary.cached = len(loop.cached)
         ctx.summary = summary
         try:
             if not interrupted:

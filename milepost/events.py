@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from milepost._text import printable
 from milepost.gates.command import GateResult
+from milepost.gates.outcome import CachedFrom
 from milepost.graph.status import DisplayStatus, MilestoneStatus
 from milepost.results import Claim, DoneResult, StaleInfo
 
@@ -35,6 +36,7 @@ __all__ = [
     "MultiReporter",
     "NullReporter",
     "Reporter",
+    "cached_text",
 ]
 
 
@@ -45,6 +47,7 @@ class DriveEvent(StrEnum):
     LEASE_RECLAIMED = "lease_reclaimed"
     STALE_FOUND = "stale_found"
     WAITING_FOR_CHANGE = "waiting_for_change"
+    WAITING_FOR_DRIVERS = "waiting_for_drivers"
     GATE_STARTED = "gate_started"
     GATE_FINISHED = "gate_finished"
     FIX_FINISHED = "fix_finished"
@@ -66,6 +69,7 @@ class MilestoneSummary(BaseModel):
     last_reason: str | None = None
     stale: StaleInfo | None = None
     waiting_for_change: str | None = None
+    cached_from: CachedFrom | None = None  # its attempt in this drive was cached: the passed run that stood in
 
 
 class DriveSummary(BaseModel):
@@ -99,6 +103,10 @@ class Reporter(Protocol):
     def waiting_for_change(self, milestone: str, reason: str) -> None:
         """A failed milestone's inputs did not change since it failed: the drive does not retry it."""
 
+    def waiting_for_drivers(self, held: dict[str, str]) -> None:
+        """Nothing this drive can run: it waits for other live drivers, which hold
+        these milestones' leases (milestone -> holder). Said again only when that changes."""
+
     def gate_started(self, claim: Claim) -> None: ...
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None: ...
@@ -128,6 +136,9 @@ class NullReporter:
         pass
 
     def waiting_for_change(self, milestone: str, reason: str) -> None:
+        pass
+
+    def waiting_for_drivers(self, held: dict[str, str]) -> None:
         pass
 
     def gate_started(self, claim: Claim) -> None:
@@ -169,6 +180,10 @@ class MultiReporter(NullReporter):
         for r in self.reporters:
             r.waiting_for_change(milestone, reason)
 
+    def waiting_for_drivers(self, held: dict[str, str]) -> None:
+        for r in self.reporters:
+            r.waiting_for_drivers(held)
+
     def gate_started(self, claim: Claim) -> None:
         for r in self.reporters:
             r.gate_started(claim)
@@ -192,6 +207,11 @@ class MultiReporter(NullReporter):
     def drive_finished(self, summary: DriveSummary) -> None:
         for r in self.reporters:
             r.drive_finished(summary)
+
+
+def cached_text(src: CachedFrom) -> str:
+    """The passed run a cached attempt reused, as people read it: ``item 1 'leaf' attempt 2``."""
+    return f"item {src.item} {src.milestone!r} attempt {src.attempt}"
 
 
 def _now() -> str:
@@ -228,6 +248,9 @@ class JsonLinesReporter(NullReporter):
     def waiting_for_change(self, milestone: str, reason: str) -> None:
         self._emit(DriveEvent.WAITING_FOR_CHANGE, milestone=milestone, reason=reason)
 
+    def waiting_for_drivers(self, held: dict[str, str]) -> None:
+        self._emit(DriveEvent.WAITING_FOR_DRIVERS, milestones=list(held), holders=held)
+
     def gate_started(self, claim: Claim) -> None:
         self._emit(
             DriveEvent.GATE_STARTED,
@@ -249,6 +272,7 @@ class JsonLinesReporter(NullReporter):
             reason=run.reason if run else None,
             exit_code=run.exit_code if run else None,
             duration=run.duration if run else 0.0,
+            cached_from=run.cached_from.model_dump() if run and run.cached_from else None,
         )
 
     def fix_finished(self, claim: Claim, result: GateResult) -> None:
@@ -294,6 +318,9 @@ class LineReporter(NullReporter):
     def waiting_for_change(self, milestone: str, reason: str) -> None:
         self._line(f"held   {milestone}: {reason}")
 
+    def waiting_for_drivers(self, held: dict[str, str]) -> None:
+        self._line(f"wait   for other drivers: {', '.join(f'{n} ({h})' for n, h in held.items())}")
+
     def gate_started(self, claim: Claim) -> None:
         what = "re-prove" if claim.reproof else "start "
         self._line(f"{what} {claim.milestone.name} (attempt {claim.attempt})")
@@ -302,6 +329,8 @@ class LineReporter(NullReporter):
         m, run = done.milestone, done.gate_run
         why = f": {run.reason}" if run and not done.passed else ""
         took = f" in {run.duration:.1f} s" if run else ""
+        if run is not None and run.cached_from is not None:  # not run: a passed run stood in
+            took = f", cached from {cached_text(run.cached_from)}"
         view = "in_review" if m.awaiting_review else m.status.value
         self._line(f"{view:<6} {m.name} (attempt {claim.attempt}{took}){why}")
 

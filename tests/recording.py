@@ -30,6 +30,9 @@ class RecordingReporter(NullReporter):
     def waiting_for_change(self, milestone: str, reason: str) -> None:
         self.events.append((DriveEvent.WAITING_FOR_CHANGE, (milestone, reason)))
 
+    def waiting_for_drivers(self, held: dict[str, str]) -> None:
+        self.events.append((DriveEvent.WAITING_FOR_DRIVERS, dict(held)))
+
     def gate_started(self, claim: Claim) -> None:
         self.events.append((DriveEvent.GATE_STARTED, (claim.milestone.name, claim.attempt, claim.reproof)))
 

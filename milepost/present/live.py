@@ -76,6 +76,12 @@ class LiveReporter:
         if milestone in self.rows:
             self.rows[milestone][4] = reason
 
+    def waiting_for_drivers(self, held: dict[str, str]) -> None:
+        for name, holder in held.items():
+            if name in self.rows:
+                self.rows[name][1], self.rows[name][4] = "in_progress", f"held by {holder}"
+        self.notes.append(f"waiting for other drivers: {', '.join(held)}")
+
     def lease_reclaimed(self, done: DoneResult) -> None:
         why = done.gate_run.reason if done.gate_run else "its driver stopped"
         self.notes.append(f"reclaimed {done.milestone.name}: {why}")

@@ -8,7 +8,11 @@ not happen) failed with the changed paths; a milestone that could not run
 (blocked — also behind a reopened dep —, locked, hypothesis, waiting for
 review, outside ``--until``, held by another driver) is skipped with what
 holds it. Attempts, status and host are properties; the time is the gate
-time spent in this drive."""
+time spent in this drive. A milestone whose attempt in this drive was
+``cached`` (a passed run on the same gate and inputs stood in, nothing ran)
+passed, and says so: the properties ``outcome`` (``cached``) and
+``cached_from_item``, ``cached_from_milestone``, ``cached_from_attempt``
+name the run reused, and its ``system-out`` says it in a sentence."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import re
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
-from milepost.events import DriveSummary
+from milepost.events import DriveSummary, cached_text
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.status import DisplayStatus
 from milepost.present.diagram import to_mermaid
@@ -48,10 +52,23 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
         )
         total_time += ms.duration
         props = ET.SubElement(case, "properties")
-        props_ = (("status", ms.view), ("budget", f"{ms.attempts}/{ms.max_attempts}"), ("id", ms.id),
-                  ("last_attempt", ms.last_attempt or ""), ("total_time", f"{ms.total_duration:.3f}"))  # fmt: skip
+        props_: list[tuple[str, object]] = [
+            ("status", ms.view),
+            ("budget", f"{ms.attempts}/{ms.max_attempts}"),
+            ("id", ms.id),
+            ("last_attempt", ms.last_attempt or ""),
+            ("total_time", f"{ms.total_duration:.3f}"),
+        ]
+        if ms.cached_from is not None:
+            src = ms.cached_from
+            props_ += [("outcome", "cached"), ("cached_from_item", src.item), ("cached_from_milestone", src.milestone),
+                       ("cached_from_attempt", src.attempt)]  # fmt: skip
         for key, value in props_:
-            ET.SubElement(props, "property", name=str(key), value=str(value))
+            ET.SubElement(props, "property", name=str(key), value=_xml_text(str(value)))
+        if ms.cached_from is not None:
+            said = f"cached: not run; the passed run of {cached_text(ms.cached_from)} on the same gate and inputs"
+            said += " stood in"
+            ET.SubElement(case, "system-out").text = _xml_text(said)
         view = views[ms.name].view if ms.name in views else display_status(g, m)
         if scope is not None and ms.name not in scope and view is not DisplayStatus.DONE:
             skipped += 1
@@ -83,7 +100,7 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
     props = ET.SubElement(suite, "properties")
     for key, value in (("item", summary.item), ("ok", summary.ok), ("message", summary.message),
                        ("flow_run", summary.flow_run_url or summary.flow_run_id or ""),
-                       ("gate_runs", summary.gate_runs)):  # fmt: skip
+                       ("gate_runs", summary.gate_runs), ("cached", summary.cached)):  # fmt: skip
         ET.SubElement(props, "property", name=key, value=_xml_text(str(value)))
     suite.extend(cases)
     ET.indent(root)
@@ -118,10 +135,11 @@ def step_summary(svc: Service, summary: DriveSummary) -> str:
     Mermaid block as a diagram)."""
     _, g = svc.graph(summary.item)
     verdict = "all done" if summary.ok else "not all done"
+    cached = f", {summary.cached} cached" if summary.cached else ""
     lines: list[str] = [
         f"### milepost: work item {summary.item}: {summary.objective}",
         "",
-        f"**{verdict}**: {summary.message} ({summary.gate_runs} gate runs, {summary.duration:.1f} s)",
+        f"**{verdict}**: {summary.message} ({summary.gate_runs} gate runs{cached}, {summary.duration:.1f} s)",
         "",
         "```mermaid",
         to_mermaid(g).rstrip(),
@@ -131,10 +149,13 @@ def step_summary(svc: Service, summary: DriveSummary) -> str:
         "|---:|---|---|---|---:|---:|---:|---|",
     ]
     for m in summary.milestones:
-        reason = (m.last_reason or "").replace("|", "\\|").replace("\n", " ")
+        took, why = f"{m.duration:.1f} s", m.last_reason or ""
+        if m.cached_from is not None:
+            took, why = "cached", f"cached from {cached_text(m.cached_from)}"
+        reason = why.replace("|", "\\|").replace("\n", " ")
         lines.append(
             f"| {m.id} | {m.name} | {m.view} | {m.attempts}/{m.max_attempts} | {m.last_attempt or '-'} |"
-            f" {m.duration:.1f} s | {m.total_duration:.1f} s | {reason} |"
+            f" {took} | {m.total_duration:.1f} s | {reason} |"
         )
     if summary.flow_run_url:
         lines += ["", f"[Flow run in the Prefect UI]({summary.flow_run_url})"]

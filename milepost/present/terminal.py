@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from milepost.events import cached_text
 from milepost.gates.outcome import Outcome
 from milepost.graph.status import MilestoneStatus
 
@@ -226,8 +227,11 @@ def show_summary(con: Console, summary: Any) -> None:
     rows = []
     for m in summary.milestones:
         reason = m.stale.reason if m.stale is not None else (m.waiting_for_change or m.last_reason or "")
+        took = f"{m.duration:.1f} s"
+        if m.cached_from is not None:  # not run in this drive: a passed run on the same gate and inputs stood in
+            took, reason = "cached", f"cached from {cached_text(m.cached_from)}"
         rows.append([str(m.id), m.name, str(m.view), f"{m.attempts}/{m.max_attempts}", str(m.last_attempt or "-"),
-                     f"{m.duration:.1f} s", f"{m.total_duration:.1f} s", reason])  # fmt: skip
+                     took, f"{m.total_duration:.1f} s", reason])  # fmt: skip
     columns(con, head, rows, {2: [styled(m.view) for m in summary.milestones]})
     verdict = "[green]ok[/]" if summary.ok else "[red]not done[/]"
     runs = f"{summary.gate_runs} gate run{'s' if summary.gate_runs != 1 else ''}"
