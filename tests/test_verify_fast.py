@@ -284,3 +284,63 @@ def test_verify_cached_and_fresh_from_the_cli(cli: CLI, workspace: Path) -> None
     assert bad.code == 2 and "--max-parallel" in bad.err
     help_text = cli("verify", "--help").out
     assert "--fresh" in help_text and "--max-parallel" in help_text and "cached" in help_text
+
+
+def test_sigterm_stops_every_running_gate_and_records_each_attempt(real_cli: CLI, workspace: Path) -> None:
+    """Interrupted while two gates run side by side (on worker threads): both
+    process groups are stopped and both attempts recorded as interrupted; the
+    re-proof leaves its milestone done, the ordinary attempt is ready again
+    (not left in progress), and the next verify takes both at once."""
+    import signal
+    import time
+
+    cli = real_cli
+    code(workspace, a="ok = 1\n", b="ok = 1\n")
+    cli("item", "create", "interrupted", check=True)
+    for n in "ab":
+        gate = f"grep -q ok src/{n}.py && {{ test ! -e slow || {{ echo $$ > {n}.pid; sleep 60; }}; }}"
+        cli("add", n, "--gate", gate, "--inputs", f"src/{n}.py", check=True)
+        cli("start", n, check=True)
+        cli("done", n, check=True)
+    code(workspace, b="bad = 1\n")
+    assert cli("verify").code == 1  # b's re-proof failed: needs_fix
+    (workspace / "slow").write_text("")  # from here on the gates are slow (not an input)
+    code(workspace, a="ok = 2\n", b="ok = 2\n")  # a: stale (a re-proof); b: changed since it failed (an attempt)
+    proc = cli.popen("verify", "--max-parallel", "2")
+    deadline = time.monotonic() + 60
+    while not ((workspace / "a.pid").exists() and (workspace / "b.pid").exists()):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.2)  # (the pid is written before sleep starts)
+    pids = [int((workspace / f"{n}.pid").read_text()) for n in "ab"]
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert err.strip() == "milepost: error: interrupted"
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    assert [r["outcome"] for r in cli.json("runs", "a")["runs"]] == ["passed", "interrupted"]
+    assert [r["outcome"] for r in cli.json("runs", "b")["runs"]] == ["passed", "failed", "interrupted"]
+    listed = {m["name"]: m for m in cli.json("list")["milestones"]}
+    assert (listed["a"]["status"], listed["a"]["view"]) == ("done", "stale")  # an interrupted re-proof: still done
+    b = listed["b"]
+    assert (b["status"], b["view"], b["attempts"]) == ("pending", "ready", 1)  # ready again (as a drive releases it)
+    (workspace / "slow").unlink()
+    r = cli("--json", "verify", "--max-parallel", "2")
+    assert r.code == 0 and [(v["milestone"], v["outcome"]) for v in r.data["verified"]] == [
+        ("a", "passed"), ("b", "passed")
+    ]  # fmt: skip
+
+
+def test_the_mcp_tool_names_the_cached_run(chain: Service, workspace: Path) -> None:
+    from milepost.agent.args import MilestoneArgs
+    from milepost.agent.tools import milestone
+
+    code(workspace, leaf="ok = 1  # edited\n")
+    assert milestone(chain, MilestoneArgs(action="verify"))["ok"]
+    code(workspace, leaf="ok = 1\n")
+    r = milestone(chain, MilestoneArgs(action="verify"))
+    assert r["ok"] and [(v["name"], v["outcome"], v["cached_from"]) for v in r["verified"]] == [
+        ("leaf", "cached", {"item": 1, "milestone": "leaf", "attempt": 1}),
+        ("user", "cached", {"item": 1, "milestone": "user", "attempt": 1}),
+    ]
