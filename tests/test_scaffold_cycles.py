@@ -254,3 +254,17 @@ def test_plan_cycles_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     assert "--through names cyc.nope: not a module of cyc (read from src/cyc); give some of its 6 modules" in r.err
     r = cli("plan", "cycles", "nope")  # no --path: nowhere to be found
     assert r.code == 2 and "no Python package 'nope' found (in " in r.err and "pass --path DIR" in r.err
+
+
+def test_a_cycle_between_packages_is_checked_between_packages(tmp_path: Path) -> None:
+    make_package(tmp_path, "pk", {"": "", "x.a": "from pk.y import b\n", "y.b": "", "y.c": "from pk.x import a\n"})
+    cli = InProcessCLI(tmp_path)
+    assert cli("plan", "cycles", "pk", "--path", "src", "--check").code == 0  # no cycle between modules
+    data = cli.json("plan", "scaffold", "pk", "--path", "src", "--level", "package", "--split-cycles")
+    gate = by_name(data["plan"])["pk.x-cycle-cut"]["gate"][0]["run"]
+    assert gate == "milepost plan cycles pk --path src --level package --check --through pk.x,pk.y"
+    args = gate.split()[1:]
+    r = cli(*args)
+    assert r.code == 1 and r.err.endswith("through pk.x, pk.y: cut src/pk/x/a.py:1 from pk.y import b\n")
+    (tmp_path / "src/pk/y/c.py").write_text("def later():\n    from pk.x import a\n\n    return a\n")
+    assert cli(*args).code == 0
