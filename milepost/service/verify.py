@@ -40,7 +40,8 @@ from sqlalchemy import select
 
 from milepost.errors import TransitionError
 from milepost.gates.command import GateResult, run_gate
-from milepost.gates.outcome import Outcome
+from milepost.gates.outcome import CachedFrom, Outcome
+from milepost.gates.units import UnitBook
 from milepost.graph import steps
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import Milestone
@@ -133,6 +134,10 @@ class _Run:
     unchecked: set[str] = field(default_factory=set)
     running: dict[Future[GateResult], _Job] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
+    units: UnitBook | None = None  # the units of proof of this verify (each run once per state)
+
+    def __post_init__(self) -> None:
+        self.units = proofs.unit_book(self.ctx)
 
     def go(self, order: list[str]) -> None:
         """Settle every milestone of ``order`` (id order): lowest id first,
@@ -211,9 +216,10 @@ class _Run:
         """On a worker thread: run the leased gate (a subprocess per command)."""
         m = claim.milestone
         root = self.ctx.store.root
+        origin = CachedFrom(item=claim.item, milestone=m.name, attempt=claim.attempt)
         return run_gate(m.gate, Path(claim.log_path), default_cwd=root, env=gate_env(self.ctx, claim),
                         default_timeout=m.timeout, stop=self.stop, inputs=m.inputs if m.has_inputs else (),
-                        root=root)  # fmt: skip
+                        root=root, units=self.units if self.use_cache else None, origin=origin)  # fmt: skip
 
     def _finish(self, f: Future[GateResult], keeper: LeaseKeeper) -> None:
         job = self.running.pop(f)

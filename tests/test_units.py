@@ -1,0 +1,203 @@
+"""Units of proof: a gate command with ``each:`` runs once per file, and each
+run is kept under the digest of its command and its inputs, shared by every
+gate that runs it. Real subprocess gates on a real package in a temporary git
+work tree, through the service on a real SQLite file and a real PostgreSQL
+server. Every unit appends its file to a ledger outside the workspace, so the
+tests count real executions."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from milepost.errors import PlanFileError
+from milepost.gates.command import run_gate
+from milepost.gates.outcome import CachedFrom, Outcome
+from milepost.gates.units import UnitBook
+from milepost.graph.models import GateCommand
+from milepost.planfile import parse_plan
+from milepost.service import Service
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+PACKAGE = {
+    "src/shop/__init__.py": "",
+    "src/shop/prices.py": "def price(x):\n    return x * 2\n",
+    "src/shop/cart.py": "from shop.prices import price\n\ndef total(xs):\n    return sum(price(x) for x in xs)\n",
+    "tests/test_prices.py": "from shop.prices import price\n\ndef test_price():\n    assert price(2) == 4\n",
+    "tests/test_cart.py": "from shop.cart import total\n\ndef test_total():\n    assert total([1, 2]) == 6\n",
+}
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    return tmp_path / "units.txt"
+
+
+@pytest.fixture
+def pkg(workspace: Path) -> Path:
+    write(workspace, PACKAGE)
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    return workspace
+
+
+def ran(ledger: Path) -> list[str]:
+    return ledger.read_text().split() if ledger.exists() else []
+
+
+def plan(ledger: Path, *, check: str = "grep -q def {file}", objective: str = "units") -> str:
+    run = f"echo {{file}} >> {ledger} && {check}"
+    return f"""
+objective: {objective}
+milestones:
+  - name: prices
+    gate:
+      - {{name: tests, run: "{run}", each: [tests/test_prices.py]}}
+    inputs: ["module:shop.prices", "module:tests/test_prices.py"]
+  - name: cart
+    deps: [prices]
+    gate:
+      - {{name: tests, run: "{run}", each: [tests/test_cart.py, tests/test_prices.py]}}
+    inputs: ["module:shop.cart", "module:tests/test_cart.py"]
+  - name: all
+    deps: [cart]
+    gate:
+      - {{name: tests, run: "{run}", each: [tests/test_cart.py, tests/test_prices.py]}}
+    inputs: ["src/", "tests/"]
+"""
+
+
+def finish(svc: Service, *names: str, item: int | None = None) -> None:
+    for n in names:
+        svc.start(n, item=item)
+        r = svc.done(n, item=item)
+        assert r.passed, r
+
+
+def units_of(svc: Service, name: str, item: int | None = None) -> list[tuple[str | None, str, str | None]]:
+    run = svc.runs(name, item=item)[-1]
+    return [(c.file, c.outcome.value, c.cached_from.milestone if c.cached_from else None) for c in run.commands]
+
+
+def test_a_unit_runs_once_per_state_whichever_gates_include_it(any_service: Service, pkg: Path, ledger: Path) -> None:
+    svc = any_service
+    svc.apply_plan(parse_plan(plan(ledger)))
+    finish(svc, "prices", "cart", "all")
+    assert ran(ledger) == ["tests/test_prices.py", "tests/test_cart.py"]
+    assert units_of(svc, "cart") == [
+        ("tests/test_cart.py", "passed", None), ("tests/test_prices.py", "cached", "prices")
+    ]  # fmt: skip
+    assert units_of(svc, "all") == [
+        ("tests/test_cart.py", "cached", "cart"), ("tests/test_prices.py", "cached", "prices")
+    ]  # fmt: skip
+    last = svc.runs("all")[-1]
+    assert last.reason == "all passed: 2 units (2 cached)"
+    # An edit re-runs exactly the units whose inputs it touches.
+    write(pkg, {"src/shop/cart.py": PACKAGE["src/shop/cart.py"] + "# edited\n"})
+    assert {v.name: v.view for v in svc.milestone_views()[1]} == {"prices": "done", "cart": "stale", "all": "stale"}
+    r = svc.verify()
+    assert r.ok, r.message
+    assert ran(ledger)[2:] == ["tests/test_cart.py"]
+    assert units_of(svc, "all") == [
+        ("tests/test_cart.py", "cached", "cart"), ("tests/test_prices.py", "cached", "prices")
+    ]  # fmt: skip
+
+
+def test_a_changed_command_or_env_is_a_new_unit(any_service: Service, pkg: Path, ledger: Path) -> None:
+    svc = any_service
+    first = svc.apply_plan(parse_plan(plan(ledger))).id
+    finish(svc, "prices", item=first)
+    # The same files under another command: run again, not taken from the other's pass.
+    other = svc.apply_plan(parse_plan(plan(ledger, check="grep -q price {file}", objective="other"))).id
+    finish(svc, "prices", item=other)
+    assert ran(ledger) == ["tests/test_prices.py", "tests/test_prices.py"]
+    # Another env: a new unit too.
+    env_plan = plan(ledger, objective="env").replace(
+        'each: [tests/test_prices.py]}', 'each: [tests/test_prices.py], env: {SHOP: "1"}}', 1
+    )
+    third = svc.apply_plan(parse_plan(env_plan)).id
+    finish(svc, "prices", item=third)
+    assert ran(ledger).count("tests/test_prices.py") == 3
+    # The same command and env in a fourth item: the first item's pass stands in.
+    fourth = svc.apply_plan(parse_plan(plan(ledger, objective="again"))).id
+    svc.start("prices", item=fourth)
+    r = svc.done("prices", item=fourth, use_cache=False)  # the milestone-level cache off: the unit level decides
+    assert r.passed and ran(ledger).count("tests/test_prices.py") == 3
+    assert units_of(svc, "prices", fourth) == [("tests/test_prices.py", "cached", "prices")]
+
+
+def test_a_failed_unit_is_not_kept_and_fails_its_gate(any_service: Service, pkg: Path, ledger: Path) -> None:
+    svc = any_service
+    write(pkg, {"tests/test_prices.py": "from shop.prices import price\n"})  # no 'def': the check fails
+    svc.apply_plan(parse_plan(plan(ledger)))
+    svc.start("prices")
+    r = svc.done("prices")
+    assert not r.passed and r.gate_run is not None
+    assert r.gate_run.reason == "exit 1"
+    svc.start("prices")
+    assert not svc.done("prices").passed
+    assert ran(ledger) == ["tests/test_prices.py"] * 2  # a failure is run again in a later gate
+
+
+def test_every_unit_of_a_command_runs_and_the_next_commands_are_skipped(pkg: Path, tmp_path: Path) -> None:
+    cmds = [
+        GateCommand(name="t", run="test {file} != tests/test_cart.py", each=["tests/test_cart.py", "tests/test_prices.py"]),
+        GateCommand(name="after", run="true"),
+    ]
+    r = run_gate(cmds, tmp_path / "a.log", default_cwd=pkg)
+    assert [(c.name, c.file, c.outcome) for c in r.commands] == [
+        ("t", "tests/test_cart.py", Outcome.FAILED), ("t", "tests/test_prices.py", Outcome.PASSED),
+        ("after", None, Outcome.SKIPPED),
+    ]  # fmt: skip
+    assert r.reason == "t tests/test_cart.py: exit 1"
+
+
+def test_gates_of_one_book_share_a_unit_running_in_another_thread(pkg: Path, tmp_path: Path, ledger: Path) -> None:
+    book = UnitBook()
+    cmd = GateCommand(name="t", run=f"echo {{file}} >> {ledger} && sleep 1", each=["tests/test_cart.py"])
+    results = {}
+
+    def gate(name: str) -> None:
+        results[name] = run_gate([cmd], tmp_path / f"{name}.log", default_cwd=pkg, units=book,
+                                 origin=CachedFrom(item=1, milestone=name, attempt=1))  # fmt: skip
+
+    threads = [threading.Thread(target=gate, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ran(ledger) == ["tests/test_cart.py"]
+    outcomes = sorted(r.commands[0].outcome.value for r in results.values())
+    assert outcomes == ["cached", "passed"] and all(r.passed for r in results.values())
+    assert (book.ran, book.reused) == (1, 1)
+
+
+def test_each_is_checked_when_the_plan_is_read(pkg: Path) -> None:
+    def bad(command: str) -> str:
+        with pytest.raises(PlanFileError) as e:
+            parse_plan(f"objective: o\nmilestones:\n  - name: a\n    gate:\n      - {command}\n")
+        return str(e.value)
+
+    assert "each: is empty" in bad("{run: 'pytest {file}', each: []}")
+    assert "run has no {file}" in bad("{run: 'pytest -q', each: [tests/test_a.py]}")
+    assert "not a file path relative to the workspace root" in bad("{run: 'pytest {file}', each: [/etc/passwd]}")
+
+
+def test_plan_export_writes_each_back(any_service: Service, pkg: Path, ledger: Path) -> None:
+    svc = any_service
+    svc.apply_plan(parse_plan(plan(ledger)))
+    exported = svc.export_plan()
+    gate = exported["milestones"][1]["gate"]
+    assert gate[0]["each"] == ["tests/test_cart.py", "tests/test_prices.py"]
+    assert exported["milestones"][1]["inputs"] == ["module:shop.cart", "module:tests/test_cart.py"]
+    again = parse_plan(__import__("yaml").safe_dump(exported))
+    assert again.take_milestones()[1].gate[0].each == ["tests/test_cart.py", "tests/test_prices.py"]
