@@ -231,6 +231,8 @@ def test_plan_cycles_reports_as_json_and_imports_neither_prefect_nor_a_store(tmp
     assert data["import_time"] == 1 and data["units"] == 6 and data["source"] == "src/cyc"
     assert [c["import_time"] for c in data["cycles"]] == [True, False]
     assert data["cycles"][0]["cut"][0]["line"] == 4
+    checked = InProcessCLI(tmp_path)("--json", "plan", "cycles", "cyc", "--path", "src", "--check")
+    assert checked.code == 1 and checked.err == "" and checked.data["import_time"] == 1  # the outcome, no error
     script = "import sys\nfrom milepost.cli import main\nmain(['plan', 'cycles', 'cyc', '--path', 'src', '--check'])\n"
     p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "import-time cycle remains in cyc: cut src/cyc/model.py:4" in p.stderr
