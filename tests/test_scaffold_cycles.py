@@ -270,3 +270,20 @@ def test_a_cycle_between_packages_is_checked_between_packages(tmp_path: Path) ->
     assert r.code == 1 and r.err.endswith("through pk.x, pk.y: cut src/pk/x/a.py:1 from pk.y import b\n")
     (tmp_path / "src/pk/y/c.py").write_text("def later():\n    from pk.x import a\n\n    return a\n")
     assert cli(*args).code == 0
+
+
+def test_jinja2s_twenty_module_cycle_is_no_import_time_cycle(tmp_path: Path) -> None:
+    """Issue 29's package: its 20-module 'cycle' closes only through TYPE_CHECKING and function-level imports;
+    --split-cycles asked to cut them all, and the cut's gate passed without a cut."""
+    from tests.test_scaffold_real import checkout
+
+    root = checkout(tmp_path, "jinja2")
+    cli = InProcessCLI(root)
+    data = cli.json("plan", "scaffold", "jinja2", "--path", "src", "--split-cycles")
+    (cycle,) = data["cycles"]
+    assert cycle["import_time"] is False and cycle["milestone"] is None and len(cycle["modules"]) >= 15
+    assert all(d["kind"] != "module level" for d in cycle["deferred"])
+    names = [m["name"] for m in data["plan"]["milestones"]]
+    assert len(names) == data["modules"] and not [n for n in names if n.endswith(("-cycle", "-cycle-cut"))]
+    r = cli("plan", "cycles", "jinja2", "--path", "src", "--check", "--through", ",".join(cycle["modules"]))
+    assert r.code == 0, r.err
