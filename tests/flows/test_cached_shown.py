@@ -1,0 +1,104 @@
+"""A cached attempt (a passed run on the same gate and inputs stands in;
+nothing runs) is said where people look: the progress lines, the summary
+(a count and the row), ``--json`` events, the JUnit report and GitHub's step
+summary, and the Prefect task run's state (Prefect's own ``Cached``). Real
+drives (the CLI in its own process) on a real Prefect server, on SQLite and
+PostgreSQL; every gate appends to a ledger, so the test counts real runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml
+
+from tests.conftest import CLI, Postgres
+from tests.flows.conftest import api_post
+
+pytestmark = pytest.mark.xdist_group("prefect")
+
+PLAN = """objective: {objective}
+milestones:
+  - name: lint
+    inputs: [src/a.py]
+    gate: 'echo lint >> ran.txt; test -s src/a.py'
+"""
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_cli(request: pytest.FixtureRequest, workspace: Path, tmp_path: Path) -> CLI:
+    env = {}
+    if request.param == "postgresql":
+        pg: Postgres = request.getfixturevalue("postgres")
+        env["MILEPOST_DB"] = pg.create_db(f"mp_cached_{abs(hash(tmp_path)) % 10**8}")
+    cli = CLI(workspace, env)
+    cli("init", check=True)
+    return cli
+
+
+def new_item(cli: CLI, ws: Path, objective: str) -> int:
+    (ws / "plan.yaml").write_text(PLAN.format(objective=objective))
+    return int(cli.json("plan", "apply", "plan.yaml")["id"])
+
+
+def props(case: object) -> dict[str, str]:
+    return {p.get("name"): p.get("value") for p in case._elem.iter("property")}  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(400)
+def test_a_cached_attempt_is_named_with_the_run_it_reused_everywhere(
+    prefect_api: str, store_cli: CLI, workspace: Path
+) -> None:
+    cli = store_cli
+    (workspace / "src").mkdir()
+    (workspace / "src/a.py").write_text("x = 1\n")
+    first = new_item(cli, workspace, "first")
+    r = cli("drive", str(first), "--junit", "first.xml")
+    assert r.code == 0, r.err + r.out
+    assert (workspace / "ran.txt").read_text().split() == ["lint"]
+    assert "done   lint (attempt 1 in " in r.out and "cached" not in r.out  # a real run reads as one
+    case = next(iter(next(iter(JUnitXml.fromfile(str(workspace / "first.xml"))))))
+    assert "outcome" not in props(case) and case.system_out is None
+
+    # The same gate on the same inputs in a second item: nothing runs, a plain-lines drive says so.
+    second = new_item(cli, workspace, "second")
+    step = workspace / "step-summary.md"
+    r = cli("drive", str(second), "--junit", "second.xml", GITHUB_STEP_SUMMARY=str(step))
+    assert r.code == 0, r.err + r.out
+    assert (workspace / "ran.txt").read_text().split() == ["lint"]  # not run again
+    assert f"done   lint (attempt 1, cached from item {first} 'lint' attempt 1)" in r.out
+    assert " in 0.0 s" not in r.out
+    row = next(ln for ln in r.out.splitlines() if ln.split()[:2] == ["1", "lint"])
+    assert row.split()[5] == "cached" and row.endswith(f"cached from item {first} 'lint' attempt 1")
+    assert "(0 gate runs, 1 cached, " in r.out
+    # JUnit: passed, and names the run reused (item, milestone, attempt).
+    suite = next(iter(JUnitXml.fromfile(str(workspace / "second.xml"))))
+    case = next(iter(suite))
+    assert case.is_passed and case.name == "lint"
+    assert {k: v for k, v in props(case).items() if k.startswith(("outcome", "cached"))} == {
+        "outcome": "cached", "cached_from_item": str(first), "cached_from_milestone": "lint",
+        "cached_from_attempt": "1",
+    }  # fmt: skip
+    assert case.system_out == f"cached: not run; the passed run of item {first} 'lint' attempt 1 on the same gate" \
+        " and inputs stood in"  # fmt: skip
+    assert props(suite)["cached"] == "1" and props(suite)["gate_runs"] == "0"
+    text = step.read_text()
+    assert "(0 gate runs, 1 cached, " in text
+    assert f"| cached | 0.0 s | cached from item {first} 'lint' attempt 1 |" in text
+
+    # --json: the event and the summary carry the run reused; the task run's state is Prefect's Cached.
+    third = new_item(cli, workspace, "third")
+    r = cli("--json", "drive", str(third), "--wait-recorded")
+    assert r.code == 0, r.err
+    events = [json.loads(ln) for ln in r.out.splitlines()]
+    finished = next(e for e in events if e["event"] == "gate_finished")
+    source = {"item": first, "milestone": "lint", "attempt": 1}
+    assert finished["outcome"] == "cached" and finished["cached_from"] == source
+    summary = events[-1]
+    assert summary["event"] == "drive_finished" and (summary["gate_runs"], summary["cached"]) == (0, 1)
+    assert summary["milestones"][0]["cached_from"] == source
+    runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [summary["flow_run_id"]]}}})
+    assert [(t["name"], t["state"]["type"], t["state"]["name"]) for t in runs] == [("lint", "COMPLETED", "Cached")]
+    assert f"cached: passed as item {first} 'lint' attempt 1" in runs[0]["state"]["message"]
+    assert (workspace / "ran.txt").read_text().split() == ["lint"]
