@@ -8,12 +8,16 @@ milestones. ``plan cycles`` is the check: packages generated here, real files.""
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import InProcessCLI
+import pytest
+
+from tests.conftest import EXAMPLES, InProcessCLI
 from tests.test_scaffold import by_name, make_package, plan_of
+from tests.test_scaffold_real import checkout
 
 
 def test_an_import_cycle_is_named_after_its_most_imported_module_and_explained(tmp_path: Path) -> None:
@@ -275,8 +279,6 @@ def test_a_cycle_between_packages_is_checked_between_packages(tmp_path: Path) ->
 def test_jinja2s_twenty_module_cycle_is_no_import_time_cycle(tmp_path: Path) -> None:
     """Issue 29's package: its 20-module 'cycle' closes only through TYPE_CHECKING and function-level imports;
     --split-cycles asked to cut them all, and the cut's gate passed without a cut."""
-    from tests.test_scaffold_real import checkout
-
     root = checkout(tmp_path, "jinja2")
     cli = InProcessCLI(root)
     data = cli.json("plan", "scaffold", "jinja2", "--path", "src", "--split-cycles")
@@ -287,3 +289,23 @@ def test_jinja2s_twenty_module_cycle_is_no_import_time_cycle(tmp_path: Path) -> 
     assert len(names) == data["modules"] and not [n for n in names if n.endswith(("-cycle", "-cycle-cut"))]
     r = cli("plan", "cycles", "jinja2", "--path", "src", "--check", "--through", ",".join(cycle["modules"]))
     assert r.code == 0, r.err
+
+
+def test_the_documented_click_example_is_what_the_commands_print(tmp_path: Path) -> None:
+    """docs/scaffold.md's click 8.5.1 lines, from the scaffold and from plan cycles --check."""
+    if importlib.metadata.version("click") != "8.5.1":
+        pytest.skip("the page shows click 8.5.1")
+    page = (EXAMPLES.parent / "docs" / "scaffold.md").read_text()
+    blocks = page[page.index("In a copy of click 8.5.1's") :].split("```")
+    root = checkout(tmp_path, "click")
+    cli = InProcessCLI(root)
+    r = cli("plan", "scaffold", "click", "--path", "src", "-o", "plan.yaml", check=True)
+    assert (r.err + r.out).splitlines() == blocks[1].removeprefix("text\n").splitlines()
+    split = cli("plan", "scaffold", "click", "--path", "src", "--split-cycles", check=True).out
+    shown = [line for line in blocks[3].removeprefix("yaml\n").splitlines() if line]
+    assert "\n".join(shown) in split
+    session = blocks[5].removeprefix("text\n").splitlines()
+    command = session[0].removeprefix("$ milepost ").split()
+    checked = cli(*command)
+    assert checked.code == int(session[-1]) == 1
+    assert (checked.out + checked.err).splitlines() == session[1:-2]
