@@ -88,21 +88,31 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
         "kv.mod_c": ["kv.interfaces", "kv.mod_b"], "all-tests": ["kv", "kv.mod_a", "kv.mod_c"],
     }  # fmt: skip
     ms = by_name(plan)
+    # A test named after a module tests that module (test_mod_c imports kv.mod_b too: not kv.mod_b's test).
     assert ms["kv.mod_b"]["gate"] == [
         {"name": "compileall", "run": "python3 -m compileall -q src/kv/mod_b.py"},
-        {"name": "unittest", "run": "python3 -m unittest -q tests/test_mod_b.py tests/test_mod_c.py"},
+        {"name": "unittest", "run": "python3 -m unittest -q {file}", "each": ["tests/test_mod_b.py"]},
     ]
-    # Inputs: its module, its package's __init__ (run by importing it), what it imports, and the tests
-    # its gate runs (with their package's __init__).
-    assert ms["kv.mod_b"]["inputs"] == ["src/kv/__init__.py", "src/kv/interfaces.py", "src/kv/mod_b.py",
-                                        "tests/__init__.py", "tests/test_mod_b.py", "tests/test_mod_c.py"]  # fmt: skip
-    assert ms["kv.mod_c"]["inputs"] == ["src/kv/__init__.py", "src/kv/interfaces.py", "src/kv/mod_b.py",
-                                        "src/kv/mod_c.py", "tests/__init__.py", "tests/test_mod_c.py"]  # fmt: skip
-    assert ms["kv.interfaces"]["inputs"] == ["src/kv/__init__.py", "src/kv/interfaces.py", "tests/*.py"]
+    # Inputs: module entries, read when checked: its module (with what it imports) and the tests its gate runs.
+    assert ms["kv.mod_b"]["inputs"] == ["module:kv.mod_b", "module:tests/test_mod_b.py"]
+    assert ms["kv.mod_c"]["inputs"] == ["module:kv.mod_c", "module:tests/test_mod_c.py"]
+    assert ms["kv.interfaces"]["inputs"] == ["module:kv.interfaces"]
     assert ms["all-tests"]["inputs"] == ["src/kv/", "tests/"]  # the package and the tests
+    # What the entries stand for now: the module, its package's __init__ (run by importing it), what it
+    # imports, and the test file with what it imports (test_mod_b imports the package: the whole of it).
     assert ms["kv"]["gate"] == "python3 -m compileall -q src/kv/__init__.py"  # no test imports the package itself
-    assert "`python3 -m unittest -q {tests}` left out of 1 milestone whose modules no test exercises: kv" in r.err
-    assert "tests: 3 of 3 test files mapped to modules: 4 modules by the tests' imports, 0 by name only" in r.err
+    assert (
+        "`python3 -m unittest -q {tests}` left out of 2 milestones whose modules no test exercises: kv, kv.interfaces"
+        in r.err
+    )
+    assert "tests: 3 of 3 test files mapped to modules: 0 modules by the tests' imports, 3 by name" in r.err
+
+
+def units(gate: Any) -> list[str]:
+    """The files a scaffolded gate runs its ``{tests}`` step on (one unit each)."""
+    if isinstance(gate, str):
+        return []
+    return [f for g in gate for f in g.get("each", [])]
 
 
 def test_scaffold_edit_apply_drive_order(example: CLI) -> None:
@@ -150,13 +160,9 @@ def test_editing_a_leaf_makes_exactly_it_and_its_importers_stale(tmp_path: Path)
         "--gate", "python3 -m compileall -q {tests}", "-o", "plan.yaml", check=True)  # fmt: skip
     plan = plan_of((tmp_path / "plan.yaml").read_text())
     ms = by_name(plan)
-    # Importing a module runs its package's __init__.py first: it is read by every gate, so it is an input.
-    assert ms["app.top"]["inputs"] == ["src/app/__init__.py", "src/app/leaf.py", "src/app/mid.py", "src/app/top.py"]
-    assert ms["app.mid"]["inputs"] == [
-        "src/app/__init__.py", "src/app/leaf.py", "src/app/mid.py", "tests/conftest.py", "tests/test_mid.py"
-    ]  # fmt: skip
-    assert ms["app.other"]["inputs"] == ["src/app/__init__.py", "src/app/other.py", "tests/conftest.py",
-                                         "tests/test_other.py"]  # fmt: skip
+    assert ms["app.top"]["inputs"] == ["module:app.top"]
+    assert ms["app.mid"]["inputs"] == ["module:app.mid", "module:tests/test_mid.py"]
+    assert ms["app.other"]["inputs"] == ["module:app.other", "module:tests/test_other.py"]
     cli("plan", "apply", "plan.yaml", check=True)
     while (nxt := cli.json("next")["milestone"]) is not None:
         cli("start", nxt["name"], check=True)
@@ -235,9 +241,9 @@ def test_affected_by_counts_untracked_modules_and_test_only_changes(tmp_path: Pa
     (tmp_path / "src/shop/coupons.py").unlink()
     (tmp_path / "tests/test_tax.py").write_text("from shop.tax import x\n\ndef test_tax():\n    assert 1\n")
     data = cli.json(*args)
-    # test_tax.py exercises shop.tax, and shop.money through it: the milestones whose {tests} hold it.
-    assert [m["name"] for m in data["plan"]["milestones"]] == ["shop.money", "shop.tax"]
-    assert "# 4 unaffected milestones left out." in cli(*args).out
+    # test_tax.py is named after shop.tax: the milestone whose {tests} hold it.
+    assert [m["name"] for m in data["plan"]["milestones"]] == ["shop.tax"]
+    assert "# 5 unaffected milestones left out." in cli(*args).out
 
 
 def test_affected_by_outside_git_is_one_line(tmp_path: Path) -> None:
@@ -266,19 +272,17 @@ def test_tests_are_mapped_by_imports_when_the_tests_folder_is_not_a_package(tmp_
     })  # fmt: skip
     data = InProcessCLI(tmp_path).json("plan", "scaffold", "lib", "--path", "src", "--gate", "pytest {tests}")
     ms = by_name(data["plan"])
-    gate = {name: m.get("gate", "") for name, m in ms.items()}
+    gate = {name: units(m.get("gate", "")) for name, m in ms.items()}
     # `import lib` + `lib.shout`: lib (its __init__) and lib.text, where shout is defined.
-    assert gate["lib.text"] == "pytest tests/test_api.py"
-    assert gate["lib"] == "pytest tests/test_api.py"
-    # test_calc imports lib.calc, which imports lib.nums: both exercised.
-    assert gate["lib.calc"] == "pytest tests/test_calc.py"
-    assert gate["lib.nums"] == "pytest tests/test_calc.py"
-    assert gate["lib.lonely"] == "pytest tests/unit/test_lonely.py"  # by name
-    assert ms["lib.text"]["inputs"] == [
-        "src/lib/__init__.py", "src/lib/text.py", "tests/conftest.py", "tests/helpers.py", "tests/test_api.py"
-    ]  # fmt: skip
+    assert gate["lib.text"] == ["tests/test_api.py"]
+    assert gate["lib"] == ["tests/test_api.py"]
+    # test_calc is named after lib.calc: its test, though it reaches lib.nums too.
+    assert gate["lib.calc"] == ["tests/test_calc.py"]
+    assert gate["lib.nums"] == []
+    assert gate["lib.lonely"] == ["tests/unit/test_lonely.py"]  # by name
+    assert ms["lib.text"]["inputs"] == ["module:lib.text", "module:tests/test_api.py"]
     notes = "\n".join(data["notes"])
-    assert "by name only (lib.lonely)" in notes
+    assert "by name (lib.calc, lib.lonely)" in notes
     assert "not tests (they define none): tests/conftest.py, tests/helpers.py, tests/strategies_test.py" in notes
     assert "strategies_test" not in str(data["plan"]["milestones"]).replace("tests/strategies_test.py", "")
 
@@ -395,10 +399,7 @@ def test_tests_inside_the_package_are_tests_not_milestones(tmp_path: Path) -> No
     data = InProcessCLI(tmp_path).json("plan", "scaffold", "geo", "--path", "src", "--gate", "pytest {tests}")
     ms = by_name(data["plan"])
     assert set(ms) == {"geo", "geo.shapes", "geo.maps"}  # no milestone for geo.test_maps
-    assert ms["geo.shapes"]["gate"] == "pytest src/geo/test_maps.py src/geo/tests/test_shapes.py"
-    assert ms["geo.maps"]["gate"] == "pytest src/geo/test_maps.py"
-    # Its test files, their conftest.py: every .py file of src/geo/tests/, written as one pattern.
-    assert ms["geo.shapes"]["inputs"] == [
-        "src/geo/__init__.py", "src/geo/shapes.py", "src/geo/test_maps.py", "src/geo/tests/*.py"
-    ]  # fmt: skip
+    assert units(ms["geo.shapes"]["gate"]) == ["src/geo/tests/test_shapes.py"]
+    assert units(ms["geo.maps"]["gate"]) == ["src/geo/test_maps.py"]  # named after geo.maps
+    assert ms["geo.shapes"]["inputs"] == ["module:geo.shapes", "module:src/geo/tests/test_shapes.py"]
     assert "1 module of geo are tests or their helpers: no milestones" in data["notes"]

@@ -27,6 +27,7 @@ from typing import Any
 import networkx as nx
 import pytest
 
+from milepost.gates.inputs import Snapshot
 from milepost.scaffold import scaffold
 from tests.conftest import CLI
 from tests.test_scaffold import commit_all
@@ -137,8 +138,27 @@ def check_paths(result: Any, root: Path) -> None:
                     assert (root / word).is_file(), word
         for pattern in m.get("inputs", []):
             assert not pattern.startswith("/") and ".." not in pattern
+            if pattern.startswith("module:"):  # a module of the checkout: it names files that are there
+                found, missing = Snapshot(root).resolve([pattern])
+                assert found and not missing, pattern
+                continue
             literal = pattern.rstrip("/").replace("/*.py", "")
             assert (root / literal).exists(), pattern
+        for g in gate if isinstance(gate, list) else []:
+            assert all((root / f).is_file() for f in g.get("each", [])), g
+
+
+def steps_units(gate: Any, tool: str = "pytest") -> list[str]:
+    """The test files a scaffolded gate's step runs, one unit each."""
+    if isinstance(gate, str):
+        return []
+    return next((list(g.get("each", [])) for g in gate if g["name"] == tool), [])
+
+
+def named_after(test: Path, modules: set[str]) -> list[str]:
+    """The modules a test file is named after (the scaffold maps it to them alone)."""
+    stem = test.stem.removeprefix("test_").removesuffix("_test")
+    return [m for m in modules if m.rsplit(".", 1)[-1] == stem]
 
 
 def test_click_in_a_src_layout_is_read_from_the_checkout_not_from_the_imported_copy(tmp_path: Path) -> None:
@@ -247,14 +267,18 @@ def test_toolz_flat_with_its_tests_beside_it(tmp_path: Path, tests_package: bool
     check_paths(result, root)
     ms, of = plan_facts(result)
     files = {m: p for m, p in module_files(root / "toolz").items() if ".tests" not in m}
-    tests_of = {name: set(str(m.get("gate", "")).split()[4:]) for name, m in ms.items()}
+    tests_of = {name: set(steps_units(m.get("gate", ""))) for name, m in ms.items()}
     found = sorted((root / "tests").rglob("test_*.py"))
     assert found
     for t in found:
         own = "tests." + t.stem if tests_package else None
-        for m in real_imports(t, own, set(files)):
+        named = named_after(t, set(files))
+        # Named after a module: that module's test, whatever else it imports; else mapped by its imports.
+        for m in named or real_imports(t, own, set(files)):
             if m in of:
                 assert t.relative_to(root).as_posix() in tests_of[of[m]], (t.name, m)
+        if named:
+            assert {n for n, ts in tests_of.items() if t.relative_to(root).as_posix() in ts} == {of[m] for m in named}
     assert "tests/test_signatures.py" in tests_of[of["toolz._signatures"]]  # `import toolz._signatures as _sigs`
     assert "tests/test_dicttoolz.py" in tests_of["toolz.dicttoolz"]
     assert not any("__init__" in t for ts in tests_of.values() for t in ts)
@@ -273,8 +297,7 @@ def test_zict_with_its_tests_inside_the_package(tmp_path: Path) -> None:
     assert f"{in_tests} modules of zict are tests or their helpers: no milestones" in result.notes
 
     def tests_of(name: str) -> list[str]:
-        gate = ms[name].get("gate", [])
-        return next((g["run"].split()[4:] for g in gate if g["name"] == "pytest"), []) if isinstance(gate, list) else []
+        return steps_units(ms[name].get("gate", []))
 
     every = {t for name in ms for t in tests_of(name)}
     assert "src/zict/tests/conftest.py" not in every and "src/zict/tests/utils_test.py" not in every
@@ -282,10 +305,11 @@ def test_zict_with_its_tests_inside_the_package(tmp_path: Path) -> None:
     assert "src/zict/tests/test_buffer.py" in tests_of("zict.buffer")
     assert "src/zict/tests/test_buffer.py" not in tests_of("zict.file")
     # The helpers and conftest the tests read are inputs of the milestones running them.
-    assert {"src/zict/tests/conftest.py", "src/zict/tests/utils_test.py"} <= set(ms["zict.buffer"]["inputs"])
+    buffer_reads, _ = Snapshot(root).resolve(ms["zict.buffer"]["inputs"])
+    assert {"src/zict/tests/conftest.py", "src/zict/tests/utils_test.py"} <= buffer_reads
     files = {m: p for m, p in module_files(root / "src/zict").items() if not m.startswith("zict.tests")}
     for t in sorted((root / "src/zict/tests").glob("test_*.py")):
-        for m in real_imports(t, "zict.tests." + t.stem, set(files)):
+        for m in named_after(t, set(files)) or real_imports(t, "zict.tests." + t.stem, set(files)):
             assert t.relative_to(root).as_posix() in tests_of(of[m]), (t.name, m)
 
 

@@ -250,6 +250,30 @@ def list_(c: Ctx, item: int | None) -> None:
 @click.argument("name")
 @item_option
 @pass_ctx
+def inputs(c: Ctx, name: str, item: int | None) -> None:
+    """The files a milestone's inputs stand for now: each pattern's matches,
+    and each module:NAME entry's module with what it imports as the code is."""
+    data = c.service.input_files(name, item)
+
+    def human(con: Console) -> None:
+        if not data["inputs"]:
+            con.print(f"{name}: no inputs (its proof is bound to no files)")
+            return
+        for e in data["inputs"]:
+            found = f"{len(e['files'])} file{'s' * (len(e['files']) != 1)}"
+            con.print(f"{esc(e['entry'])}: {esc(e['missing']) if e['missing'] else found}")
+            for f in e["files"]:
+                con.print(f"  {esc(f)}")
+        n = len(data["files"])
+        con.print(f"{n} file{'s' * (n != 1)} in all")
+
+    c.emit(data, human)
+
+
+@cli.command()
+@click.argument("name")
+@item_option
+@pass_ctx
 def runs(c: Ctx, name: str, item: int | None) -> None:
     """Every gate attempt of a milestone: when, exit, duration, reason."""
     rs = c.service.runs(name, item)

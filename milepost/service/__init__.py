@@ -344,6 +344,10 @@ class Service:
 
         return last_durations(self.ctx, item)
 
+    def input_files(self, name: str, item: int | None = None) -> dict[str, Any]:
+        """The files a milestone's inputs stand for now (``module:`` entries read as the code is)."""
+        return milestones.input_files(self.ctx, name, item)
+
     def runs(self, name: str, item: int | None = None) -> list[GateRun]:
         return milestones.runs(self.ctx, name, item)
 

@@ -390,3 +390,12 @@ def run(ctx: Context, name: str, attempt: int | None = None, item: int | None = 
         f"milestone {name!r} has no attempt {attempt}; attempts recorded: {', '.join(str(r.attempt) for r in found)}",
         milestone=name,
     )
+
+
+def input_files(ctx: Context, name: str, item: int | None = None) -> dict[str, Any]:
+    """``milepost inputs NAME``: the files a milestone's inputs stand for now."""
+    from milepost.service.proofs import input_files as files_of
+
+    item_id = resolve(ctx, item)
+    _, g = read(ctx, item_id)
+    return {"item": item_id, **files_of(ctx.store.root, g.get(name))}

@@ -40,6 +40,7 @@ __all__ = [
     "check",
     "check_module_entries",
     "fingerprint",
+    "input_files",
     "proven_files",
     "store_manifest",
     "store_unit_passes",
@@ -84,6 +85,30 @@ def check_module_entries(root: Path, milestones: Iterable[Milestone]) -> None:
             " (module:pkg.mod) or its file (module:lib/pkg/mod.py)",
             field="inputs",
         )
+
+
+def input_files(root: Path, m: Milestone) -> dict[str, Any]:
+    """What a milestone's input entries stand for now: per entry its files
+    (a ``module:`` entry: the module and what it imports as the files are
+    now), or why it names nothing; and every file, once."""
+    snap = Snapshot(root)
+    try:
+        roots = snap.imports.roots_of([e for e in m.inputs if is_module_entry(e)])
+        entries = []
+        every: set[str] = set()
+        for e in m.inputs:
+            if is_module_entry(e):
+                found = snap.imports.expand(e, roots)
+                files, missing = sorted(found.files), found.missing
+            else:
+                files, missing = snap.matching([e]), None
+            every |= set(files)
+            entries.append({"entry": e, "files": files, "missing": missing})
+        # The last matching pattern wins: a negation removes files from those before it.
+        files_now = snap.matching(m.inputs) if any(e.startswith("!") for e in m.inputs) else sorted(every)
+    finally:
+        snap.save()
+    return {"milestone": m.name, "inputs": entries, "files": files_now}
 
 
 def fingerprint(snap: Snapshot, m: Milestone) -> Fingerprint:
