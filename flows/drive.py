@@ -338,6 +338,7 @@ def run_drive(
     expect_revision: int | None = None,
     use_cache: bool = True,
     wait_recorded: bool = True,
+    wait_for_others: bool = True,
 ) -> DriveSummary:
     """Run ``drive_workgraph`` for one item and return its summary. With
     ``wait_recorded`` it waits until the Prefect server has recorded every
@@ -348,7 +349,9 @@ def run_drive(
     wait only delays the drive's end.
     With ``expect_revision`` the drive refuses (StaleRevisionError) unless the
     item is at that revision: checked before Prefect starts and again by the
-    first claim, in its transaction."""
+    first claim, in its transaction. With ``wait_for_others`` (the default) a
+    drive with nothing it can run while other live drivers hold the item's
+    work waits for them (flows/waiting.py); without, it ends."""
     global _CONTEXT
     objective = service.check_can_drive(item_id, expect_revision, until=until)
     ctx = DriveContext(
@@ -361,6 +364,7 @@ def run_drive(
         objective=objective,
         heartbeat=heartbeat_frequency(),
         inline=task_runner == "thread" and max_parallel == 1,
+        wait_for_others=wait_for_others,
     )
     _CONTEXT = ctx
     t0 = time.monotonic()

@@ -84,6 +84,7 @@ class DriveContext:
     heartbeat: int | None = None  # seconds between the flow run's heartbeats, sent by the body (flows/heartbeat.py)
     # One gate at a time on threads: each task runs in the loop's thread (flows/gate_task.call_inline).
     inline: bool = False
+    wait_for_others: bool = True  # nothing to run while other live drivers hold the work: wait (flows/waiting.py)
 
 
 class Loop:
@@ -135,9 +136,8 @@ class Loop:
             inputs=m.inputs if kind is TaskKind.GATE and m.has_inputs else [],
             cached=cached,
         )
-        # A fix follows a failed attempt: waiting on that failed future would
-        # leave it NotReady forever, so it waits on nothing (it is submitted
-        # only after the attempt finished anyway).
+        # A fix follows a failed attempt: waiting on that failed future would leave it NotReady forever, so it
+        # waits on nothing (it is submitted only after the attempt finished anyway).
         deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind is TaskKind.GATE else []
         # Named after the milestone (``task_run_name``), and without tags:
         # Prefect asks the API for the tags' concurrency slots before every

@@ -32,7 +32,8 @@ def run_tick(svc: Service, reporter: Reporter | None = None) -> TickResult:
 
     result = TickResult(expired=svc.expire())
     for item in svc.drivable_items():
-        summary = run_drive(svc, item, reporter=reporter or NullReporter())
+        # A tick does not wait for other drivers on the item: it goes on with the next item (the next tick looks again).
+        summary = run_drive(svc, item, reporter=reporter or NullReporter(), wait_for_others=False)
         result.driven.append({"item": item, "ok": summary.ok, "message": summary.message})
     return result
 

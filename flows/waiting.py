@@ -26,6 +26,9 @@ class _Context(Protocol):
     @property
     def fault(self) -> object: ...
 
+    @property
+    def wait_for_others(self) -> bool: ...
+
 
 class _Loop(Protocol):
     """What of the drive loop (flows/loop.py) the wait uses."""
@@ -47,7 +50,10 @@ def wait_for_others(loop: _Loop) -> bool:
     """Wait while other live drivers hold leases on ``loop``'s milestones (of
     its scope) until what they hold or the item's revision changes: True
     (look again: claim, reclaim, check the proofs). False at once when none
-    holds any, or when a part was lost meanwhile (the drive ends)."""
+    holds any, when the drive does not wait (``DriveContext.wait_for_others``:
+    the scheduler's tick), or when a part was lost meanwhile (the drive ends)."""
+    if not loop.ctx.wait_for_others:
+        return False
     seen = loop.session.others()
     if not seen.leases:
         loop.waiting_on = {}

@@ -94,3 +94,27 @@ def test_deploy_then_a_worker_runs_a_tick(prefect_api: str, cli: CLI, workspace:
     from tests.flows.conftest import api_get
 
     assert api_get(prefect_api, f"/flow_runs/{run['id']}")["state_type"] == "COMPLETED"
+
+
+def test_a_tick_does_not_wait_for_another_driver_on_the_item(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    """Where a drive waits for other live drivers (flows/waiting.py), the
+    scheduler's tick runs what it can and goes on: it does not hold every
+    other item up behind a gate someone else runs."""
+    go = workspace / "go"
+    cli("item", "create", "shared", check=True)
+    cli("add", "slow", "--gate", f"echo slow >> ran.txt; while [ ! -e {go} ]; do sleep 0.1; done", check=True)
+    cli("add", "other", "--gate", "echo other >> ran.txt", check=True)
+    cli("start", "slow", check=True)
+    by_hand = cli.popen("done", "slow")  # holds slow's lease while its gate runs
+    try:
+        wait_until(lambda: (workspace / "ran.txt").exists(), 60, "slow's gate to start", step=0.1)
+        r = cli("--json", "tick", timeout=90)
+        assert r.code == 0, r.err
+        assert [(d["item"], d["ok"]) for d in r.data["driven"]] == [(1, False)]
+        assert "in progress: slow" in r.data["driven"][0]["message"]
+        assert by_hand.poll() is None  # the tick ended while slow's gate still ran
+        assert (workspace / "ran.txt").read_text().split() == ["slow", "other"]
+    finally:
+        go.touch()
+        by_hand.communicate(timeout=60)
+    assert {m["name"]: m["status"] for m in cli.json("list")["milestones"]} == {"slow": "done", "other": "done"}
