@@ -344,3 +344,35 @@ def test_the_mcp_tool_names_the_cached_run(chain: Service, workspace: Path) -> N
         ("leaf", "cached", {"item": 1, "milestone": "leaf", "attempt": 1}),
         ("user", "cached", {"item": 1, "milestone": "user", "attempt": 1}),
     ]
+
+
+def test_a_cache_lookup_sees_what_an_earlier_gate_of_the_verify_wrote(
+    any_service: Service, workspace: Path, ledger: Path
+) -> None:
+    """A generator's gate rewrites the input of the milestone built on it. The
+    files read before the generator ran equal a state that passed; what it
+    wrote does not: the lookup must read the files again (not cached) and run."""
+    svc = any_service
+    log = f"echo $MILEPOST_MILESTONE >> {ledger}"
+    svc.apply_plan(
+        parse_plan(f"""
+objective: generated code
+milestones:
+  - name: gen
+    gate: "{log} && cp src/gen.py src/out.py"
+    inputs: [src/gen.py]
+  - name: use
+    deps: [gen]
+    gate: "{log} && grep -q ok src/out.py"
+    inputs: [src/out.py]
+""")
+    )
+    code(workspace, gen="ok = 1\n")
+    finish(svc, "gen", "use")  # use proven on out.py "ok = 1"
+    code(workspace, gen="ok = 2\n", out="ok = 2\n")
+    assert svc.verify().ok and runs_of(ledger)[-2:] == ["gen", "use"]  # use proven on "ok = 2" too
+    code(workspace, gen="bad = 3\n", out="ok = 1\n")  # out.py as first proven, until gen runs
+    r = svc.verify()
+    assert [(v.milestone, v.outcome) for v in r.verified] == [("gen", "passed"), ("use", "failed")]
+    assert not r.ok and runs_of(ledger)[-2:] == ["gen", "use"]
+    assert (workspace / "src/out.py").read_text() == "bad = 3\n"

@@ -40,6 +40,7 @@ from sqlalchemy import select
 
 from milepost.errors import TransitionError
 from milepost.gates.command import GateResult, run_gate
+from milepost.gates.inputs import Fingerprint, Snapshot
 from milepost.gates.outcome import CachedFrom, Outcome
 from milepost.gates.units import UnitBook
 from milepost.graph import steps
@@ -93,9 +94,14 @@ def verify(ctx: Context, names: Sequence[str] = (), *, all_: bool = False, item:
                 status=view.value,
             )
     scope = [m for m in g if m.name in proven and m.has_gate and (not names or m.name in names)]
-    check = proofs.check(ctx, item_id, g, [m.name for m in scope])
+    snap = Snapshot(ctx.store.root)  # one listing and one hash a file, for the check and the cache lookups
+    check = proofs.check(ctx, item_id, g, [m.name for m in scope], snap=snap)
     run = _Run(ctx, item_id, g, check, all_=all_, use_cache=not (fresh or all_), max_parallel=max_parallel)
-    run.go([m.name for m in scope])
+    run.snap = snap
+    try:
+        run.go([m.name for m in scope])
+    finally:
+        run.drop_snapshot()
     order = {m.name: i for i, m in enumerate(scope)}
     out = sorted(run.out.values(), key=lambda v: order[v.milestone])
     _, g = items.read(ctx, item_id)
@@ -134,6 +140,8 @@ class _Run:
     unchecked: set[str] = field(default_factory=set)
     running: dict[Future[GateResult], _Job] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
+    # The files as listed and hashed since the last gate started (None: none kept): a gate may change them.
+    snap: Snapshot | None = None
     units: UnitBook | None = None  # the units of proof of this verify (each run once per state)
 
     def __post_init__(self) -> None:
@@ -197,13 +205,14 @@ class _Run:
             self.out[name] = claim
             return
         try:
-            hit = cached_result(self.ctx, claim) if self.use_cache else None
+            hit = cached_result(self.ctx, claim, self._fingerprint(claim.milestone)) if self.use_cache else None
             if hit is not None:
                 # A passed run on the same gate and inputs stands in, recorded as the drive records it.
                 done = record(self.ctx, claim, hit[0], manifest=hit[1].files)
                 self.out[name] = _verified(claim, done, stale)
                 return
             keeper.add(claim)
+            self.drop_snapshot()
             self.running[pool.submit(self._gate, claim)] = _Job(claim, stale)
         except BaseException as e:
             # Never leave a claimed milestone behind a lease nobody renews.
@@ -211,6 +220,23 @@ class _Run:
             why = f"could not start its gate: {type(e).__name__}: {e}"
             record(self.ctx, claim, interrupted_result(claim, datetime.now(UTC), reason=why), release=True)
             raise
+
+    def _fingerprint(self, m: Milestone) -> Fingerprint | None:
+        """``m``'s fingerprint now, from the snapshot kept while no gate has
+        started since it was taken (None: ``m`` is never cached)."""
+        if not (m.has_inputs and m.cache):
+            return None
+        if self.snap is None:
+            self.snap = Snapshot(self.ctx.store.root)
+        fp = proofs.fingerprint(self.snap, m)
+        if self.running:
+            self.drop_snapshot()  # a gate runs now: what it writes is seen by the next lookup
+        return fp
+
+    def drop_snapshot(self) -> None:
+        if self.snap is not None:
+            self.snap.save()  # (the stat cache)
+            self.snap = None
 
     def _gate(self, claim: Claim) -> GateResult:
         """On a worker thread: run the leased gate (a subprocess per command)."""
