@@ -29,7 +29,7 @@ from milepost.scaffold import scaffold
 from milepost.scaffold.render import count
 from milepost.service import Service
 from milepost.store import Store
-from milepost.workspace import init_workspace
+from milepost.workspace import sqlite_url
 
 GATES = ["python3 -m compileall -q {path}", "python3 -m pytest -q {tests}"]
 
@@ -77,8 +77,10 @@ def main() -> None:
         describe("click --split-cycles", click_plan, times, args.repeat)
         parse, apply = [], []
         for i in range(args.repeat):
-            ws = init_workspace(root / f"ws{i}")
-            svc = Service(Store.open(ws.url, ws.home, ws.root, create=True))
+            # A fresh store in the checkout itself: the plan's module entries name its modules.
+            home = root / f".milepost-{i}"
+            home.mkdir()
+            svc = Service(Store.open(sqlite_url(home / "milepost.db"), home, root, create=True))
             t0 = time.perf_counter()
             plan = parse_plan(nx_plan.text, "scaffold.yaml")
             t1 = time.perf_counter()

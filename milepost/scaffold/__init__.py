@@ -166,7 +166,8 @@ def scaffold(
         n.inputs = [entries.module(m) for u in n.units for m in contents[u]]
         if uses_tests:
             n.inputs += [entries.file(t) for t in node_tests[n.name]]
-        n.reads = entries.reads(n.inputs)
+        if affected_by is not None:  # (what they stand for now is read only to pick the affected ones)
+            n.reads = entries.reads(n.inputs)
 
     kept = nodes
     left_out = 0
