@@ -32,6 +32,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -179,7 +180,10 @@ class _Run:
                 self.stop.set()
                 wait(self.running)
                 for f in list(self.running):
-                    self._finish(f, keeper)
+                    # (a record that fails here, the database lost, leaves its lease: the next drive or
+                    # verify reclaims it and recovers the attempt from its files; the first error is raised)
+                    with suppress(Exception):
+                        self._finish(f, keeper)
                 raise
 
     def _settle(self, name: str, keeper: LeaseKeeper, pool: ThreadPoolExecutor) -> None:
