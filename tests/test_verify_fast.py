@@ -10,6 +10,7 @@ the workspace, so the tests count real executions."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -376,3 +377,47 @@ milestones:
     assert [(v.milestone, v.outcome) for v in r.verified] == [("gen", "passed"), ("use", "failed")]
     assert not r.ok and runs_of(ledger)[-2:] == ["gen", "use"]
     assert (workspace / "src/out.py").read_text() == "bad = 3\n"
+
+
+def test_a_parallel_verify_does_not_import_prefect(tmp_path: Path) -> None:
+    """verify runs its gates on threads of its own: a verify at --max-parallel 2
+    that runs gates and takes one from the cache loads neither Prefect nor the flows."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+    import contextlib, io, json, sys
+    from pathlib import Path
+    from milepost.cli import main
+
+    def run(*args):
+        try:
+            main(list(args))
+        except SystemExit as e:
+            assert e.code in (0, None), (args, e.code)
+
+    run("init")
+    run("item", "create", "x")
+    for n in "ab":
+        Path(f"{n}.py").write_text("ok = 1\\n")
+        run("add", n, "--gate", f"grep -q ok {n}.py", "--inputs", f"{n}.py")
+        run("start", n)
+        run("done", n)
+    Path("a.py").write_text("ok = 2\\n")
+    Path("b.py").write_text("ok = 2\\n")
+    run("verify", "--max-parallel", "2")  # two gates side by side
+    Path("a.py").write_text("ok = 1\\n")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        run("--json", "verify", "--max-parallel", "2")  # one cached
+    Path("verify.json").write_text(out.getvalue())
+    Path("modules.json").write_text(json.dumps(sorted(sys.modules)))
+    """)
+    subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True)
+    cached = json.loads((tmp_path / "verify.json").read_text())
+    assert [(v["milestone"], v["outcome"]) for v in cached["verified"]] == [("a", "cached")]
+    mods = set(json.loads((tmp_path / "modules.json").read_text()))
+    assert "milepost.service.verify" in mods  # it did load
+    assert not any(m == "prefect" or m.startswith("prefect.") for m in mods)
+    assert not any(m == "milepost.flows" or m.startswith("milepost.flows.") for m in mods)
