@@ -17,7 +17,7 @@ from uuid import UUID
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.actions import ArtifactCreate, ArtifactUpdate
 
-from milepost.events import DriveSummary, NullReporter
+from milepost.events import DriveSummary, NullReporter, cached_text
 from milepost.graph.dag import WorkGraph
 from milepost.graph.status import MilestoneStatus
 from milepost.present.picture import svg_data_uri, to_svg
@@ -82,7 +82,9 @@ class ArtifactReporter(NullReporter):
                 "",
                 f"**{verdict}** — {summary.message}",
                 "",
-                f"{done} of {len(summary.milestones)} milestones done, {summary.gate_runs} gate runs in this drive.",
+                f"{done} of {len(summary.milestones)} milestones done, {summary.gate_runs} gate runs"
+                + (f", {summary.cached} cached" if summary.cached else "")
+                + " in this drive.",
                 "",
                 _picture(summary, graph, durations),
             ]
@@ -94,7 +96,7 @@ class ArtifactReporter(NullReporter):
                 "status": m.view,
                 "attempts": f"{m.attempts}/{m.max_attempts}",
                 "duration_s": round(m.duration, 2),
-                "last_reason": m.last_reason or "",
+                "last_reason": f"cached from {cached_text(m.cached_from)}" if m.cached_from else m.last_reason or "",
             }
             for m in summary.milestones
         ]

@@ -101,4 +101,11 @@ def test_a_cached_attempt_is_named_with_the_run_it_reused_everywhere(
     runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [summary["flow_run_id"]]}}})
     assert [(t["name"], t["state"]["type"], t["state"]["name"]) for t in runs] == [("lint", "COMPLETED", "Cached")]
     assert f"cached: passed as item {first} 'lint' attempt 1" in runs[0]["state"]["message"]
+    # The flow run's artifacts: the count in the summary, the run reused in the milestone table.
+    of_run = {"artifacts": {"flow_run_id": {"any_": [summary["flow_run_id"]]}}}
+    arts = api_post(prefect_api, "/artifacts/filter", of_run)
+    by_type = {a["type"]: a["data"] for a in arts}
+    assert "0 gate runs, 1 cached in this drive." in by_type["markdown"]
+    table = json.loads(by_type["table"]) if isinstance(by_type["table"], str) else by_type["table"]
+    assert table[0]["last_reason"] == f"cached from item {first} 'lint' attempt 1"
     assert (workspace / "ran.txt").read_text().split() == ["lint"]
