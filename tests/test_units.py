@@ -122,7 +122,7 @@ def test_a_changed_command_or_env_is_a_new_unit(any_service: Service, pkg: Path,
     assert ran(ledger) == ["tests/test_prices.py", "tests/test_prices.py"]
     # Another env: a new unit too.
     env_plan = plan(ledger, objective="env").replace(
-        'each: [tests/test_prices.py]}', 'each: [tests/test_prices.py], env: {SHOP: "1"}}', 1
+        "each: [tests/test_prices.py]}", 'each: [tests/test_prices.py], env: {SHOP: "1"}}', 1
     )
     third = svc.apply_plan(parse_plan(env_plan)).id
     finish(svc, "prices", item=third)
@@ -150,7 +150,9 @@ def test_a_failed_unit_is_not_kept_and_fails_its_gate(any_service: Service, pkg:
 
 def test_every_unit_of_a_command_runs_and_the_next_commands_are_skipped(pkg: Path, tmp_path: Path) -> None:
     cmds = [
-        GateCommand(name="t", run="test {file} != tests/test_cart.py", each=["tests/test_cart.py", "tests/test_prices.py"]),
+        GateCommand(
+            name="t", run="test {file} != tests/test_cart.py", each=["tests/test_cart.py", "tests/test_prices.py"]
+        ),
         GateCommand(name="after", run="true"),
     ]
     r = run_gate(cmds, tmp_path / "a.log", default_cwd=pkg)

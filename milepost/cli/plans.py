@@ -113,12 +113,27 @@ def plan_apply(c: Ctx, file: Path) -> None:
     default=None,
     help="Write the plan here (default: stdout).",
 )
+@click.option(
+    "--map-tests",
+    "map_with",
+    type=click.Choice(["imports", "coverage"]),
+    default="imports",
+    show_default=True,
+    help="How test files find their modules: named after one (test_<name>.py), else by their imports; or by the"
+    " code they executed, running the suite once under coverage.py (needs coverage and pytest).",
+)
+@click.option(
+    "--python",
+    default=None,
+    metavar="PATH",
+    help="The interpreter that runs the tests for --map-tests coverage. [default: milepost's own]",
+)
 @click.option("--apply", "apply_", is_flag=True, help="Also create the work item from it (plan apply).")
 @pass_ctx
 def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gates: tuple[str, ...],
                   acceptance: str | None, tests_dirs: tuple[Path, ...], final: str | None, final_gate: str | None,
                   affected_by: str | None, split_cycles: bool, objective: str | None, package_imports: bool,
-                  output: Path | None, apply_: bool) -> None:  # fmt: skip
+                  output: Path | None, map_with: str, python: str | None, apply_: bool) -> None:  # fmt: skip
     """Write a refactor plan for PACKAGE from its import graph: a milestone per
     module (or package) depending on what it imports, leaves first, with the
     files its proof depends on as inputs; import cycles are named, explained
@@ -133,7 +148,8 @@ def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gat
     result = scaffold(
         package, paths=paths, level=level, gates=gates, acceptance=acceptance,  # type: ignore[arg-type]
         tests=tests_dirs, final=final, final_gate=final_gate, affected_by=affected_by, objective=objective,
-        package_imports=package_imports, split_cycles=split_cycles, base=base,
+        package_imports=package_imports, split_cycles=split_cycles, base=base, map_with=map_with,  # type: ignore[arg-type]
+        python=python,
     )  # fmt: skip
     if output is not None:
         write_file(output, result.text)

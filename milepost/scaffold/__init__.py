@@ -21,6 +21,7 @@ the source and the cycles), validated like any other before it is written.
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,8 @@ def scaffold(
     base: Path | None = None,
     package_imports: bool = False,
     split_cycles: bool = False,
+    map_with: Literal["imports", "coverage"] = "imports",
+    python: str | None = None,
 ) -> Scaffold:
     """Build the plan. ``base`` is the workspace root, where gates run:
     ``{path}``, ``{tests}`` and ``inputs`` are relative to it (default: the
@@ -129,6 +132,8 @@ def scaffold(
 
     deps_of = {m: [i for i in imports.imported_by[m] if counted(m, i)] for m in imports.modules}
     tm = map_tests(package, source.folder, files, deps_of, roots, base)
+    if map_with == "coverage":
+        _map_by_coverage(tm, python or sys.executable, source.folder, files, base)
     code = [m for m in imports.modules if m not in tm.in_package]
 
     group = unit_of(files, level)
@@ -268,7 +273,8 @@ def scaffold(
     ]
     if inside:
         header.append(
-            "# inputs: each milestone's modules, what they import (transitively) and the tests its gate runs."
+            "# inputs: module entries (its modules and the tests its gate runs), read with what they import when"
+            " checked."
         )
     if left_out:
         header.append(f"# {count(left_out, 'unaffected milestone')} left out.")
@@ -282,6 +288,26 @@ def scaffold(
     reports = [_cycle_report(c, heads[id(c)]) for c in cycles] + [_cycle_report(c, None) for c in found.deferred]
     return Scaffold(plan=plan, text=text, cycles=reports, modules=len(code), left_out=left_out, notes=notes,
                     source=where, cycle_lines=cycle_lines)  # fmt: skip
+
+
+def _map_by_coverage(tm: TestMap, python: str, folder: Path, files: dict[str, Path], base: Path) -> None:
+    """Each test file that executed code of the package goes to the modules it executed (alone)."""
+    from milepost.scaffold.coverage_map import executed_by
+
+    if not tm.found:
+        raise InvalidValueError(
+            "--map-tests coverage: no test files found (test_*.py or *_test.py defining a test) to run"
+        )
+    ran = executed_by(python, folder, tm.found, base)
+    module_of = {p.resolve(): m for m, p in files.items() if m in tm.tests}
+    for t in tm.found:
+        mods = {module_of[f] for f in ran.get(t.resolve(), ()) if f in module_of}
+        if not mods:
+            continue  # executed none of the package's code (or was not collected): the name and import rules stand
+        for m, ts in tm.tests.items():
+            keep = [x for x in ts if x != t]
+            tm.tests[m] = sorted([*keep, t]) if m in mods else keep
+        tm.by_coverage.add(t)
 
 
 def _command(template: str, values: dict[str, str], tests: list[str], taken: set[str]) -> dict[str, Any]:
@@ -430,12 +456,11 @@ def _test_notes(tm: TestMap, code: list[str], base: Path) -> list[str]:
     if not tm.found:
         return ["no test files found (test_*.py or *_test.py defining a test): {tests} is empty"]
     mapped = {t for m in code for t in tm.tests.get(m, ())}
-    by_import = [m for m in code if tm.tests.get(m) and m not in tm.by_name]
-    notes = [
-        f"tests: {len(mapped)} of {count(len(tm.found), 'test file')} mapped to modules:"
-        f" {count(len(by_import), 'module')} by the tests' imports, {len(tm.by_name)} by name"
-        + (f" ({listed(sorted(tm.by_name))})" if tm.by_name else "")
-    ]
+    named = {t for ts in tm.by_name.values() for t in ts} - tm.by_coverage
+    ways = [f"{len(tm.by_coverage)} by the code they executed (coverage)"] if tm.by_coverage else []
+    ways.append(f"{len(named & mapped)} by name" + (f" ({listed(sorted(tm.by_name))})" if named else ""))
+    ways.append(f"{len(mapped - named - tm.by_coverage)} by their imports")
+    notes = [f"tests: {len(mapped)} of {count(len(tm.found), 'test file')} mapped to modules: {', '.join(ways)}"]
     unmapped = [shown(t, base) for t in tm.found if t not in mapped]
     if unmapped:
         notes.append(f"{count(len(unmapped), 'test file')} exercising no module: {listed(unmapped)}")

@@ -52,6 +52,7 @@ class TestMap:
     found: list[Path]  # every test file
     not_tests: list[Path]  # files of the test folders that define no test
     by_name: dict[str, list[Path]] = field(default_factory=dict)  # module -> the test files named after it
+    by_coverage: set[Path] = field(default_factory=set)  # test files mapped by the code they executed
 
 
 def _py_files(folder: Path) -> list[Path]:

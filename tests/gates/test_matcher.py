@@ -17,7 +17,8 @@ paths = st.lists(st.lists(st.sampled_from(NAMES), min_size=1, max_size=4).map("/
 
 @st.composite
 def patterns(draw: st.DrawFn) -> str:
-    parts = draw(st.lists(st.sampled_from([*NAMES, "*", "**", "*.py", "p*", "[ab].py", "?.py"]), min_size=1, max_size=3))
+    words = st.sampled_from([*NAMES, "*", "**", "*.py", "p*", "[ab].py", "?.py"])
+    parts = draw(st.lists(words, min_size=1, max_size=3))
     body = "/".join(parts)
     if draw(st.booleans()):
         body = "./" + body
