@@ -36,9 +36,11 @@ from milepost.gates.inputs import (
     spec_digest,
     write_manifest,
 )
+from milepost.gates.log_room import command_header
 from milepost.gates.outcome import CachedFrom, CommandResult, GateResult, Outcome
 from milepost.gates.supervisor import ExitStatus, LaunchError, read_proc, supervisor
-from milepost.gates.units import UnitBook, unit_command, unit_digest
+from milepost.gates.unit_runs import UnitRuns
+from milepost.gates.units import UnitBook, unit_command
 from milepost.graph.models import GateCommand
 
 __all__ = [
@@ -110,11 +112,6 @@ def attempt_files(log_path: Path) -> tuple[Path, Path]:
     written by the gate supervisor) and its ``.result.json`` (the verdict)."""
     stem = str(log_path).removesuffix(".log")
     return Path(stem + ".proc"), Path(stem + ".result.json")
-
-
-def command_header(cmd: GateCommand) -> str:
-    """The line(s) an attempt's log holds before a command's output."""
-    return f"=== [{cmd.name}] $ {cmd.run}\n"
 
 
 def _run_one(
@@ -268,7 +265,7 @@ def run_gate(
             if cmd.each:
                 one = functools.partial(_run_one, log_fd=fd, log_path=log_path, cwd=cwd, env=run_env,
                                         timeout=timeout, stop=stop, on_interrupt=on_interrupt)  # fmt: skip
-                results += _Units(where, units, origin, default_timeout).run(cmd, one, index, fd, stop)
+                results += UnitRuns(where, units, origin, default_timeout).run(cmd, one, index, fd, stop)
                 index += len(cmd.each)
                 continue
             results.append(_run_one(index, cmd, fd, log_path, cwd, run_env, timeout, stop, on_interrupt))
@@ -293,66 +290,6 @@ def run_gate(
         )
     write_result(log_path, result)
     return result
-
-
-class _Units:
-    """The units of one ``each`` command of an attempt: found in the book, or run."""
-
-    def __init__(self, root: Path, book: UnitBook | None, origin: CachedFrom | None,
-                 default_timeout: float | None) -> None:  # fmt: skip
-        self.root = root
-        self.book = book
-        self.origin = origin
-        self.default_timeout = default_timeout
-
-    def _digest(self, snap: Snapshot, cmd: GateCommand, path: str, fd: int) -> str | None:
-        try:
-            return unit_digest(snap, cmd, path, self.default_timeout)
-        except Exception as e:  # the unit still runs: it is only not shared
-            _note(fd, f"could not fingerprint unit {path}: {type(e).__name__}: {e}")
-            return None
-
-    def run(self, cmd: GateCommand, run_one: Callable[..., CommandResult], first: int, fd: int,
-            stop: threading.Event | None) -> list[CommandResult]:  # fmt: skip
-        """Each unit in turn; ``run_one(index=, cmd=)`` runs one (``first``: the index of the first)."""
-        snap = Snapshot(self.root)
-        out: list[CommandResult] = []
-        for n, path in enumerate(cmd.each):
-            one = unit_command(cmd, path)
-            if (out and out[-1].outcome is Outcome.INTERRUPTED) or (stop is not None and stop.is_set()):
-                out.append(CommandResult(name=cmd.name, run=one.run, outcome=Outcome.SKIPPED,
-                                         reason="skipped: the attempt was interrupted", file=path))  # fmt: skip
-                continue
-            digest = self._digest(snap, cmd, path, fd)
-            before = self.book.begin(digest) if self.book is not None and digest is not None else None
-            if before is not None:
-                out.append(_reused(one, path, digest, *before, fd))
-                continue
-            try:
-                r = run_one(index=first + n, cmd=one).model_copy(update={"file": path, "unit": digest})
-            except BaseException:
-                if self.book is not None and digest is not None:
-                    self.book.end(digest, None, None)
-                raise
-            if self.book is not None and digest is not None:
-                self.book.end(digest, r, self.origin)
-            out.append(r)
-        snap.save()
-        return out
-
-
-def _reused(cmd: GateCommand, path: str, digest: str | None, outcome: Outcome, source: CachedFrom,
-            fd: int) -> CommandResult:  # fmt: skip
-    """A unit answered without running: passed (``cached``) or failed where ``source`` ran it."""
-    if outcome is Outcome.PASSED:
-        reason = f"cached: passed as {source.shown()} on the same command and inputs"
-        out = Outcome.CACHED
-    else:
-        reason = f"failed as {source.shown()} on the same command and inputs (not run again)"
-        out = Outcome.FAILED
-    log_room.write(fd, f"{command_header(cmd)}milepost: {reason}\n")
-    return CommandResult(name=cmd.name, run=cmd.run, outcome=out, reason=reason, tail=reason, file=path, unit=digest,
-                         cached_from=source)  # fmt: skip
 
 
 def _note(fd: int | None, text: str) -> None:

@@ -18,13 +18,25 @@ import resource
 from pathlib import Path
 
 from milepost.gates.outcome import Outcome
+from milepost.graph.models import GateCommand
 
-__all__ = ["judge", "problem", "write"]
+__all__ = ["command_header", "judge", "note", "problem", "write"]
 
 # Less free room than this on the log's file system counts as full.
 FULL_BELOW = 64 * 1024
 # The errors of the last failed write of milepost's own lines, by descriptor.
 _FAILED: dict[int, str] = {}
+
+
+def command_header(cmd: GateCommand) -> str:
+    """The line(s) an attempt's log holds before a command's output."""
+    return f"=== [{cmd.name}] $ {cmd.run}\n"
+
+
+def note(fd: int | None, text: str) -> None:
+    """A line of milepost's own in an attempt's log (``milepost: ...``)."""
+    if fd is not None:
+        write(fd, f"milepost: {text}\n")
 
 
 def write(fd: int, text: str) -> None:

@@ -35,8 +35,7 @@ from milepost.errors import (
 
 __all__ = ["SCHEMA_HEAD", "Store", "mask_url"]
 
-# The newest migration; opening a store whose schema is older upgrades it.
-SCHEMA_HEAD = "0006"
+SCHEMA_HEAD = "0006"  # the newest migration: opening a store whose schema is older upgrades it
 # The tables a sound store has (alembic_version aside).
 TABLES = frozenset(
     {

@@ -48,7 +48,7 @@ def test_json_contract_fields(item: CLI) -> None:
         (2, "b", ["a"], "pending", 1),
         (3, "c", [], "pending", 2),
     ]
-    assert ms[0]["gate"] == [{"name": "gate", "run": "true", "cwd": None, "env": {}, "timeout": None}]
+    assert ms[0]["gate"] == [{"name": "gate", "run": "true", "cwd": None, "env": {}, "timeout": None, "each": []}]
     assert ms[0]["acceptance"] == "a works"
     assert [m["view"] for m in ms] == ["ready", "blocked", "ready"]
     listed = item.json("list")
@@ -334,12 +334,12 @@ def test_version_and_help(bare_cli: CLI) -> None:
     rows = h.out.split("Commands:", 1)[1].splitlines()
     listed = {line.split()[0] for line in rows if line.startswith("  ") and not line.startswith("   ")}
     assert listed == {
-        "add", "approve", "confirm", "deploy", "done", "drive", "graph", "history", "init", "item", "list", "lock",
-        "log", "mcp", "needs-fix", "next", "plan", "prime", "ref", "reject", "remove", "reset", "runs", "serve",
-        "server", "start", "tick", "unlock", "verify",
+        "add", "approve", "confirm", "deploy", "done", "drive", "graph", "history", "init", "inputs", "item", "list",
+        "lock", "log", "mcp", "needs-fix", "next", "plan", "prime", "ref", "reject", "remove", "reset", "runs",
+        "serve", "server", "start", "tick", "unlock", "verify",
     }  # fmt: skip
     groups = {"item": {"cancel", "complete", "create", "list", "pick", "show", "update", "wait", "wake"},
-              "plan": {"apply", "export", "scaffold", "schema"}, "ref": {"add", "list"},
+              "plan": {"apply", "cycles", "export", "scaffold", "schema"}, "ref": {"add", "list"},
               "server": {"start", "status", "stop"}}  # fmt: skip
     for group, subs in groups.items():
         sub = bare_cli(group, "--help").out.split("Commands:", 1)[1].splitlines()

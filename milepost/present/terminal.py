@@ -10,11 +10,12 @@ from milepost.gates.outcome import Outcome
 from milepost.graph.status import MilestoneStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from rich.console import Console
 
     from milepost.graph.dag import WorkGraph
+    from milepost.graph.models import GateCommand
     from milepost.results import DoneResult, DryRun, MilestoneView, VerifyResult
 
 
@@ -85,6 +86,17 @@ def budget(used: int, most: int) -> str:
     return f"{used} of {most} used"
 
 
+def _gate_cell(gate: Sequence[GateCommand]) -> str:
+    """A gate in a table cell: its one command (``x N files`` for a step run once per file), or a count."""
+    if not gate:
+        return "-"
+    if len(gate) == 1:
+        g = gate[0]
+        return f"{g.run} x {len(g.each)} files" if len(g.each) > 1 else g.unit_run(g.each[0]) if g.each else g.run
+    units = sum(len(g.each) for g in gate)
+    return f"{len(gate)} commands" + (f" ({units} unit{'s' * (units != 1)})" if units else "")
+
+
 def milestone_table(con: Console, views: list[MilestoneView]) -> None:
     """``list``: a milestone a line, in aligned columns (:func:`columns`; a
     rich ``Table`` took a minute for 100,000 milestones). Long cells are cut
@@ -96,7 +108,7 @@ def milestone_table(con: Console, views: list[MilestoneView]) -> None:
         return
     rows = []
     for v in views:
-        gate = v.gate[0].run if len(v.gate) == 1 else (f"{len(v.gate)} commands" if v.gate else "-")
+        gate = _gate_cell(v.gate)
         if len(gate) > 40:
             gate = gate[:39] + "…"
         if v.last_run is not None and v.reason in (None, v.last_run):

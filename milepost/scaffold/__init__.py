@@ -30,6 +30,7 @@ from typing import Any, Literal
 from milepost.errors import InvalidValueError
 from milepost.graph.models import check_name
 from milepost.scaffold.cycles import Cycle, Cycles, DeferredCycle, find_cycles, unit_graph, unit_of
+from milepost.scaffold.proof_inputs import Entries, gate_step, map_by_coverage
 from milepost.scaffold.render import (
     command_name,
     count,
@@ -42,7 +43,7 @@ from milepost.scaffold.render import (
     slug,
     unique,
 )
-from milepost.scaffold.source import Source, locate, read_imports
+from milepost.scaffold.source import locate, read_imports
 from milepost.scaffold.testmap import TestMap, map_tests
 
 __all__ = ["DEFAULT_GATE", "Scaffold", "scaffold"]
@@ -133,7 +134,7 @@ def scaffold(
     deps_of = {m: [i for i in imports.imported_by[m] if counted(m, i)] for m in imports.modules}
     tm = map_tests(package, source.folder, files, deps_of, roots, base)
     if map_with == "coverage":
-        _map_by_coverage(tm, python or sys.executable, source.folder, files, base)
+        map_by_coverage(tm, python or sys.executable, source.folder, files, base)
     code = [m for m in imports.modules if m not in tm.in_package]
 
     group = unit_of(files, level)
@@ -166,7 +167,7 @@ def scaffold(
     # tests), which stand for what they import when they are checked.
     uses_tests = any("{tests}" in t for t in gates)
     node_tests = {n.name: _tests_of(n, contents, tm) for n in nodes}
-    entries = _Entries(source, base, files)
+    entries = Entries(source, base, files)
     for n in nodes:
         n.inputs = [entries.module(m) for u in n.units for m in contents[u]]
         if uses_tests:
@@ -212,7 +213,7 @@ def scaffold(
             if "{tests}" in template and not values["tests"]:
                 skipped.setdefault(template, []).append(n.name)
                 continue
-            commands.append(_command(template, values, test_paths, taken))
+            commands.append(gate_step(template, values, test_paths, taken))
         entry: dict[str, Any] = {"name": n.name}
         if n.deps:
             entry["deps"] = flow(sorted(n.deps, key=position.__getitem__))
@@ -240,7 +241,7 @@ def scaffold(
                         f" (test_*.py or *_test.py defining a test, in {listed([shown(r, base) for r in roots])}"
                         " and the package): give --tests DIR, or a final gate without {tests}"
                     )
-                entry["gate"] = [_command(final_gate, {"tests": "{tests}"}, every, set())]
+                entry["gate"] = [gate_step(final_gate, {"tests": "{tests}"}, every, set())]
             else:
                 entry["gate"] = final_gate
             if inside:
@@ -288,61 +289,6 @@ def scaffold(
     reports = [_cycle_report(c, heads[id(c)]) for c in cycles] + [_cycle_report(c, None) for c in found.deferred]
     return Scaffold(plan=plan, text=text, cycles=reports, modules=len(code), left_out=left_out, notes=notes,
                     source=where, cycle_lines=cycle_lines)  # fmt: skip
-
-
-def _map_by_coverage(tm: TestMap, python: str, folder: Path, files: dict[str, Path], base: Path) -> None:
-    """Each test file that executed code of the package goes to the modules it executed (alone)."""
-    from milepost.scaffold.coverage_map import executed_by
-
-    if not tm.found:
-        raise InvalidValueError(
-            "--map-tests coverage: no test files found (test_*.py or *_test.py defining a test) to run"
-        )
-    ran = executed_by(python, folder, tm.found, base)
-    module_of = {p.resolve(): m for m, p in files.items() if m in tm.tests}
-    for t in tm.found:
-        mods = {module_of[f] for f in ran.get(t.resolve(), ()) if f in module_of}
-        if not mods:
-            continue  # executed none of the package's code (or was not collected): the name and import rules stand
-        for m, ts in tm.tests.items():
-            keep = [x for x in ts if x != t]
-            tm.tests[m] = sorted([*keep, t]) if m in mods else keep
-        tm.by_coverage.add(t)
-
-
-def _command(template: str, values: dict[str, str], tests: list[str], taken: set[str]) -> dict[str, Any]:
-    """A gate step from a template; one with ``{tests}`` runs once per test
-    file (``each``), each run a unit of proof shared by every gate that runs it."""
-    name = command_name(template, taken)
-    if "{tests}" not in template:
-        return flow_dict(name=name, run=render(template, values))
-    run = render(template, {**values, "tests": "{file}"})
-    return {"name": name, "run": run, "each": flow(tests)}
-
-
-class _Entries:
-    """Module input entries for a package's modules and test files, and the
-    files they stand for now (read once, through one snapshot)."""
-
-    def __init__(self, source: Source, base: Path, files: dict[str, Path]) -> None:
-        from milepost.gates.inputs import Snapshot
-
-        self.base = base
-        self.files = files
-        self.snap = Snapshot(base)
-        root = shown(source.folder.parent, base)
-        # A dotted name is found in the workspace root and src/; elsewhere the entry names the file.
-        self.dotted = root in (".", "src")
-
-    def module(self, m: str) -> str:
-        return f"module:{m}" if self.dotted else f"module:{shown(self.files[m], self.base)}"
-
-    def file(self, t: Path) -> str:
-        return f"module:{shown(t, self.base)}"
-
-    def reads(self, inputs: list[str]) -> set[Path]:
-        found, _ = self.snap.resolve(inputs)
-        return {(self.base / f).resolve() for f in found}
 
 
 def _enclosing(module: str) -> list[str]:
