@@ -37,7 +37,7 @@ from milepost.flows.gate_task import (
     tell_when_ended,
 )
 from milepost.flows.outage import read_result
-from milepost.flows.waiting import wait_for_others
+from milepost.flows.waiting import Waiting, wait_for_others
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, write_result
 from milepost.gates.inputs import describe_changes
@@ -103,7 +103,7 @@ class Loop:
         # The next claim, made with the record of a passed gate (_finish), for _fill to start.
         self.chained: list[Claim | None] = []
         self.told_busy: set[str] = set()  # session.busy entries reported
-        self.waiting_on: dict[str, str] = {}  # other drivers' leases last reported waited on (flows/waiting.py)
+        self.waiting = Waiting()  # what it waits on of other drivers (flows/waiting.py)
         self.timers: list[tuple[float, str]] = []
         run_dir = ctx.service.store.home / "run"
         run_dir.mkdir(parents=True, exist_ok=True)

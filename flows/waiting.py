@@ -6,20 +6,36 @@ changed: a milestone their gate unblocked is claimable here, a lease that
 expired (its driver died) is reclaimed as at the start. It ends with the
 item's verdict, whoever ran the gates. An expired lease, or one whose holder
 died on this machine, is not waited on (see :func:`milepost.service.leases.held_by_others`).
+A milestone another drive's gate failed, with a fix hook, is left to that
+drive while its fix may run (a fix hook holds no lease): this drive waits
+for its retry, up to the fix's timeout (else the lease's lifetime) plus the
+lease's lifetime, and then takes it up itself (that drive died meanwhile).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from milepost.events import Reporter
+from milepost.graph.status import MilestoneStatus
 from milepost.service.drive import DriveSession
 
-__all__ = ["WAIT_POLL", "wait_for_others"]
+__all__ = ["WAIT_POLL", "Waiting", "wait_for_others"]
 
 # Seconds between two looks at the store while waiting (one read of the item's leases and revision).
 WAIT_POLL = 0.5
+
+
+@dataclass
+class Waiting:
+    """What a drive's wait keeps between two waits: what it last said it
+    waits on, and the milestones left to another drive's fix hook (name ->
+    (holder, the monotonic deadline of that wait))."""
+
+    told: dict[str, str] = field(default_factory=dict)
+    fixing: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
 class _Context(Protocol):
@@ -35,7 +51,7 @@ class _Loop(Protocol):
 
     session: DriveSession
     reporter: Reporter
-    waiting_on: dict[str, str]
+    waiting: Waiting
     told_busy: set[str]
 
     @property
@@ -48,28 +64,65 @@ class _Loop(Protocol):
 
 def wait_for_others(loop: _Loop) -> bool:
     """Wait while other live drivers hold leases on ``loop``'s milestones (of
-    its scope) until what they hold or the item's revision changes: True
-    (look again: claim, reclaim, check the proofs). False at once when none
-    holds any, when the drive does not wait (``DriveContext.wait_for_others``:
-    the scheduler's tick), or when a part was lost meanwhile (the drive ends)."""
+    its scope), or fix one their gate failed, until what they hold or the
+    item's revision changes: True (look again: claim, reclaim, check the
+    proofs). False at once when none does, when the drive does not wait
+    (``DriveContext.wait_for_others``: the scheduler's tick), or when a part
+    was lost meanwhile (the drive ends)."""
     if not loop.ctx.wait_for_others:
         return False
+    w = loop.waiting
+    if _end_fixes(loop):
+        return True  # a fix left to another drive is its own again: claim it
     seen = loop.session.others()
-    if not seen.leases:
-        loop.waiting_on = {}
+    held = {**seen.leases, **{n: f"{h}, fixing it" for n, (h, _) in w.fixing.items() if n not in seen.leases}}
+    if not held:
+        w.told = {}
         return False
-    if seen.leases != loop.waiting_on:
-        loop.waiting_on = seen.leases
-        loop.reporter.waiting_for_drivers(seen.leases)
+    if held != w.told:
+        w.told = held
+        loop.reporter.waiting_for_drivers(held)
     while loop.ctx.fault is None:
         time.sleep(WAIT_POLL)
         now = loop.session.others()
         if now == seen:
+            if any(deadline <= time.monotonic() for _, deadline in w.fixing.values()):
+                return True
             continue
         # A milestone held back because another driver's gate held its lease is claimable once that ended.
         for name in loop.session.free_busy(now.leases):
             loop.told_busy.discard(name)
+        _leave_fixes(loop, seen.leases, now.leases)
         loop.hold_retries()  # another driver's failure waits for its retry delay here too
         loop.check_proofs()  # (and one whose inputs did not change since it failed is not retried)
         return True
     return False
+
+
+def _leave_fixes(loop: _Loop, before: dict[str, str], now: dict[str, str]) -> None:
+    """A milestone another drive's gate just failed, with a fix hook, is that
+    drive's to fix and retry: its fix hook runs without a lease, so this drive
+    holds it (it sees the retry's lease when it comes, and waits on that)."""
+    g = loop.session.graph
+    ttl = loop.session.ctx.lease_ttl.total_seconds()
+    for name, holder in before.items():
+        if name in now or not holder.startswith("drive:") or name not in g:
+            continue
+        m = g.get(name)
+        if m.status is MilestoneStatus.NEEDS_FIX and m.fix:
+            loop.session.hold(name)
+            loop.waiting.fixing[name] = (holder, time.monotonic() + (m.timeout or ttl) + ttl)
+
+
+def _end_fixes(loop: _Loop) -> bool:
+    """Milestones left to another drive's fix that moved (its retry came) or
+    whose wait is over are this drive's again; True when one may be claimed now."""
+    g = loop.session.graph
+    claimable = False
+    for name, (_, deadline) in list(loop.waiting.fixing.items()):
+        m = g.get(name) if name in g else None
+        if m is None or m.status is not MilestoneStatus.NEEDS_FIX or deadline <= time.monotonic():
+            del loop.waiting.fixing[name]
+            loop.session.unhold(name)
+            claimable = claimable or (m is not None and m.status is MilestoneStatus.NEEDS_FIX)
+    return claimable

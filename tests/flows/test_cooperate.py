@@ -171,3 +171,28 @@ def test_a_waiting_driver_reclaims_the_lease_of_a_driver_that_died(
     assert ledger(workspace) == ["slow", "slow"]  # the killed attempt and the waiting driver's own
     with contextlib.suppress(ProcessLookupError, ValueError):
         os.kill(int(marker.read_text()), signal.SIGKILL)  # (stopped by the reclaim already)
+
+
+@pytest.mark.timeout(300)
+def test_a_waiting_driver_leaves_a_fix_and_its_retry_to_the_driver_that_failed(
+    prefect_api: str, cli: CLI, workspace: Path, tmp_path: Path
+) -> None:
+    """The other driver's gate fails and its fix hook runs (holding no lease):
+    the waiting driver does not start the milestone's next attempt beside the
+    fix; the driver that failed it retries it after its fix, once."""
+    wait = f"while [ ! -e {workspace / 'go'} ]; do sleep 0.1; done"
+    apply(cli, workspace,
+          f"  - {{name: flaky, retries: 2, fix: 'sleep 2; touch fixed; echo fix >> ran.txt',"
+          f" gate: 'echo flaky >> ran.txt; {wait}; test -e fixed'}}\n")  # fmt: skip
+    with drivers(cli, tmp_path, ["drive"]) as (first,):
+        wait_until(lambda: ledger(workspace) == ["flaky"], 120, "flaky to start", step=0.1, output=lambda: first.out)
+        with drivers(cli, tmp_path, ["--json", "drive"]) as (second,):
+            wait_until(lambda: second.says('"waiting_for_drivers"'), 120, "the second driver to wait", step=0.2)
+            (workspace / "go").touch()
+            codes = [first.wait(), second.wait()]
+    assert codes == [0, 0], first.out + second.out
+    assert ledger(workspace) == ["flaky", "fix", "flaky"]  # attempt 1, its fix, attempt 2: nothing beside the fix
+    assert second.events("gate_started") == []
+    holders = [e["holders"]["flaky"] for e in second.events("waiting_for_drivers")]
+    assert holders[0].startswith("drive:") and any(h.endswith(", fixing it") for h in holders), holders
+    assert [r["outcome"] for r in cli.json("runs", "flaky")["runs"]] == ["failed", "passed"]
