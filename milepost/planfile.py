@@ -31,6 +31,8 @@ from yaml.nodes import Node
 from milepost.errors import InputError, PlanFileError
 from milepost.graph.plan import Plan
 from milepost.plainyaml import read_plain
+from milepost.planchecks import at_line as _at
+from milepost.planchecks import plan_problems, raw_problems
 from milepost.plandoc import (
     MAX_ALIAS_NODES,
     DuplicateKey,
@@ -50,7 +52,7 @@ __all__ = ["MAX_ALIAS_NODES", "MAX_PROBLEMS", "dump_plan", "gc_paused", "load_pl
 
 MAX_PLAN_BYTES = 64 * 1024 * 1024
 # Problems shown in one error; the rest are counted.
-MAX_PROBLEMS = 20
+MAX_PROBLEMS = 50
 
 
 def load_plan(path: Path) -> Plan:
@@ -144,12 +146,16 @@ def _parse_plan(text: str, source: str) -> Plan:
     try:
         plan = Plan.model_validate(data)
     except ValidationError as e:
-        _refuse(source, _field_problems(e, data, lines()))
+        # Fields first, then what the sound entries show across milestones
+        # (names, deps, cycles on the edges that are known): one pass, not rounds.
+        fields = _field_problems(e, data, lines())
+        bad = {p.field for p in fields}
+        _refuse(source, fields + [p for p in raw_problems(data, lines()) if p.field not in bad])
     del data  # a large plan's data (100 MB at 100,000 milestones): its memory serves the milestones made next
     try:
         plan.check()
     except InputError as e:
-        problems = _plan_problems(plan, lines())
+        problems = plan_problems(plan, lines())
         if problems:
             _refuse(source, [p for p, _ in problems], problems[0][1])
         name = e.details.get("milestone")
@@ -161,15 +167,6 @@ def _parse_plan(text: str, source: str) -> Plan:
 
 def _field(*path: str | int | None) -> str | None:
     return None if None in path else ".".join(str(p) for p in path)
-
-
-def _at(lines: dict[Loc, int], path: Loc) -> int | None:
-    """The line of ``path``, or of the nearest enclosing thing that has one."""
-    for cut in range(len(path), -1, -1):
-        line = lines.get(path[:cut])
-        if line is not None:
-            return line
-    return None
 
 
 def _entry(data: Any, *path: str | int) -> Any:
@@ -227,48 +224,6 @@ def _field_problems(e: ValidationError, data: Any, lines: dict[Loc, int]) -> lis
             what = _dotted(rest) or "entry"
             msg = f"{prefix}invalid {what}: {detail[:1].lower()}{detail[1:]} (found {shown})"
         out.append(Problem(_at(lines, loc), msg, ".".join(str(p) for p in loc) or None, milestone))
-    return out
-
-
-def _plan_problems(plan: Plan, lines: dict[Loc, int]) -> list[tuple[Problem, InputError]]:
-    """Every problem of a plan whose fields are sound: each milestone on its
-    own (name, gate commands, ...), then names and deps across milestones.
-    Empty when the only problem needs the whole set (a cycle)."""
-    from milepost.graph.errors import DuplicateNameError, InvalidNameError
-    from milepost.graph.models import Milestone
-    from milepost.graph.validate import milestone_problems
-
-    out: list[tuple[Problem, InputError]] = []
-
-    def add(i: int, e: InputError, *path: str | int) -> None:
-        full = ("milestones", i, *path)
-        out.append((Problem(_at(lines, full), e.message, _field(*full), plan.milestones[i].name), e))
-
-    for i, pm in enumerate(plan.milestones):
-        alone = plan.model_copy(update={"milestones": [pm.model_copy(update={"deps": []})]})
-        try:
-            alone.to_milestones()
-        except InputError as e:
-            bad = e.details.get("name")
-            commands = pm.gate if isinstance(pm.gate, list) else []
-            j = next((j for j, c in enumerate(commands) if bad is not None and c.name == bad), None)
-            if bad == pm.name:
-                add(i, e, "name")
-            elif j is not None:
-                add(i, e, "gate", j, "name")
-            else:
-                add(i, e, *(["gate"] if "gate command" in e.message else []))
-    light = [
-        Milestone(id=i + 1, name=pm.name, deps=list(dict.fromkeys(pm.deps))) for i, pm in enumerate(plan.milestones)
-    ]
-    for m, problem in milestone_problems(light):
-        i = m.id - 1
-        if isinstance(problem, InvalidNameError):
-            continue  # reported with the milestone alone
-        if isinstance(problem, DuplicateNameError):
-            add(i, problem, "name")
-        else:  # a dep that is itself or unknown
-            add(i, problem, "deps", plan.milestones[i].deps.index(problem.details.get("dep", m.name)))
     return out
 
 

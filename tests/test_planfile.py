@@ -170,8 +170,15 @@ def test_the_json_error_document_lists_the_problems(cli: CLI, workspace: Path) -
             "milestone": "a",
             "field": "milestones.0.retries",
             "message": "milestone 'a': invalid retries: input should be greater than or equal to 0 (found -1)",
-        }
-    ]  # the field problems come first; names are checked once the fields are sound
+        },
+        {
+            "line": 5,
+            "milestone": "B",
+            "field": "milestones.1.name",
+            "message": "invalid milestone name 'B': use 1-64 characters: lowercase letters, digits, '-', '_' or '.',"
+            " starting with a letter",
+        },
+    ]  # a field error does not hide the names: every problem in one pass
 
 
 def test_an_honest_100000_milestone_plan_applies(cli: CLI, workspace: Path) -> None:
