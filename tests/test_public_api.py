@@ -38,6 +38,7 @@ def test_all_is_exactly_the_public_surface() -> None:
             "planfile",
             "plandoc",
             "plainyaml",
+            "planchecks",
             "workspace",
             "settings",
             "cli",
