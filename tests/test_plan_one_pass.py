@@ -43,7 +43,8 @@ def test_fields_unknown_deps_duplicates_and_cycles_come_in_one_error(cli: CLI, w
 
 
 def test_a_valid_plan_shows_its_unknown_deps_and_its_cycle_together(cli: CLI, workspace: Path) -> None:
-    text = "objective: o\nmilestones:\n  - {name: a, deps: [b]}\n  - {name: b, deps: [a, zz]}\n  - {name: c, deps: [c]}\n"
+    text = "objective: o\nmilestones:\n  - {name: a, deps: [b]}\n  - {name: b, deps: [a, zz]}\n"
+    text += "  - {name: c, deps: [c]}\n"
     (workspace / "p.yaml").write_text(text)
     r = cli("--json", "plan", "apply", "p.yaml")
     problems = r.data["error"]["problems"]

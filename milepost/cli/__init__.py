@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     """The entry point: run one command, turn every error into one line (or a
     JSON error document) and an exit code of the contract. ``--debug`` or
     ``MILEPOST_DEBUG=1`` adds the Python traceback."""
-    args = sys.argv[1:] if argv is None else argv
-    as_json = "--json" in args
+    from milepost.cli._base import hoist_global_options
+
+    args, as_json = hoist_global_options(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or _debug_setting()
     if not args:
         click.echo(cli.get_help(click.Context(cli, info_name="milepost")))

@@ -121,8 +121,35 @@ RETRIES = click.IntRange(min=0, max=100)
 
 def item_option(f: F) -> F:
     return click.option(
-        "--item", "item", type=ID, default=None, help="Work item id (default: this agent's current item)."
+        "--item", "item", type=ID, default=None, metavar="N", help="Work item id (default: this agent's current item)."
     )(f)
+
+
+def item_synonym(*, required: bool = False) -> Callable[[F], F]:
+    """``--item N`` beside a command's positional ITEM_ID (the same thing,
+    spelled as every other command spells it): given once either way, or
+    twice with the same id. Put it right above ``@pass_ctx``."""
+
+    def decorate(f: F) -> F:
+        import functools
+
+        @functools.wraps(f)
+        def wrapper(*args: Any, item_flag: int | None = None, **kwargs: Any) -> Any:
+            given = kwargs.get("item_id")
+            if item_flag is not None:
+                if given is not None and given != item_flag:
+                    raise InvalidValueError(
+                        f"two work items given: ITEM_ID {given} and --item {item_flag}; give one (they are synonyms)"
+                    )
+                kwargs["item_id"] = item_flag
+            if required and kwargs.get("item_id") is None:
+                raise InvalidValueError("which work item? pass --item N (or ITEM_ID)")
+            return f(*args, **kwargs)
+
+        help_ = "Work item id (the same as ITEM_ID" + (")." if required else "; default: this agent's current item).")
+        return click.option("--item", "item_flag", type=ID, default=None, metavar="N", help=help_)(wrapper)  # type: ignore[return-value]
+
+    return decorate
 
 
 def revision_option(f: F) -> F:
@@ -150,6 +177,8 @@ def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, op
     Exit codes: 0 ok; 1 the operation ran and failed (a gate failed);
     2 bad input or refused transition, nothing changed; 3 environment
     (no store, database unreachable); 130 interrupted.
+
+    The options below may also follow the command: milepost list --json.
     """
     from milepost.settings import load_settings
 
@@ -201,3 +230,48 @@ def home_of(c: Ctx) -> Path:
     from milepost.workspace import resolve_workspace
 
     return resolve_workspace(c.db).home
+
+
+def hoist_global_options(args: list[str]) -> tuple[list[str], bool]:
+    """``args`` with the global options (``--json``, ``--db URL``, ...)
+    given after the command moved before it, as git and gh accept them, and
+    whether ``--json`` is among them. The walk follows the command path and
+    each command's own options, so an option's value (``--reason --json``)
+    and everything after ``--`` stay where they are."""
+    flags = {"--json", "--operator", "--debug"}
+    valued = {"--db", "--agent"}
+    front: list[str] = []
+    out: list[str] = []
+    cmd: click.Command = cli
+    as_json = False
+    i = 0
+    while i < len(args):
+        t = args[i]
+        i += 1
+        if t == "--":
+            out += args[i - 1 :]
+            break
+        name = t.split("=", 1)[0]
+        is_global = t in flags or name in valued
+        if is_global and (cmd is cli or not _own_option(cmd, name)):
+            as_json = as_json or t == "--json"
+            moved = [t] if t in flags or "=" in t else args[i - 1 : i + 1]
+            i += len(moved) - 1
+            (out if cmd is cli else front).extend(moved)
+            continue
+        out.append(t)
+        if t.startswith("-") and t != "-":
+            opt = _own_option(cmd, name)
+            if opt is not None and not opt.is_flag and not opt.count and "=" not in t and i < len(args):
+                out.append(args[i])  # the option's value, whatever it looks like
+                i += 1
+        elif isinstance(cmd, click.Group) and t in cmd.commands:
+            cmd = cmd.commands[t]
+    return front + out, as_json
+
+
+def _own_option(cmd: click.Command, name: str) -> click.Option | None:
+    for p in cmd.params:
+        if isinstance(p, click.Option) and name in (*p.opts, *p.secondary_opts):
+            return p
+    return None

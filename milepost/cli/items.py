@@ -22,6 +22,7 @@ from milepost.cli._base import (
     choice,
     cli,
     item_option,
+    item_synonym,
     pass_ctx,
     plan_status_of,
     revision_option,
@@ -124,6 +125,7 @@ def item_list(c: Ctx, filter_: str, limit: int | None) -> None:
 
 @item.command("show")
 @click.argument("item_id", type=ID, required=False)
+@item_synonym()
 @pass_ctx
 def item_show(c: Ctx, item_id: int | None) -> None:
     """Show a work item and its milestones (default: the current item)."""
@@ -218,6 +220,7 @@ def _time(value: str | None, flag: str) -> Any:
 @click.option("--clear-blocked-by", is_flag=True, help="Remove the recorded blocker.")
 @click.option("--recheck-at", default=None, metavar="TIME", help="When the scheduler reconsiders a blocked item.")
 @revision_option
+@item_synonym()
 @pass_ctx
 def item_update(c: Ctx, item_id: int | None, objective: str | None, plan_status: str | None, todo: tuple[str, ...],
                 clear_todo: bool, blocked_by: str | None, clear_blocked_by: bool, recheck_at: str | None,
@@ -242,10 +245,11 @@ def item_update(c: Ctx, item_id: int | None, objective: str | None, plan_status:
 
 
 @item.command("pick")
-@click.argument("item_id", type=ID)
+@click.argument("item_id", type=ID, required=False)
 @click.option("--clear-blocker", is_flag=True, help="Also clear its resolved blocker and waits (needs --reason).")
 @click.option("--reason", default=None, help="Why the blocker is resolved.")
 @revision_option
+@item_synonym(required=True)
 @pass_ctx
 def item_pick(c: Ctx, item_id: int, clear_blocker: bool, reason: str | None, expect_revision: int | None) -> None:
     """Make ITEM_ID this agent's current work item (a blocked one stays blocked)."""
@@ -265,6 +269,7 @@ def item_pick(c: Ctx, item_id: int, clear_blocker: bool, reason: str | None, exp
 @click.option("--until", default=None, metavar="TIME", help="Timer deadline, ISO 8601 with a zone.")
 @click.option("--reason", required=True, help="Why it waits.")
 @revision_option
+@item_synonym()
 @pass_ctx
 def item_wait(c: Ctx, item_id: int | None, kind: str, resource: str | None, until: str | None, reason: str,
               expect_revision: int | None) -> None:  # fmt: skip
@@ -290,6 +295,7 @@ def item_wake(c: Ctx, resource: str) -> None:
 @click.option("--report", default=None, help="What was achieved (required, or --report-file).")
 @click.option("--report-file", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @revision_option
+@item_synonym()
 @pass_ctx
 def item_complete(c: Ctx, item_id: int | None, report: str | None, report_file: Path | None,
                   expect_revision: int | None) -> None:  # fmt: skip
@@ -321,6 +327,7 @@ def item_complete(c: Ctx, item_id: int | None, report: str | None, report_file: 
 @click.argument("item_id", type=ID, required=False)
 @click.option("--reason", required=True, help="Why the work is abandoned.")
 @revision_option
+@item_synonym()
 @pass_ctx
 def item_cancel(c: Ctx, item_id: int | None, reason: str, expect_revision: int | None) -> None:
     """Abandon a work item (state cancelled, with the reason)."""

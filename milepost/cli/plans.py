@@ -19,6 +19,7 @@ from milepost.cli._base import (
     ID,
     Ctx,
     cli,
+    item_synonym,
     pass_ctx,
     write_file,
 )
@@ -278,6 +279,7 @@ def plan_schema() -> None:
 @click.argument("item_id", type=ID, required=False)
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@item_synonym()
 @pass_ctx
 def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
     """Write a work item back as a plan file (stdout unless -o)."""
@@ -316,6 +318,7 @@ MEDIA_TYPES = {"json": "application/json", "mermaid": "text/vnd.mermaid", "dot":
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write to this file (default: stdout).")  # fmt: skip
+@item_synonym()
 @pass_ctx
 def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
     """Show the DAG with statuses: layers, critical path, bottlenecks; or as a picture."""

@@ -24,6 +24,8 @@ from milepost.cli._base import (
     Seconds,
     cli,
     home_of,
+    item_option,
+    item_synonym,
     pass_ctx,
     revision_option,
     write_file,
@@ -67,6 +69,7 @@ def prefect_env(home: Path, need: str | None = None, *, quiet: bool = True) -> s
               help="Before exiting, wait until the Prefect server has recorded every task run of the drive"
                    " (always so with Prefect's temporary server; use it before `milepost server stop`).")  # fmt: skip
 @revision_option
+@item_synonym()
 @pass_ctx
 def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask_address: str | None,
           until: str | None, dry_run: bool, junit: Path | None, no_cache: bool, wait_recorded: bool,
@@ -272,7 +275,7 @@ def server_status(c: Ctx) -> None:
 
 
 @cli.command()
-@click.option("--item", "item", type=ID, default=None, help="Work item id (default: this agent's current item).")
+@item_option
 @pass_ctx
 def prime(c: Ctx, item: int | None) -> None:
     """A short briefing for a coding agent's context: the focused item, ready

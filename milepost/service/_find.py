@@ -31,7 +31,7 @@ def resolve(ctx: Context, item: int | None) -> int:
     if current is None:
         raise NotFoundError(
             f"agent {ctx.agent!r} has no current work item; create one with `milepost item create OBJECTIVE`,"
-            " pick one with `milepost item pick ID`, or pass --item ID",
+            " pick one with `milepost item pick ID`, or pass --item N",
             agent=ctx.agent,
         )
     return current
