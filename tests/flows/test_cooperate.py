@@ -196,3 +196,32 @@ def test_a_waiting_driver_leaves_a_fix_and_its_retry_to_the_driver_that_failed(
     holders = [e["holders"]["flaky"] for e in second.events("waiting_for_drivers")]
     assert holders[0].startswith("drive:") and any(h.endswith(", fixing it") for h in holders), holders
     assert [r["outcome"] for r in cli.json("runs", "flaky")["runs"]] == ["failed", "passed"]
+
+
+@pytest.mark.timeout(300)
+def test_a_driver_waits_only_for_work_of_its_until_scope(
+    prefect_api: str, cli: CLI, workspace: Path, tmp_path: Path
+) -> None:
+    """``--until x`` does not wait for a gate outside its scope (it ends once
+    x is done, while that gate still runs); ``--until z`` waits for the gate
+    z depends on, which the other driver runs, then runs z itself and ends 0."""
+    go = workspace / "go"
+    apply(cli, workspace,
+          f"  - {{name: slow, gate: 'echo slow >> ran.txt; while [ ! -e {go} ]; do sleep 0.1; done'}}\n"
+          "  - {name: x, gate: 'echo x >> ran.txt'}\n"
+          "  - {name: z, deps: [slow], gate: 'echo z >> ran.txt; sleep 1'}\n")  # fmt: skip
+    with drivers(cli, tmp_path, ["drive", "--until", "slow"]) as (first,):
+        wait_until(lambda: ledger(workspace) == ["slow"], 120, "slow to start", step=0.1, output=lambda: first.out)
+        with drivers(cli, tmp_path, ["--json", "drive", "--until", "x"], ["--json", "drive", "--until", "z"]) as (
+            only_x, to_z,
+        ):  # fmt: skip
+            assert only_x.wait() == 0, only_x.out
+            assert first.proc.poll() is None and ledger(workspace) == ["slow", "x"]  # slow still runs
+            assert only_x.events("waiting_for_drivers") == []
+            wait_until(lambda: to_z.says('"waiting_for_drivers"'), 120, "--until z to wait", step=0.2)
+            go.touch()
+            codes = [first.wait(), to_z.wait()]
+    assert codes == [0, 0], first.out + to_z.out
+    assert ledger(workspace) == ["slow", "x", "z"]
+    assert [e["milestone"] for e in to_z.events("gate_finished")] == ["z"]  # first's --until ends at slow
+    assert to_z.events("drive_finished")[-1]["message"] == "z and what it depends on are done (2 milestones)"
