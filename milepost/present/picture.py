@@ -24,6 +24,7 @@ from milepost.errors import EnvironmentProblem
 from milepost.graph.analysis import critical_path
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.present.diagram import fill as colour_of
+from milepost.present.fit import fit_screen
 from milepost.results import MilestoneView
 
 __all__ = ["LEGEND", "Drawing", "layout", "svg_data_uri", "to_html", "to_png", "to_svg"]
@@ -62,6 +63,7 @@ class Drawing:
     title: str = ""
     legend: list[str] = field(default_factory=list)
     critical: str = ""  # what the critical path was measured in, for the legend
+    crossing: set[tuple[str, str]] = field(default_factory=set)  # edges between two pieces of a fitted drawing
 
 
 class _View:
@@ -119,8 +121,9 @@ def layout(
         sug.init_all()
         sug.draw(3)
         xs = [v.view.xy[0] for v in comp.sV]
-        lo = min(xs) - (NODE_H + ROW_GAP) / 2
-        hi = max(xs) + (NODE_H + ROW_GAP) / 2
+        bends = [px for e in comp.sE for px, _ in e.view.pts]  # a long edge may bend outside its nodes
+        lo = min([min(xs) - (NODE_H + ROW_GAP) / 2, *bends])
+        hi = max([max(xs) + (NODE_H + ROW_GAP) / 2, *bends])
         for v in comp.sV:
             x, y = v.view.xy
             n = nodes[v.data]
@@ -132,6 +135,13 @@ def layout(
     min_x = min((n.x - n.w / 2 for n in main), default=0.0)
     for n in main:
         n.x -= min_x
+    for *_, e in edges:
+        e.view.pts = [(px - min_x, py) for px, py in e.view.pts]
+    # A wide strip or a tall column is cut into pieces laid out the other way (see .fit).
+    at = {n.name: i for i, n in enumerate(main)}
+    ends = [(at[tail], at[head]) for tail, head, _ in edges]
+    routes = {edges[i][:2]: r for i, r in fit_screen(main, [e.view.pts for *_, e in edges], ends).items()}
+    crossing = set(routes)
     # Milestones with no edge at all go in rows above the rest, not one row each.
     row_width = max(max((n.x + n.w / 2 for n in main), default=0.0), 900.0)
     grid_h = 0.0
@@ -147,10 +157,7 @@ def layout(
         for n in main:
             n.y += grid_h
         for *_, e in edges:
-            e.view.pts = [(px - min_x, py + grid_h) for px, py in e.view.pts]
-    else:
-        for *_, e in edges:
-            e.view.pts = [(px - min_x, py) for px, py in e.view.pts]
+            e.view.pts = [(px, py + grid_h) for px, py in e.view.pts]
     shift_x = MARGIN
     shift_y = MARGIN + (TITLE_H if title else 0)
     for n in nodes.values():
@@ -162,15 +169,18 @@ def layout(
         a, b = nodes[tail], nodes[head]
         inner = pts[1:-1] if len(pts) > 2 else []
         route = [(a.x + a.w / 2, a.y), *inner, (b.x - b.w / 2, b.y)]
+        if (tail, head) in routes:
+            route = [(x + shift_x, y + shift_y + grid_h) for x, y in routes[tail, head]]
         out_edges.append((tail, head, route, (tail, head) in crit_edges))
     width = max((n.x + n.w / 2 for n in nodes.values()), default=200.0) + MARGIN
-    height = max((n.y + n.h / 2 for n in nodes.values()), default=60.0) + MARGIN + LEGEND_H
+    lowest = max((y for *_, route, _ in out_edges for _, y in route), default=0.0)
+    height = max(max((n.y + n.h / 2 for n in nodes.values()), default=60.0), lowest) + MARGIN + LEGEND_H
     used = {n.status for n in nodes.values()}
     legend = [s for s in LEGEND if s in used]
     title_w = 2 * MARGIN + len(title) * CHAR_W * 1.25  # the title is drawn at 15 px, bold
     note = f"critical path: {path.describe()}" if len(crit) > 1 else ""
     legend_w = 2 * MARGIN + sum(len(s) * CHAR_W + 34 for s in legend) + 28 + len(note) * CHAR_W
-    return Drawing(nodes, out_edges, max(width, 360.0, title_w, legend_w), height, title, legend, note)
+    return Drawing(nodes, out_edges, max(width, 360.0, title_w, legend_w), height, title, legend, note, crossing)
 
 
 def _path(points: list[tuple[float, float]]) -> str:
@@ -206,10 +216,14 @@ def to_svg(
     ]
     if dr.title:
         out.append(f'<text x="{MARGIN}" y="{MARGIN + 12}" font-size="15" font-weight="bold">{esc(dr.title)}</text>')
-    for _tail, _head, pts, crit in dr.edges:
+    for tail, head, pts, crit in dr.edges:
         stroke, width, marker = ("#212121", 2.4, "arrow-crit") if crit else ("#90a4ae", 1.3, "arrow")
+        if (tail, head) in dr.crossing:  # from one piece to another: a straight dashed line
+            d, dash = "M" + " L".join(f"{x:.1f},{y:.1f}" for x, y in pts), ' stroke-dasharray="6 4"'
+        else:
+            d, dash = _path(pts), ""
         out.append(
-            f'<path d="{_path(pts)}" fill="none" stroke="{stroke}" stroke-width="{width}" marker-end="url(#{marker})"/>'
+            f'<path d="{d}" fill="none" stroke="{stroke}" stroke-width="{width}"{dash} marker-end="url(#{marker})"/>'
         )
     for n in dr.nodes.values():
         fill = colour_of(n.status)
