@@ -47,7 +47,7 @@ from milepost.flows.prefect_guard import PrefectGuard, is_api_error, quiet_prefe
 from milepost.gates.supervisor import supervisor
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import WorkItem
-from milepost.graph.status import DisplayStatus
+from milepost.graph.status import DisplayStatus, MilestoneStatus
 from milepost.retry import retrying
 from milepost.service import Service
 from milepost.settings import load_settings
@@ -183,6 +183,7 @@ def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None 
 def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id: str) -> State[Any]:
     svc = ctx.service
     it, g = svc.graph(item_id, proofs=False)
+    done_before = {m.name for m in g if m.status is MilestoneStatus.DONE}
     from milepost.flows.artifacts import ArtifactReporter
 
     guard = _guard(ctx)
@@ -241,7 +242,7 @@ def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id:
         try:
             if not interrupted:
                 guard.call("add the plan's other milestones to the flow-run graph",
-                           lambda: _finish_plan_nodes(ctx, g, loop, item_id), None)  # fmt: skip
+                           lambda: _finish_plan_nodes(ctx, g, loop, item_id, done_before), None)  # fmt: skip
                 if guard.lost is None:
                     ctx.publishing = artifacts.publish_later(summary, g, ctx.reporter.warning)
         finally:
@@ -276,15 +277,17 @@ def _api_lost_at_the_end(ctx: DriveContext, e: Exception) -> None:
     quiet_prefect()
 
 
-def _finish_plan_nodes(ctx: DriveContext, g: WorkGraph, loop: Loop, item_id: int) -> None:
-    """Plan nodes for every milestone the drive did not run."""
+def _finish_plan_nodes(ctx: DriveContext, g: WorkGraph, loop: Loop, item_id: int, done_before: set[str]) -> None:
+    """Plan nodes for every milestone the drive did not run (``done_before``: those done when it started)."""
     known = {}
     for name, ran in loop.by_name.items():
         run_id = getattr(ran, "task_run_id", None) or ran.state_details.task_run_id  # type: ignore[union-attr]
         if run_id is not None:
             known[name] = run_id
     # The picture must never mask the drive's own outcome: run through PrefectGuard.call.
-    nodes = create_nodes(g, ctx.flow_run_id or "", item_id, known, only_done=False)
+    # Done now, not when it started, and not run here: another driver proved it meanwhile.
+    elsewhere = {m.name for m in g if m.status is MilestoneStatus.DONE} - done_before - loop.by_name.keys()
+    nodes = create_nodes(g, ctx.flow_run_id or "", item_id, known, only_done=False, elsewhere=elsewhere)
     ctx.submitted += len(nodes)
 
 

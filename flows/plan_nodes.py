@@ -11,6 +11,7 @@ every milestone it does not run, with the DAG's edges as the task run's
 milepost status     Prefect     state name
 ==================  ==========  =========================================
 done before         COMPLETED   Done earlier (message: the attempt)
+done meanwhile      COMPLETED   Done elsewhere (another driver ran it while this drive waited)
 stuck               FAILED      Stuck (message: the last reason)
 blocked             CANCELLED   Blocked (message: what it waits on)
 locked              CANCELLED   Locked
@@ -35,6 +36,7 @@ not cancelled ones.)
 
 from __future__ import annotations
 
+from collections.abc import Set
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -68,11 +70,14 @@ STATES: dict[str, tuple[str, str]] = {
 DONE_EARLIER = "Done earlier"
 
 
-def node_state(g: WorkGraph, m: Milestone) -> tuple[str, str, str]:
-    """(state type, state name, message) of a milestone's plan node."""
+def node_state(g: WorkGraph, m: Milestone, elsewhere: Set[str] = frozenset()) -> tuple[str, str, str]:
+    """(state type, state name, message) of a milestone's plan node;
+    ``elsewhere``: the milestones another driver proved during this drive."""
     view = display_status(g, m)
     kind, name = STATES.get(view, ("cancelled", view.replace("_", " ").capitalize()))
-    if view is DisplayStatus.DONE:
+    if view is DisplayStatus.DONE and m.name in elsewhere:
+        name, message = "Done elsewhere", "done by another driver during this drive"
+    elif view is DisplayStatus.DONE:
         message = (
             f"done before this drive (budget {m.attempts} of {m.max_attempts} used)" if m.gate else "done (no gate)"
         )
@@ -98,7 +103,7 @@ _FINAL = {"completed": Completed, "failed": Failed, "cancelled": Cancelled}
 
 def create_nodes(
     g: WorkGraph, flow_run_id: str, item: int, known: dict[str, UUID], *, only_done: bool,
-    skip: set[str] | None = None,
+    skip: set[str] | None = None, elsewhere: Set[str] = frozenset(),
 ) -> dict[str, State[Any]]:  # fmt: skip
     """Create a plan node for every milestone not in ``known`` (name -> task
     run id of what ran) nor in ``skip``, deps first; with ``only_done`` just the done ones.
@@ -126,7 +131,7 @@ def create_nodes(
     times = node_times(todo, began, only_done=only_done)
     out: dict[str, State[Any]] = {}
     for m in todo:
-        kind, name, message = node_state(g, m)
+        kind, name, message = node_state(g, m, elsewhere)
         start, end = times[m.name]
         final: State[Any] = _FINAL[kind](name=name, message=message, timestamp=end)
         run = TaskRun(

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CLI, Postgres, wait_until
+from tests.flows.conftest import api_post
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
@@ -100,7 +101,7 @@ def test_a_second_and_third_driver_wait_take_up_what_is_unblocked_and_exit_0(
           "  - {name: y, deps: [slow], gate: 'echo y >> ran.txt; sleep 1'}\n")  # fmt: skip
     with drivers(cli, tmp_path, ["drive"]) as (first,):
         wait_until(lambda: ledger(workspace) == ["slow"], 120, "slow to start", step=0.1, output=lambda: first.out)
-        with drivers(cli, tmp_path, ["--json", "drive"], ["drive"]) as (second, third):
+        with drivers(cli, tmp_path, ["--json", "drive", "--wait-recorded"], ["drive"]) as (second, third):
             wait_until(lambda: second.says('"waiting_for_drivers"'), 120, "the second driver to wait", step=0.2)
             wait_until(lambda: third.says("wait   for other drivers: slow (drive:"), 120, "the third to wait", step=0.2)
             time.sleep(2.0)  # four polls of each: what they wait on did not change, nothing more is said
@@ -121,6 +122,11 @@ def test_a_second_and_third_driver_wait_take_up_what_is_unblocked_and_exit_0(
     finished = second.events("drive_finished")[-1]
     assert finished["ok"] is True and finished["message"] == "all 3 milestones are done"
     assert "all 3 milestones are done" in third.out
+    # The waiting driver's flow run: the gate it ran, and those another driver proved meanwhile.
+    states = {t["name"]: t["state"]["name"] for t in api_post(
+        prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [finished["flow_run_id"]]}}})}  # fmt: skip
+    ran_here = {e["milestone"] for e in second.events("gate_finished")}  # y, or nothing (the third took it)
+    assert states == {n: "Completed" if n in ran_here else "Done elsewhere" for n in ("slow", "x", "y")}
     assert {m["name"]: m["status"] for m in cli.json("list")["milestones"]} == dict.fromkeys(["slow", "x", "y"], "done")
 
 
