@@ -26,8 +26,11 @@ S = MilestoneStatus
 
 def check_removable(m: Milestone, dependents: Sequence[str]) -> None:
     if dependents:
+        one = len(dependents) == 1
         raise TransitionError(
-            f"cannot remove {m.name!r}: {', '.join(dependents)} depend on it; remove those first", milestone=m.name
+            f"cannot remove {m.name!r}: {', '.join(dependents)} {'depends' if one else 'depend'} on it;"
+            f" remove {'it' if one else 'those'} first",
+            milestone=m.name,
         )
     if m.status is S.IN_PROGRESS:
         raise TransitionError(f"cannot remove {m.name!r}: status is in_progress; finish or fix it first")

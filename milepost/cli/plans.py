@@ -373,7 +373,8 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
             doc["text"] = drawing
         click.echo(json.dumps(doc))
     elif output is not None:
-        return
+        size = len(drawing) if isinstance(drawing, bytes) else len(drawing.encode())
+        click.echo(f"wrote {output} ({fmt}, {size:,} bytes)", err=True)  # as plan export -o says it
     elif isinstance(drawing, bytes):
         if sys.stdout.isatty():
             raise InvalidValueError("--format png writes binary data: give -o FILE, redirect stdout, or add --json")

@@ -233,7 +233,7 @@ def test_the_critical_path_weighs_the_gates_last_durations_when_known() -> None:
 
 def test_remove() -> None:
     g = refactor()
-    with pytest.raises(TransitionError, match=r"cannot remove 'merge': test depend on it"):
+    with pytest.raises(TransitionError, match=r"cannot remove 'merge': test depends on it; remove it first"):
         g.remove("merge")
     g.remove("commit")
     assert "commit" not in g
