@@ -88,7 +88,10 @@ class UnitBook:
                     self.reused += 1
                 return slot.result.outcome, slot.origin
             # Its run was interrupted: take it over (the loop claims the free slot).
-        source = self._lookup(digest) if self._lookup is not None else None
+        try:
+            source = self._lookup(digest) if self._lookup is not None else None
+        except Exception:  # the store cannot say (a lost connection): the unit runs, that is all
+            source = None
         if source is not None:
             with self._lock:  # nothing ran: the store's answer is this book's for the next asker too
                 slot = self._slots[digest]
@@ -104,8 +107,8 @@ class UnitBook:
             slot = self._slots.get(digest)
             if slot is None:
                 return
-            if result is None or result.outcome not in (Outcome.PASSED, Outcome.FAILED):
-                del self._slots[digest]
+            if result is None or origin is None or result.outcome not in (Outcome.PASSED, Outcome.FAILED):
+                del self._slots[digest]  # nothing another gate may take (interrupted, or no origin to name)
             else:
                 slot.result, slot.origin = result, origin
                 self.ran += 1

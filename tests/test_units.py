@@ -203,3 +203,22 @@ def test_plan_export_writes_each_back(any_service: Service, pkg: Path, ledger: P
     assert exported["milestones"][1]["inputs"] == ["module:shop.cart", "module:tests/test_cart.py"]
     again = parse_plan(__import__("yaml").safe_dump(exported))
     assert again.take_milestones()[1].gate[0].each == ["tests/test_cart.py", "tests/test_prices.py"]
+
+
+def test_a_store_that_cannot_answer_makes_the_unit_run_not_fail(pkg: Path, tmp_path: Path, ledger: Path) -> None:
+    def lookup(digest: str) -> CachedFrom | None:
+        raise OSError("connection lost")
+
+    book = UnitBook(lookup)
+    cmd = GateCommand(name="t", run=f"echo {{file}} >> {ledger}", each=["tests/test_cart.py"])
+    origin = CachedFrom(item=1, milestone="a", attempt=1)
+    r = run_gate([cmd], tmp_path / "a.log", default_cwd=pkg, units=book, origin=origin)
+    assert r.passed and ran(ledger) == ["tests/test_cart.py"]
+    # and a second gate of the book takes the result without asking the store again
+    again = run_gate([cmd], tmp_path / "b.log", default_cwd=pkg, units=book)
+    assert again.passed and again.commands[0].outcome is Outcome.CACHED and ran(ledger) == ["tests/test_cart.py"]
+    # A gate run with no origin (the Python API's run_gate) runs its units and shares nothing it cannot name.
+    plain = UnitBook()
+    for log in ("c.log", "d.log"):
+        assert run_gate([cmd], tmp_path / log, default_cwd=pkg, units=plain).passed
+    assert ran(ledger).count("tests/test_cart.py") == 3
