@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_scaffold.py
 	$(BIN)/python benchmarks/bench_store.py
 	$(BIN)/python benchmarks/bench_plan.py
+	$(BIN)/python benchmarks/bench_exact.py
 
 # Regenerate the pictures of the Prefect UI in docs/ui.md (needs Chromium).
 screenshots: $(STAMP)

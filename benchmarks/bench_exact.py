@@ -1,0 +1,316 @@
+"""Benchmark: exact proofs on a real package, against the cost of its own tests (issue 29).
+
+jinja2 3.1.6 (25 modules in ``src/``, 22 test files), its sdist fetched at
+run time with ``pip download --no-deps --no-binary :all: jinja2==3.1.6``
+into a cache folder (default ``$TMPDIR/milepost-bench-exact``), made a git
+work tree and scaffolded with the issue's command::
+
+    milepost plan scaffold jinja2 --path src --gate 'python3 -m compileall -q {path}' \\
+        --gate 'PYTHONPATH=src python3 -m pytest -q -x -p no:cacheprovider {tests}' \\
+        --final all-tests --final-gate 'PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider {tests}' --apply
+
+(``PYTHONPATH=src``: the gates test the copy in the work tree, not an
+installed jinja2). The gates run in a venv of their own in the cache folder
+(pytest, markupsafe and trio, which jinja2's async tests import; created
+once with pip), first on ``PATH``; milepost runs as this interpreter's
+``-m milepost``. One ``milepost server start`` serves every drive
+(``PREFECT_API_URL``), so no drive pays a temporary server's start.
+
+Side by side in one run (medians of ``--repeat``; the machine is shared, so
+the ratios matter more than the absolute times; nothing here is asserted):
+
+* the suite as one pytest process (``PYTHONPATH=src python -m pytest -q tests``);
+* the fixed cost: ``milepost drive`` of a one-milestone item (gate ``true``);
+* the first drive of the scaffolded plan at ``--max-parallel 2`` (``--first-drives``
+  fresh workspaces), minus the fixed cost: target at most 3x the suite;
+* a one-line edit (a comment appended to ``--edit``): ``verify --max-parallel 2``
+  against the affected test files run directly in one pytest process (a unit is
+  affected when ``module:TEST_FILE`` stands for the edited file now):
+  target at most 1.5x + 2 s;
+* ``verify --max-parallel 2`` after putting the file back (a proven state):
+  target under 2 s;
+* the stale check, ``milepost --json list``, of the scaffolded item (module
+  entries) against the same milestones with today's literal file lists (the
+  files ``milepost --json inputs`` names for each): target within 1.5x.
+
+For information, to show where the time goes: the suite as one pytest
+process per test file, one after another (what the units cost run in turn);
+the affected files the same way; and the first drive and the re-proof of the
+same plan scaffolded with ``--final-gate`` equal to the module gates' pytest
+command (``-x`` included), whose units the final milestone then shares
+(``--no-shared`` skips it).
+
+    .venv/bin/python benchmarks/bench_exact.py [--repeat 5] [--first-drives 1] [--edit src/jinja2/nativetypes.py]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from milepost.gates.inputs import Snapshot
+from milepost.gates.units import unit_inputs
+
+VERSION = "3.1.6"
+GATE_COMPILE = "python3 -m compileall -q {path}"
+GATE_TESTS = "PYTHONPATH=src python3 -m pytest -q -x -p no:cacheprovider {tests}"
+FINAL_GATE = "PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider {tests}"
+TEST_DEPS = ["pytest", "markupsafe", "trio"]
+GIT = ["git", "-c", "user.email=bench@milepost", "-c", "user.name=bench"]
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    took = time.perf_counter() - t0
+    if p.returncode not in ok:
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}\n{p.stderr[-2000:]}")
+    return took
+
+
+def mp(*args: str) -> list[str]:
+    return [sys.executable, "-m", "milepost", *args]
+
+
+def sdist(cache: Path) -> Path:
+    """The unpacked jinja2 sdist (src/ and tests/), downloaded once."""
+    tree = cache / f"jinja2-{VERSION}"
+    if not (tree / "src" / "jinja2").is_dir():
+        archive = cache / f"jinja2-{VERSION}.tar.gz"
+        if not archive.exists():
+            log(f"downloading the jinja2 {VERSION} sdist into {cache}")
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                            f"jinja2=={VERSION}", "-d", str(cache)], check=True)  # fmt: skip
+        with tarfile.open(archive) as tar:
+            tar.extractall(cache, filter="data")
+    return tree
+
+
+def test_venv(cache: Path) -> Path:
+    """A venv for the gates (pytest, markupsafe, trio), made once; its bin folder."""
+    venv = cache / "venv"
+    py = venv / "bin" / "python"
+    probe = "import pytest, markupsafe, trio"
+    if not py.exists() or subprocess.run([str(py), "-c", probe], capture_output=True).returncode != 0:
+        log(f"note: installing {', '.join(TEST_DEPS)} into {venv} for the gates (jinja2's test dependencies)")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *TEST_DEPS], check=True)
+    return venv / "bin"
+
+
+def workspace(tree: Path, where: Path, env: dict[str, str], final_gate: str = FINAL_GATE) -> Path:
+    """A git work tree of the sdist with a store, scaffolded (item 1) and ready."""
+    shutil.copytree(tree, where)
+    run(["git", "init", "-q"], where, env)
+    run(["git", "add", "-A"], where, env)
+    run([*GIT, "commit", "-qm", f"jinja2 {VERSION} sdist"], where, env)
+    run(mp("init"), where, env)
+    run(mp("plan", "scaffold", "jinja2", "--path", "src", "--gate", GATE_COMPILE, "--gate", GATE_TESTS,
+           "--final", "all-tests", "--final-gate", final_gate, "--apply"), where, env)  # fmt: skip
+    run(mp("item", "update", "1", "--plan-status", "ready"), where, env)
+    return where
+
+
+def apply(ws: Path, env: dict[str, str], plan: dict[str, object], name: str) -> int:
+    path = ws / ".milepost" / f"{name}.json"
+    path.write_text(json.dumps(plan))
+    out = run(mp("--json", "plan", "apply", str(path)), ws, env).stdout
+    return int(json.loads(out)["id"])
+
+
+def one_milestone(ws: Path, env: dict[str, str], n: int) -> int:
+    plan = {"objective": f"fixed cost {n}", "plan_status": "ready",
+            "milestones": [{"name": "one", "gate": "true"}]}  # fmt: skip
+    return apply(ws, env, plan, f"one-{n}")
+
+
+def literal_item(ws: Path, env: dict[str, str]) -> tuple[int, int]:
+    """Item 1's plan with each module entry replaced by the files it stands for now; (item, files)."""
+    plan = json.loads(run(mp("--json", "plan", "export", "1"), ws, env).stdout)
+    total = 0
+    for m in plan["milestones"]:
+        if not any(str(e).startswith("module:") for e in m.get("inputs", [])):
+            continue
+        shown = json.loads(run(mp("--json", "inputs", m["name"], "--item", "1"), ws, env).stdout)
+        files = sorted({f for entry in shown["inputs"] for f in entry["files"]})
+        m["inputs"] = files
+        total += len(files)
+    plan["objective"] = "the same milestones, literal inputs"
+    plan["plan_status"] = "ready"
+    return apply(ws, env, plan, "literal"), total
+
+
+def affected_tests(ws: Path, edited: str) -> list[str]:
+    """The test files whose unit stands for ``edited`` now (``module:tests/test_x.py``)."""
+    snap = Snapshot(ws)
+    out = []
+    for test in sorted((ws / "tests").glob("test_*.py")):
+        rel = test.relative_to(ws).as_posix()
+        if edited in snap.fingerprint(unit_inputs(rel), "bench").files:
+            out.append(rel)
+    return out
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=5, help="samples of each cheap measure")
+    ap.add_argument("--list-repeat", type=int, default=7, help="samples of each stale check")
+    ap.add_argument("--first-drives", type=int, default=1, help="first drives (each in a fresh workspace)")
+    ap.add_argument("--edit", default="src/jinja2/nativetypes.py", help="the module given a one-line edit")
+    ap.add_argument("--no-shared", dest="shared", action="store_false",
+                    help="skip the variant whose final gate shares the module gates' units")  # fmt: skip
+    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "milepost-bench-exact")
+    args = ap.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+
+    tree = sdist(args.cache)
+    gate_bin = test_venv(args.cache)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MILEPOST_", "PREFECT_"))}
+    env["PATH"] = f"{gate_bin}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    tmp = Path(tempfile.mkdtemp(prefix="bench-exact-"))
+    host = tmp / "server"
+    host.mkdir()
+    server_started = False
+    try:
+        modules = len(list((tree / "src" / "jinja2").glob("*.py")))
+        tests = len(list((tree / "tests").glob("test_*.py")))
+        log(f"jinja2 {VERSION}: {modules} modules in src/jinja2, {tests} test files; gates run {gate_bin}/python3")
+        log(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        run(mp("init"), host, env)
+        t0 = time.perf_counter()
+        run(mp("server", "start"), host, env)
+        server_started = True
+        status = json.loads(run(mp("--json", "server", "status"), host, env).stdout)
+        env["PREFECT_API_URL"] = status["api_url"]
+        log(f"milepost server start: {time.perf_counter() - t0:.1f} s, once (every drive below uses it)")
+
+        # First drives, each in a fresh workspace (a store's cache would answer a second one).
+        first: list[float] = []
+        ws = tmp / "ws0"
+        for n in range(args.first_drives):
+            ws = workspace(tree, tmp / f"ws{n}", env)
+            first.append(timed(mp("drive", "1", "--max-parallel", "2"), ws, env))
+            log(f"first drive {n + 1}: {first[-1]:.1f} s")
+
+        suite_cmd = [str(gate_bin / "python3"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
+        suite_env = {**env, "PYTHONPATH": "src"}
+        suite: list[float] = []
+        fixed: list[float] = []
+        for n in range(args.repeat):
+            suite.append(timed(suite_cmd, ws, suite_env))
+            item = one_milestone(ws, env, n)
+            fixed.append(timed(mp("drive", str(item)), ws, env))
+        log(f"suite: {', '.join(f'{x:.2f}' for x in suite)} s; one-milestone drive: "
+            f"{', '.join(f'{x:.2f}' for x in fixed)} s")  # fmt: skip
+        test_files = sorted(p.relative_to(ws).as_posix() for p in (ws / "tests").glob("test_*.py"))
+        per_file = sum(timed([*suite_cmd[:-1], t], ws, suite_env) for t in test_files)
+        log(f"the suite one pytest process per test file, one after another: {per_file:.1f} s")
+
+        # The same plan with the final gate's command equal to the module gates' (their units shared).
+        shared = 0.0
+        ws_shared: Path | None = None
+        if args.shared:
+            ws_shared = workspace(tree, tmp / "ws-shared", env, final_gate=GATE_TESTS)
+            shared = timed(mp("drive", "1", "--max-parallel", "2"), ws_shared, env)
+            log(f"first drive, final gate = the module gates' pytest command: {shared:.1f} s")
+
+        edited = ws / args.edit
+        original = edited.read_bytes()
+        affected = affected_tests(ws, args.edit)
+        direct_cmd = [str(gate_bin / "python3"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *affected]
+        reproof: list[float] = []
+        direct: list[float] = []
+        direct_each: list[float] = []
+        revert: list[float] = []
+        reproof_shared: list[float] = []
+        verify = mp("verify", "--item", "1", "--max-parallel", "2")
+        for n in range(args.repeat):
+            edited.write_bytes(original + f"# one-line edit {n} {time.time()}\n".encode())
+            reproof.append(timed(verify, ws, env))
+            direct.append(timed(direct_cmd, ws, suite_env))
+            direct_each.append(sum(timed([*direct_cmd[: -len(affected)], t], ws, suite_env) for t in affected))
+            edited.write_bytes(original)
+            revert.append(timed(verify, ws, env))
+            if ws_shared is not None:
+                (ws_shared / args.edit).write_bytes(original + f"# one-line edit {n} {time.time()}\n".encode())
+                reproof_shared.append(timed(verify, ws_shared, env))
+                (ws_shared / args.edit).write_bytes(original)
+                timed(verify, ws_shared, env)
+        log(f"edit {args.edit}: affected units {len(affected)} ({', '.join(affected)}); re-proof "
+            f"{', '.join(f'{x:.2f}' for x in reproof)} s; direct {', '.join(f'{x:.2f}' for x in direct)} s "
+            f"(one process each: {', '.join(f'{x:.2f}' for x in direct_each)} s); "
+            f"verify after revert {', '.join(f'{x:.2f}' for x in revert)} s")  # fmt: skip
+
+        literal, files = literal_item(ws, env)
+        timed(mp("drive", str(literal), "--max-parallel", "2"), ws, env)  # its gates' units are all kept
+        listed: dict[int, list[float]] = {1: [], literal: []}
+        for item in (1, literal):  # warm the caches
+            timed(mp("--json", "list", "--item", str(item)), ws, env)
+        for _ in range(args.list_repeat):
+            for item in (1, literal):
+                listed[item].append(timed(mp("--json", "list", "--item", str(item)), ws, env))
+        views = json.loads(run(mp("--json", "list", "--item", "1"), ws, env).stdout)
+        stale = [m["name"] for m in views["milestones"] if m.get("view") == "stale"]
+    finally:
+        if server_started:
+            run(mp("server", "stop"), host, env, check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    s, f, d = med(suite), med(fixed), med(first)
+    r, dr, rv = med(reproof), med(direct), med(revert)
+    lm, ll = med(listed[1]), med(listed[literal])
+    log("")
+    log(f"jinja2 {VERSION}, medians ({args.repeat} samples; first drive {args.first_drives}; list {args.list_repeat}):")
+    log(f"  suite, one pytest process               {s:6.2f} s")
+    log(f"  one-milestone drive (fixed cost)        {f:6.2f} s")
+    log(f"  first drive --max-parallel 2            {d:6.2f} s; minus fixed {d - f:.2f} s = "
+        f"{(d - f) / s:.1f}x the suite (target <= 3x: {verdict(d - f <= 3 * s)})")  # fmt: skip
+    if shared:
+        log(f"    the same, final gate = module gates' command {shared:6.2f} s; minus fixed {shared - f:.2f} s = "
+            f"{(shared - f) / s:.1f}x the suite (for information)")  # fmt: skip
+    log(f"    the suite one process per test file, one after another: {per_file:.2f} s ({per_file / s:.1f}x)")
+    log(f"  re-proof after an edit (verify -j2)     {r:6.2f} s; affected files directly {dr:.2f} s: "
+        f"{r / dr:.1f}x (target <= 1.5x + 2 s = {1.5 * dr + 2:.2f} s: {verdict(r <= 1.5 * dr + 2)})")  # fmt: skip
+    if reproof_shared:
+        log(f"    the same, final gate = module gates' command {med(reproof_shared):6.2f} s: "
+            f"{med(reproof_shared) / dr:.1f}x (for information)")  # fmt: skip
+    log(f"    the affected files one process each, one after another: {med(direct_each):.2f} s "
+        f"({len(affected)} files: {', '.join(affected)})")  # fmt: skip
+    log(f"  verify after revert                     {rv:6.2f} s (target < 2 s: {verdict(rv < 2)})")
+    log(f"  --json list, module entries             {lm:6.2f} s; literal lists ({files} paths) {ll:.2f} s: "
+        f"{lm / ll:.2f}x (target <= 1.5x: {verdict(lm <= 1.5 * ll)})")  # fmt: skip
+    log(f"  load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if stale:
+        log(f"  warning: stale at the end: {', '.join(stale)}")
+
+
+if __name__ == "__main__":
+    main()
