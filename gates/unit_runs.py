@@ -4,8 +4,11 @@ or a run of another gate of the same drive) or run here, in order."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from milepost.gates import log_room
@@ -36,36 +39,101 @@ class UnitRuns:
             return None
 
     def run(self, cmd: GateCommand, run_one: Callable[..., CommandResult], first: int, fd: int,
-            stop: threading.Event | None) -> list[CommandResult]:  # fmt: skip
-        """Each unit in turn; ``run_one(index=, cmd=)`` runs one (``first``: the index of the first)."""
+            stop: threading.Event | None, log_path: Path,
+            on_interrupt: Callable[[BaseException], None] | None = None) -> list[CommandResult]:  # fmt: skip
+        """The step's units; ``run_one(index=, cmd=)`` runs one (``first``: the
+        index of the first). With a book of several workers (``--max-parallel``),
+        up to that many units run at once, each into a log of its own that is
+        added to the attempt's log when it ends."""
         snap = Snapshot(self.root)
+        digests = [self._digest(snap, cmd, path, fd) for path in cmd.each]
+        snap.save()
+        workers = self.book.workers if self.book is not None else 1
+        if workers > 1 and len(cmd.each) > 1:
+            return self._side_by_side(cmd, run_one, first, fd, stop, log_path, digests, on_interrupt)
         out: list[CommandResult] = []
         for n, path in enumerate(cmd.each):
-            one = unit_command(cmd, path)
-            if (out and out[-1].outcome is Outcome.INTERRUPTED) or (stop is not None and stop.is_set()):
-                out.append(CommandResult(name=cmd.name, run=one.run, outcome=Outcome.SKIPPED,
-                                         reason="skipped: the attempt was interrupted", file=path))  # fmt: skip
-                continue
-            digest = self._digest(snap, cmd, path, fd)
-            before = self.book.begin(digest) if self.book is not None and digest is not None else None
-            if before is not None:
-                out.append(_reused(one, path, digest, *before, fd))
-                continue
-            try:
-                r = run_one(index=first + n, cmd=one).model_copy(update={"file": path, "unit": digest})
-            except BaseException:
-                if self.book is not None and digest is not None:
-                    self.book.end(digest, None, None)
-                raise
-            if self.book is not None and digest is not None:
-                self.book.end(digest, r, self.origin)
-            out.append(r)
-        snap.save()
+            halted = (out and out[-1].outcome is Outcome.INTERRUPTED) or (stop is not None and stop.is_set())
+            out.append(self._one(cmd, n, path, digests[n], fd, lambda c, i: run_one(index=i, cmd=c), first,
+                                 halted=bool(halted)))  # fmt: skip
         return out
+
+    def _one(self, cmd: GateCommand, n: int, path: str, digest: str | None, fd: int,
+             run: Callable[[GateCommand, int], CommandResult], first: int, *, halted: bool,
+             write: Callable[[str], None] | None = None) -> CommandResult:  # fmt: skip
+        """One unit: skipped when halted, answered by the book, or run."""
+        one = unit_command(cmd, path)
+        if halted:
+            return CommandResult(name=cmd.name, run=one.run, outcome=Outcome.SKIPPED,
+                                 reason="skipped: the attempt was interrupted", file=path)  # fmt: skip
+        before = self.book.begin(digest) if self.book is not None and digest is not None else None
+        if before is not None:
+            return _reused(one, path, digest, *before, write or (lambda text: log_room.write(fd, text)))
+        try:
+            r = run(one, first + n).model_copy(update={"file": path, "unit": digest})
+        except BaseException:
+            if self.book is not None and digest is not None:
+                self.book.end(digest, None, None)
+            raise
+        if self.book is not None and digest is not None:
+            self.book.end(digest, r, self.origin)
+        return r
+
+    def _side_by_side(self, cmd: GateCommand, run_one: Callable[..., CommandResult], first: int, fd: int,
+                      stop: threading.Event | None, log_path: Path, digests: list[str | None],
+                      on_interrupt: Callable[[BaseException], None] | None) -> list[CommandResult]:  # fmt: skip
+        assert self.book is not None
+        book = self.book
+        halt = threading.Event()  # set by an interrupt, or when the attempt's stop is
+        lock = threading.Lock()  # the attempt's log: one unit's output at a time
+
+        def write(text: str) -> None:
+            with lock:
+                log_room.write(fd, text)
+
+        def unit(n: int, path: str) -> CommandResult:
+            own = log_path.with_name(f"{log_path.stem}.unit-{first + n}.log")
+
+            def run(c: GateCommand, i: int) -> CommandResult:
+                ufd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    with book.slots:  # within --max-parallel, whichever gate runs it
+                        return run_one(index=i, cmd=c, log_fd=ufd, log_path=own, stop=halt, on_interrupt=None)
+                finally:
+                    os.close(ufd)
+                    _append(own, fd, lock)
+
+            return self._one(cmd, n, path, digests[n], fd, run, first, halted=halt.is_set(), write=write)
+
+        with ThreadPoolExecutor(book.workers, thread_name_prefix="milepost-unit") as pool:
+            futures = [pool.submit(unit, n, path) for n, path in enumerate(cmd.each)]
+            try:
+                pending = set(futures)
+                while pending:
+                    _, pending = wait(pending, timeout=0.2)
+                    if stop is not None and stop.is_set():
+                        halt.set()
+            except BaseException as e:
+                halt.set()  # every running unit's process group is stopped
+                wait(futures)
+                if on_interrupt is None or isinstance(e, Exception):
+                    raise
+                on_interrupt(e)
+        return [f.result() for f in futures]
+
+
+def _append(part: Path, fd: int, lock: threading.Lock) -> None:
+    """A unit's own log into the attempt's, then gone (best effort: a full disk loses the copy, not the verdict)."""
+    with lock, contextlib.suppress(OSError), open(part, "rb") as f:
+        while chunk := f.read(1 << 20):
+            os.write(fd, chunk)
+    for leftover in (part, part.with_suffix(".proc")):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
 
 
 def _reused(cmd: GateCommand, path: str, digest: str | None, outcome: Outcome, source: CachedFrom,
-            fd: int) -> CommandResult:  # fmt: skip
+            write: Callable[[str], None]) -> CommandResult:  # fmt: skip
     """A unit answered without running: passed (``cached``) or failed where ``source`` ran it."""
     if outcome is Outcome.PASSED:
         reason = f"cached: passed as {source.shown()} on the same command and inputs"
@@ -73,6 +141,6 @@ def _reused(cmd: GateCommand, path: str, digest: str | None, outcome: Outcome, s
     else:
         reason = f"failed as {source.shown()} on the same command and inputs (not run again)"
         out = Outcome.FAILED
-    log_room.write(fd, f"{command_header(cmd)}milepost: {reason}\n")
+    write(f"{command_header(cmd)}milepost: {reason}\n")
     return CommandResult(name=cmd.name, run=cmd.run, outcome=out, reason=reason, tail=reason, file=path, unit=digest,
                          cached_from=source)  # fmt: skip

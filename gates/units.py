@@ -65,12 +65,20 @@ class UnitBook:
     """The units of one drive (or ``done``, or ``verify``): their results, and
     the passes kept in the store through ``lookup`` (digest -> where it passed)."""
 
-    def __init__(self, lookup: Callable[[str], CachedFrom | None] | None = None) -> None:
+    def __init__(self, lookup: Callable[[str], CachedFrom | None] | None = None, workers: int = 1) -> None:
         self._lookup = lookup
+        self.workers = 1
+        self.slots = threading.BoundedSemaphore(1)
+        self.set_workers(workers)
         self._lock = threading.Lock()
         self._slots: dict[str, _Slot] = {}
         self.ran = 0  # units run by this book's gates
         self.reused = 0  # units answered without running
+
+    def set_workers(self, n: int) -> None:
+        """Up to ``n`` units run at once, across every gate of this book (the drive's ``--max-parallel``)."""
+        self.workers = max(1, n)
+        self.slots = threading.BoundedSemaphore(self.workers)
 
     def begin(self, digest: str) -> tuple[Outcome, CachedFrom] | None:
         """How the unit went before (passed in the store, or passed or failed in

@@ -222,3 +222,61 @@ def test_a_store_that_cannot_answer_makes_the_unit_run_not_fail(pkg: Path, tmp_p
     for log in ("c.log", "d.log"):
         assert run_gate([cmd], tmp_path / log, default_cwd=pkg, units=plain).passed
     assert ran(ledger).count("tests/test_cart.py") == 3
+
+
+def test_units_of_one_step_run_side_by_side_within_the_books_workers(pkg: Path, tmp_path: Path) -> None:
+    files = ["tests/test_cart.py", "tests/test_prices.py", "src/shop/cart.py", "src/shop/prices.py"]
+    for n in range(3):
+        (tmp_path / f"x{n}").mkdir()
+    trace = tmp_path / "trace.txt"
+    cmd = GateCommand(
+        name="t", run=f"echo start >> {trace}; echo out-{{file}}; sleep 0.5; echo more-{{file}}; echo end >> {trace}",
+        each=files,
+    )  # fmt: skip
+
+    def most_at_once() -> int:
+        at, top = 0, 0
+        for word in trace.read_text().split():
+            at += 1 if word == "start" else -1
+            top = max(top, at)
+        trace.unlink()
+        return top
+
+    origin = CachedFrom(item=1, milestone="m", attempt=1)
+    r = run_gate([cmd], tmp_path / "x0" / "a.log", default_cwd=pkg, units=UnitBook(workers=2), origin=origin)
+    assert r.passed and [c.file for c in r.commands] == files  # in the step's order, whatever ended first
+    assert most_at_once() == 2
+    # The attempt's log holds each unit's output whole, after its header (not interleaved), and no part files.
+    log = (tmp_path / "x0" / "a.log").read_text().splitlines()
+    for f in files:
+        i = log.index(f"=== [t] $ {cmd.unit_run(f)}")
+        assert log[i + 1 : i + 3] == [f"out-{f}", f"more-{f}"]
+    assert not [p.name for p in (tmp_path / "x0").iterdir() if ".unit-" in p.name]
+    run_gate([cmd], tmp_path / "x1" / "a.log", default_cwd=pkg, units=UnitBook(workers=1), origin=origin)
+    assert most_at_once() == 1
+    # Two gates of one book share its workers: never more than that many units at once.
+    book = UnitBook(workers=2)
+    cmds = [cmd.model_copy(update={"run": cmd.run + f" # gate {g}"}) for g in range(2)]
+    threads = [
+        threading.Thread(
+            target=run_gate,
+            args=([c], tmp_path / "x2" / f"{g}.log"),
+            kwargs={"default_cwd": pkg, "units": book, "origin": origin},
+        )
+        for g, c in enumerate(cmds)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most_at_once() == 2 and book.ran == 8
+
+
+def test_an_interrupted_step_stops_every_unit_running_side_by_side(pkg: Path, tmp_path: Path) -> None:
+    stop = threading.Event()
+    cmd = GateCommand(name="t", run="sleep 30", each=["tests/test_cart.py", "tests/test_prices.py", "src/shop/cart.py"])
+    threading.Timer(1.0, stop.set).start()
+    r = run_gate([cmd], tmp_path / "a.log", default_cwd=pkg, units=UnitBook(workers=2), stop=stop,
+                 origin=CachedFrom(item=1, milestone="m", attempt=1))  # fmt: skip
+    assert r.outcome is Outcome.INTERRUPTED and r.duration < 15
+    assert sorted(c.outcome.value for c in r.commands) == ["interrupted", "interrupted", "skipped"]

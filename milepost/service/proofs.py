@@ -269,9 +269,10 @@ def cached_run(ctx: Context, fp: str) -> CachedRun | None:
 # -- units of proof ----------------------------------------------------------------------
 
 
-def unit_book(ctx: Context) -> UnitBook:
+def unit_book(ctx: Context, workers: int = 1) -> UnitBook:
     """A book of units for one drive, ``done`` or ``verify``: passes kept in
-    the store stand in for a unit in the same state."""
+    the store stand in for a unit in the same state; up to ``workers`` units
+    run at once."""
 
     def lookup(digest: str) -> CachedFrom | None:
         with ctx.store.read() as conn:
@@ -282,7 +283,7 @@ def unit_book(ctx: Context) -> UnitBook:
             ).first()
         return None if r is None else CachedFrom(item=r.item_id, milestone=r.milestone, attempt=r.attempt)
 
-    return UnitBook(lookup)
+    return UnitBook(lookup, workers)
 
 
 def store_unit_passes(conn: Connection, item_id: int, milestone: str, attempt: int, result: GateResult) -> None:

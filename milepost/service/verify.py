@@ -146,7 +146,7 @@ class _Run:
     units: UnitBook | None = None  # the units of proof of this verify (each run once per state)
 
     def __post_init__(self) -> None:
-        self.units = proofs.unit_book(self.ctx)
+        self.units = proofs.unit_book(self.ctx, self.max_parallel)
 
     def go(self, order: list[str]) -> None:
         """Settle every milestone of ``order`` (id order): lowest id first,
