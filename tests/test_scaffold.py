@@ -103,7 +103,7 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
     # imports, and the test file with what it imports (test_mod_b imports the package: the whole of it).
     assert ms["kv"]["gate"] == "python3 -m compileall -q src/kv/__init__.py"  # no test imports the package itself
     assert (
-        "`python3 -m unittest -q {tests}` left out of 2 milestones whose modules no test exercises: kv, kv.interfaces"
+        "`python3 -m unittest -q {tests}` left out of 2 milestones no test file is mapped to: kv, kv.interfaces"
         in r.err
     )
     assert "tests: 3 of 3 test files mapped to modules: 3 by name (kv.mod_a, kv.mod_b, kv.mod_c), 0 by their" in r.err

@@ -250,8 +250,14 @@ def scaffold(
         milestones.append(entry)
 
     for template, names in skipped.items():
-        where_out = f"{count(len(names), 'milestone')} whose modules no test exercises"
+        where_out = f"{count(len(names), 'milestone')} no test file is mapped to"
         notes.append(f"`{template}` left out of {where_out}: {listed(names)}")
+    unit_steps = [t for t in gates if "{tests}" in t]
+    if final_gate and "{tests}" in final_gate and unit_steps and final_gate not in unit_steps:
+        notes.append(
+            f"the final gate's {{tests}} command differs from the modules' ({unit_steps[0]!r}): its units share no"
+            " result with theirs, so it runs every test file again; give both the same command to run each once"
+        )
     if not inside:
         notes.append(f"no inputs: {package} is read from {where}, outside the workspace {base}")
     if tm.in_package:
