@@ -331,6 +331,9 @@ class LineReporter(NullReporter):
         took = f" in {run.duration:.1f} s" if run else ""
         if run is not None and run.cached_from is not None:  # not run: a passed run stood in
             took = f", cached from {cached_text(run.cached_from)}"
+        elif run is not None and (units := [c for c in run.commands if c.file is not None]):
+            reused = sum(c.cached_from is not None for c in units)
+            took += f"; {len(units)} unit{'s' * (len(units) != 1)}" + (f", {reused} cached" if reused else "")
         view = "in_review" if m.awaiting_review else m.status.value
         self._line(f"{view:<6} {m.name} (attempt {claim.attempt}{took}){why}")
 

@@ -280,3 +280,20 @@ def test_an_interrupted_step_stops_every_unit_running_side_by_side(pkg: Path, tm
                  origin=CachedFrom(item=1, milestone="m", attempt=1))  # fmt: skip
     assert r.outcome is Outcome.INTERRUPTED and r.duration < 15
     assert sorted(c.outcome.value for c in r.commands) == ["interrupted", "interrupted", "skipped"]
+
+
+def test_the_progress_line_counts_the_units_and_the_cached_ones(service: Service, pkg: Path, ledger: Path) -> None:
+    import io
+
+    from milepost.events import LineReporter
+    from milepost.results import Claim
+
+    service.apply_plan(parse_plan(plan(ledger)))
+    finish(service, "prices")
+    service.start("cart")
+    done = service.done("cart")
+    out = io.StringIO()
+    claim = Claim(item=1, pk=2, milestone=done.milestone, attempt=1, owner="t", log_path="t.log")
+    LineReporter(out).gate_finished(claim, done)
+    assert out.getvalue().split(" ", 1)[1].startswith("done   cart (attempt 1 in ")
+    assert out.getvalue().endswith(" s; 2 units, 1 cached)\n")
