@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from prefect import flow
@@ -38,115 +39,42 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from milepost.errors import EnvironmentProblem, PrefectUnreachableError, StaleRevisionError
-from milepost.events import DriveSummary, MilestoneSummary, MultiReporter, NullReporter, Reporter
+from milepost.events import DriveSummary, MultiReporter, NullReporter, Reporter
 from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
 from milepost.flows.heartbeat import Heartbeat, heartbeat_frequency, prefect_heartbeat_off
 from milepost.flows.loop import DriveContext, Loop
 from milepost.flows.plan_nodes import create_nodes
 from milepost.flows.prefect_guard import PrefectGuard, is_api_error, quiet_prefect
 from milepost.gates.supervisor import supervisor
-from milepost.graph.dag import WorkGraph, display_status
+from milepost.graph.dag import WorkGraph
 from milepost.graph.models import WorkItem
-from milepost.graph.status import DisplayStatus, MilestoneStatus
+from milepost.graph.status import MilestoneStatus
 from milepost.retry import retrying
 from milepost.service import Service
+from milepost.service.drive import nothing_to_run, summarize
 from milepost.settings import load_settings
 
 __all__ = ["GateSpec", "drive_workgraph", "gate_task", "run_drive", "run_gate_spec"]
 
-_CONTEXT: DriveContext | None = None
+# The drive this thread's flow run belongs to: set by run_drive around the
+# flow call (Prefect runs a sync flow's body, and names its run, in the
+# caller's thread and context), read by the body. Each drive has its own, so
+# drives run side by side in one process (threads, MCP calls).
+_RUN: ContextVar[DriveContext | None] = ContextVar("milepost_drive", default=None)
+# Prefect's temporary server is started once per process, by one drive at a time (see _temporary_server).
+_TEMPORARY_SERVER = threading.Lock()
 # How long a drive waits at its end for its artifacts (made while the flow run ends).
 PUBLISH_TIMEOUT = 60.0
 
 
 def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = False,
              loop: Loop | None = None) -> DriveSummary:  # fmt: skip
-    """The drive's verdict: ok when every milestone of its scope (all, or
-    ``--until``'s target and its deps) is done and none is stale; else one
-    message naming, by view, what is not done and why."""
-    check = ctx.service.check_proofs(it.id, g)  # marks the stale ones
-    held = dict(loop.session.waiting) if loop is not None else {}
-    held.update(check.waiting)
-    scope = ctx.scope if ctx.scope is not None else {m.name for m in g}
-    spent = ctx.service.gate_time(it.id)
-    cached = dict(loop.cached) if loop is not None else {}
-    ms = []
-    for m in g:
-        ms.append(
-            MilestoneSummary(
-                id=m.id,
-                name=m.name,
-                status=m.status,
-                view=display_status(g, m),
-                attempts=m.attempts,
-                max_attempts=m.max_attempts,
-                duration=ctx.durations.get(m.name, 0.0),
-                total_duration=spent[m.name][0] if m.name in spent else 0.0,
-                last_attempt=spent[m.name][1] if m.name in spent else None,
-                last_reason=m.reason,
-                stale=check.stale.get(m.name),
-                waiting_for_change=held.get(m.name),
-                cached_from=cached.get(m.name),
-            )
-        )
-    left = [s for s in ms if s.name in scope and s.view is not DisplayStatus.DONE]
-    ok = not left
-    if ok:
-        n = len(scope)
-        message = f"all {n} milestone{'s' if n != 1 else ''} are done" if n != 1 else "the milestone is done"
-        if ctx.until is not None:
-            message = f"{ctx.until} and what it depends on are done ({n} milestone{'s' if n != 1 else ''})"
-    else:
-        message = _not_done(g, left)
-    if interrupted:
-        message = "interrupted; " + message
-    return DriveSummary(
-        item=it.id,
-        objective=it.objective,
-        ok=ok and not interrupted,
-        message=message,
-        flow_run_id=ctx.flow_run_id,
-        interrupted=interrupted,
-        milestones=ms,
-        until=ctx.until,
-        scope=sorted(ctx.scope, key=lambda n: g.get(n).id) if ctx.scope is not None else None,
-    )
-
-
-def _not_done(g: WorkGraph, left: list[MilestoneSummary]) -> str:
-    """What keeps a drive from ok, grouped by view, each name once:
-    ``stuck: merge (blocks test, commit); stale: lint (changed since proven: a.py); blocked: test, commit``."""
-    by: dict[str, list[str]] = {}
-    told: set[str] = set()  # blocked milestones already named by what blocks them
-    for s in left:
-        if s.view is DisplayStatus.BLOCKED and s.name in told:
-            continue
-        group = s.view.value.replace("_", " ")
-        if s.view is DisplayStatus.STUCK:
-            below = g.descendants(s.name)
-            told.update(below)
-            text = f"{s.name} (blocks {', '.join(below)})" if below else s.name
-        elif s.view is DisplayStatus.STALE and s.stale is not None:
-            text = f"{s.name} ({s.stale.reason})"
-        elif s.waiting_for_change:
-            group = UNCHANGED
-            text = f"{s.name} (attempt {s.last_attempt})" if s.last_attempt else s.name
-        elif s.view is DisplayStatus.IN_REVIEW:
-            group = "waiting for review"
-            text = s.name
-        else:
-            text = s.name
-        by.setdefault(group, []).append(text)
-    order = ["stuck", "needs fix", UNCHANGED, "stale", "waiting for review"]
-    groups = [k for k in order if k in by] + [k for k in by if k not in order]
-    return "; ".join(f"{k}: {', '.join(by[k])}" for k in groups)
-
-
-# Failed milestones the drive does not retry: their inputs did not change since they failed.
-UNCHANGED = (
-    "failed, inputs unchanged since (not retried until they change; fixed something outside them?"
-    " `milepost reset NAME --reason TEXT`)"
-)
+    """The drive's verdict (see :func:`milepost.service.drive.summarize`)."""
+    return summarize(
+        ctx.service, it, g, scope=ctx.scope, until=ctx.until, durations=ctx.durations, flow_run_id=ctx.flow_run_id,
+        interrupted=interrupted, held=dict(loop.session.waiting) if loop is not None else None,
+        cached=dict(loop.cached) if loop is not None else None,
+    )  # fmt: skip
 
 
 def _flow_run_name() -> str:
@@ -154,7 +82,7 @@ def _flow_run_name() -> str:
 
     params = flow_run.parameters
     item = params.get("item_id")
-    ctx = _CONTEXT
+    ctx = _RUN.get()
     objective = ""
     if ctx is not None and item is not None:
         objective = ctx.objective if ctx.objective is not None else ctx.service.get_item(item).objective
@@ -165,7 +93,7 @@ def _flow_run_name() -> str:
 def drive_workgraph_body(item_id: int, max_parallel: int = 1, until: str | None = None) -> State[Any]:
     """Drive a work item's milestone DAG: every gate a task, the DAG's edges
     the tasks' ``wait_for``. Completed only when every milestone is done."""
-    ctx = _CONTEXT
+    ctx = _RUN.get()
     if ctx is None:
         # Started by Prefect itself (a deployment): open the store from the environment.
         ctx = DriveContext(service=Service.open(), reporter=NullReporter(), max_parallel=max_parallel, until=until)
@@ -354,9 +282,17 @@ def run_drive(
     item is at that revision: checked before Prefect starts and again by the
     first claim, in its transaction. With ``wait_for_others`` (the default) a
     drive with nothing it can run while other live drivers hold the item's
-    work waits for them (flows/waiting.py); without, it ends."""
-    global _CONTEXT
+    work waits for them (flows/waiting.py); without, it ends. A drive with
+    nothing to run (every milestone of its scope done, none stale) answers
+    from the store: no flow run. Drives of other items may run at once in
+    other threads of this process: each keeps its state on its own
+    :class:`DriveContext` (and what hangs off it), none in module globals."""
+    t0 = time.monotonic()
     objective = service.check_can_drive(item_id, expect_revision, until=until)
+    quick = nothing_to_run(service, item_id, until)
+    if quick is not None:
+        quick.duration = time.monotonic() - t0
+        return quick
     ctx = DriveContext(
         service=service,
         reporter=reporter or NullReporter(),
@@ -369,12 +305,12 @@ def run_drive(
         inline=task_runner == "thread" and max_parallel == 1,
         wait_for_others=wait_for_others,
     )
-    _CONTEXT = ctx
-    t0 = time.monotonic()
+    token = _RUN.set(ctx)
     state: State[Any] | None = None
     if task_runner == "thread":
         supervisor()  # its gates run here: the supervisor starts up while the flow run does
     try:
+        _temporary_server()
         runner = _task_runner(task_runner, max_parallel, dask_address)
         configured = drive_workgraph.with_options(task_runner=runner)
         with _sigterm_as_interrupt(), prefect_heartbeat_off():
@@ -401,7 +337,7 @@ def run_drive(
                             raise
                         _api_lost_at_the_end(ctx, e)
     finally:
-        _CONTEXT = None
+        _RUN.reset(token)
     if ctx.error is not None:
         raise ctx.error
     if ctx.summary is None and state is not None and state.is_failed():
@@ -412,6 +348,22 @@ def run_drive(
     summary.duration = time.monotonic() - t0
     summary.flow_run_url = flow_run_url(ctx.flow_run_id)
     return summary
+
+
+def _temporary_server() -> None:
+    """Without a server to talk to, Prefect starts its temporary one on a
+    client's first use; two drives starting at once in one process race it
+    (the second finds it "running" before its process exists: "Server
+    process did not start"). Started here, under a lock, it is up before
+    either flow run begins; it stops with this process (Prefect's atexit)."""
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    with _TEMPORARY_SERVER:
+        SubprocessASGIServer().start()
 
 
 def flow_run_url(flow_run_id: str | None) -> str | None:

@@ -37,9 +37,9 @@ __all__ = [
     "call_inline",
     "driver_identity",
     "gate_task",
+    "new_monitor",
     "run_boxed_spec",
     "run_gate_spec",
-    "take_verdict",
     "task_run_name",
 ]
 
@@ -196,8 +196,8 @@ _CHUNK = 1 << 16  # bytes of the log read at a time
 
 
 class _Monitor:
-    """One thread per process watches every running gate task: it stops a
-    gate when its driver asks (the stop file) or is gone, and forwards the
+    """One thread per drive watches its running gate tasks (a task on a Dask
+    worker watches its own): it stops a gate when its driver asks (the stop file) or is gone, and forwards the
     gate's output to its task-run log as it is written, both every
     ``STOP_POLL_SECONDS``. (Two threads per gate cost two thread starts and
     joins per milestone, a scheduling round trip each on a busy machine.)
@@ -246,29 +246,25 @@ class _Monitor:
                     continue
 
 
-_MONITOR: _Monitor | None = None
-_MONITOR_LOCK = threading.Lock()
+def new_monitor() -> _Monitor:
+    """A drive's gate monitor (its thread starts with the first gate it watches)."""
+    return _Monitor()
 
 
-def _monitor() -> _Monitor:
-    """This process's gate monitor (a forked or spawned worker starts its own)."""
-    global _MONITOR
-    with _MONITOR_LOCK:
-        if _MONITOR is None or _MONITOR.pid != os.getpid():
-            _MONITOR = _Monitor()
-        return _MONITOR
-
-
-def run_gate_spec(spec: GateSpec, units: UnitBook | None = None) -> State[Any]:
+def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | None = None) -> State[Any]:
     """The body of :data:`gate_task`: run one gate (or fix) attempt and end
-    in a state that says how it went (see :func:`_task_state`). (A plain
+    in a state that says how it went (see :func:`_task_state`). Its verdict
+    goes to the file beside the log (the record) and, in the driver's own
+    process, onto ``box`` (the loop takes it from there). (A plain
     module-level function, so Dask can pickle the task by reference.)"""
+    box = box if box is not None else SpecBox(spec, units)
     log_path = Path(spec.log_path)
     if spec.cached:
-        return _task_state(spec, _kept(spec, GateResult.model_validate_json(spec.result_file.read_text())))
+        return _task_state(spec, box.keep(GateResult.model_validate_json(spec.result_file.read_text())))
     # The run logger is bound to this task run's context: take it here, use it in the monitor's thread.
     watched = _Watched(spec, get_run_logger(), MAX_LOG_LINES)
-    monitor = _monitor()
+    # The drive's monitor; a task in another process (a Dask worker) watches its gate with one of its own.
+    monitor = box.monitor if box.monitor is not None else _Monitor()
     monitor.add(watched)
     passed = False
     try:
@@ -282,10 +278,10 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None) -> State[Any]:
             # Run by call_inline, in the thread Ctrl-C and SIGTERM reach: the
             # interrupt stops the gate as the drive's stop file would (and is
             # raised again once the task run has ended).
-            on_interrupt=_INLINE.defer(watched.stopped) if _INLINE.deferring else None,
+            on_interrupt=box.defer(watched.stopped) if box.deferring else None,
             inputs=spec.inputs,
             root=Path(spec.cwd),
-            units=units,
+            units=box.units,
             origin=CachedFrom(item=spec.claim.item, milestone=spec.claim.milestone.name, attempt=spec.claim.attempt),
         )
         passed = result.passed
@@ -295,23 +291,7 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None) -> State[Any]:
     if watched.stopped.is_set() and not result.passed:
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
         write_result(log_path, result)
-    return _task_state(spec, _kept(spec, result))
-
-
-# The verdicts of the gate tasks run in this process, by log path: the loop
-# takes each (take_verdict) instead of reading back the file just written.
-# The file stays the record (a Dask worker process leaves only the file).
-_VERDICTS: dict[str, GateResult] = {}
-
-
-def _kept(spec: GateSpec, result: GateResult) -> GateResult:
-    _VERDICTS[spec.log_path] = result
-    return result
-
-
-def take_verdict(log_path: str) -> GateResult | None:
-    """The verdict of the gate task of ``log_path`` if it ran in this process (once)."""
-    return _VERDICTS.pop(log_path, None)
+    return _task_state(spec, box.keep(result))
 
 
 def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:
@@ -340,38 +320,34 @@ class SpecBox:
     not open. Before it runs a task, Prefect walks the task's parameters
     (for futures to wait on and to record as inputs), a pydantic model field
     by field and twice: for a spec with its milestone that cost milliseconds
-    per gate. The spec holds no future (a gate's deps go in ``wait_for``)."""
+    per gate. The spec holds no future (a gate's deps go in ``wait_for``).
 
-    __slots__ = ("spec", "units")
+    In the driver's process the box is also the drive's one in-memory path
+    to and from its task: the drive's units of proof and gate monitor go in;
+    the verdict (:attr:`verdict`; the file beside the log is its durable
+    record) and the gate's end (:attr:`on_end`, called once the verdict is
+    kept) come out. Pickled to a Dask worker, only the spec travels: the
+    loop reads the file when Prefect has ended the task run."""
 
-    def __init__(self, spec: GateSpec, units: UnitBook | None = None) -> None:
+    __slots__ = ("deferring", "interrupt", "monitor", "on_end", "spec", "units", "verdict")
+
+    def __init__(self, spec: GateSpec, units: UnitBook | None = None, monitor: _Monitor | None = None,
+                 on_end: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.spec = spec
         self.units = units  # the drive's units of proof (this process only: a Dask worker gets None)
+        self.monitor = monitor  # the drive's gate monitor (None: the task watches its gate itself)
+        self.on_end = on_end  # the loop's ear: called in the task's thread once the verdict is kept
+        self.verdict: GateResult | None = None
+        # Run by call_inline: an interrupt stops the gate and is raised again once its task run has ended.
+        self.deferring = False
+        self.interrupt: BaseException | None = None
 
     def __reduce__(self) -> tuple[type[SpecBox], tuple[GateSpec]]:
         return (SpecBox, (self.spec,))
 
-
-# The drive loops of this process that want to hear of a gate's end as soon as
-# its verdict is in its file, by the attempt's log path (see Loop._submit).
-# A task run on a Dask worker process finds nothing here: its loop hears of
-# it when Prefect has finished the task run.
-_ENDED: dict[str, Callable[[], None]] = {}
-
-
-def tell_when_ended(log_path: str, notify: Callable[[], None]) -> None:
-    """Call ``notify`` when the gate task of ``log_path`` has written its
-    verdict (in its own thread, before Prefect ends the task run)."""
-    _ENDED[log_path] = notify
-
-
-def forget_ended(log_path: str) -> None:
-    _ENDED.pop(log_path, None)
-
-
-class _Inline(threading.local):
-    deferring = False  # a gate task of call_inline runs in this thread
-    interrupt: BaseException | None = None  # what stopped its gate, raised once its task run has ended
+    def keep(self, result: GateResult) -> GateResult:
+        self.verdict = result
+        return result
 
     def defer(self, stopped: threading.Event) -> Callable[[BaseException], None]:
         def take(e: BaseException) -> None:
@@ -379,9 +355,6 @@ class _Inline(threading.local):
             stopped.set()
 
         return take
-
-
-_INLINE = _Inline()
 
 
 def call_inline(kind: TaskKind, box: SpecBox, wait_for: Sequence[Any]) -> State[Any]:
@@ -396,12 +369,12 @@ def call_inline(kind: TaskKind, box: SpecBox, wait_for: Sequence[Any]) -> State[
     the drive's stop file does in a pool's thread (the attempt interrupted,
     its verdict written, its task run ``Interrupted``) and is raised again
     here once the task run has ended."""
-    _INLINE.deferring, _INLINE.interrupt = True, None
+    box.deferring, box.interrupt = True, None
     try:
         state: State[Any] = GATE_TASKS[kind](box, wait_for=wait_for, return_state=True)
     finally:
-        _INLINE.deferring = False
-    interrupt, _INLINE.interrupt = _INLINE.interrupt, None
+        box.deferring = False
+    interrupt, box.interrupt = box.interrupt, None
     if interrupt is not None:
         raise interrupt
     return state
@@ -409,10 +382,9 @@ def call_inline(kind: TaskKind, box: SpecBox, wait_for: Sequence[Any]) -> State[
 
 def run_boxed_spec(box: SpecBox) -> State[Any]:
     """The body of :data:`gate_task` (module level, for Dask's pickle)."""
-    state = run_gate_spec(box.spec, box.units)
-    notify = _ENDED.pop(box.spec.log_path, None)
-    if notify is not None:
-        notify()
+    state = run_gate_spec(box.spec, box=box)
+    if box.on_end is not None:
+        box.on_end()
     return state
 
 

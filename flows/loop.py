@@ -33,8 +33,7 @@ from milepost.flows.gate_task import (
     TaskKind,
     call_inline,
     driver_identity,
-    forget_ended,
-    tell_when_ended,
+    new_monitor,
 )
 from milepost.flows.outage import read_result
 from milepost.flows.waiting import Waiting, wait_for_others
@@ -56,6 +55,7 @@ class _Running:
     kind: TaskKind
     claim: Claim
     spec: GateSpec
+    box: SpecBox  # the task's parameter; in this process, its verdict and its end come back on it
     # Its task's future; run inline (DriveContext.inline): its final state once it ran, None before.
     future: PrefectFuture[Any] | State[Any] | None
 
@@ -94,7 +94,6 @@ class Loop:
         self.item = item_id
         self.owner = f"drive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.session = ctx.service.drive_session(item_id, self.owner, use_cache=ctx.use_cache, scope=ctx.scope)
-        self.session.units.set_workers(ctx.max_parallel)  # units of proof run within --max-parallel too
         self.running: dict[str, _Running] = {}
         # Per milestone, what its dependents wait on: its latest gate task, or its plan node.
         self.by_name: dict[str, PrefectFuture[Any] | State[Any]] = {}
@@ -116,6 +115,8 @@ class Loop:
         self._claimed_at_check = -1
         self._prepared = False
         self.driver = driver_identity()
+        self.monitor = new_monitor()  # watches this drive's gates (stop file, log lines to the UI)
+        self.crashes: dict[tuple[int, int], int] = {}  # gate tasks that died before reporting (flows/outage.py)
 
     # -- submitting --------------------------------------------------------
 
@@ -144,22 +145,19 @@ class Loop:
         # Prefect asks the API for the tags' concurrency slots before every
         # tagged task run (a round trip per gate). Its task (gate or fix) says what it runs.
         future: PrefectFuture[Any] | None = None
+        # Its end reaches done_q from its box once its verdict is kept (so the loop goes on while Prefect ends
+        # the task run, ~4 ms a gate), else from its future (a Dask worker, a task that died); counted once.
+        ended = functools.partial(self.done_q.put, key)
+        box = SpecBox(spec, self.session.units, self.monitor, None if self.ctx.inline else ended)
         if self.ctx.inline:
             self.inline.append((key, deps))  # run by the loop when it would wait (_run_inline)
         else:
-            # The loop hears of the gate's end twice: from the task itself once its
-            # verdict is in its file (this process's threads), so that it records
-            # it and starts the next gate while Prefect ends the task run (its
-            # final state and events, about 4 ms a gate), and from the future
-            # when Prefect has (the only word from a Dask worker process).
-            ended = functools.partial(self.done_q.put, key)
-            tell_when_ended(log_path, ended)
-            future = GATE_TASKS[kind].submit(SpecBox(spec, self.session.units), wait_for=deps)  # type: ignore[call-overload]
+            future = GATE_TASKS[kind].submit(box, wait_for=deps)  # type: ignore[call-overload]
             if kind is TaskKind.GATE:
                 self.by_name[name] = future
         if kind is TaskKind.GATE:
             self.session.leases.add(claim)
-        self.running[key] = _Running(key, kind, claim, spec, future)
+        self.running[key] = _Running(key, kind, claim, spec, box, future)
         self.ctx.submitted += 1
         if future is not None:
             future.add_done_callback(lambda _future: ended())
@@ -170,7 +168,7 @@ class Loop:
         key, deps = self.inline.pop(0)
         r = self.running[key]
         try:
-            r.future = call_inline(r.kind, SpecBox(r.spec, self.session.units), deps)
+            r.future = call_inline(r.kind, r.box, deps)
         except Exception as e:  # Prefect's engine itself failed (a gate's failure is a state): no verdict, a crash
             r.future = Failed(message=f"{type(e).__name__}: {e}")
         finally:
@@ -219,7 +217,7 @@ class Loop:
         return self.session.record(claim, result, release=result.outcome is Outcome.INTERRUPTED)
 
     def _finish(self, r: _Running) -> None:
-        result = read_result(r.spec, r.future)
+        result = read_result(r.box, r.future, self.crashes)
         if r.kind is TaskKind.FIX:
             self.session.record_fix(r.claim, result)
             self.reporter.fix_finished(r.claim, result)
@@ -371,8 +369,7 @@ class Loop:
                 r = self.running.pop(key, None)
                 if r is None:
                     continue  # (the second word of a gate's end)
-                forget_ended(r.spec.log_path)
-                if isinstance(r.future, PrefectFuture) and not r.spec.result_file.exists():
+                if isinstance(r.future, PrefectFuture) and r.box.verdict is None and not r.spec.result_file.exists():
                     with contextlib.suppress(Exception):  # a task that died outside its run: read_result says so
                         r.future.wait()
                 self._finish(r)
@@ -409,7 +406,8 @@ class Loop:
             if r.kind is not TaskKind.GATE:
                 continue
             # A gate that ended before the stop counts as it ended (its verdict file says how).
-            result = read_result(r.spec, r.future) if r.spec.result_file.exists() else None
+            ended = r.box.verdict is not None or r.spec.result_file.exists()
+            result = read_result(r.box, r.future, self.crashes) if ended else None
             if result is None:
                 result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
             done = self._record(r.claim, result)
@@ -439,7 +437,7 @@ def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
         r = loop.running.pop(key, None)
         if r is None or r.kind is not TaskKind.GATE:
             continue
-        result = read_result(r.spec, r.future)
+        result = read_result(r.box, r.future, loop.crashes)
         try:
             done = loop._record(r.claim, result)
         except EnvironmentProblem:

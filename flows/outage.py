@@ -11,56 +11,52 @@
   is ``interrupted`` (no budget spent) the first times; the same milestone
   crashing again and again in one drive (a full disk, a broken worker) is a
   failed attempt from the :data:`CRASH_LIMIT`-th time on, so the budget
-  ends the loop: never an endless round of reclaims.
+  ends the loop: never an endless round of reclaims. The count is the
+  drive's own (``Loop.crashes``), passed in.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from milepost.flows.gate_task import GateSpec, TaskKind, take_verdict
+from milepost.flows.gate_task import GateSpec, SpecBox, TaskKind
 from milepost.flows.prefect_guard import task_failure
-from milepost.gates.command import GateResult, Outcome, unwritten_result
+from milepost.gates.command import GateResult, Outcome
 from milepost.service import interrupted_result
 
 __all__ = ["CRASH_LIMIT", "crashed_result", "read_result"]
 
 CRASH_LIMIT = 3
 CRASHED = "the gate task crashed before reporting"
-# (item, milestone key) -> gate tasks of it that died before reporting, in this process.
-_CRASHES: dict[tuple[int, int], int] = {}
 
 
-def crashed_result(spec: GateSpec, future: Any = None) -> GateResult:
-    """The result of an attempt whose task ended without a verdict file: the
-    verdict it kept in memory when the file could not be written (a full
-    disk), else a crash (see the module)."""
-    kept = unwritten_result(Path(spec.log_path))
-    if kept is not None:
-        return kept
+def crashed_result(spec: GateSpec, future: Any = None, crashes: dict[tuple[int, int], int] | None = None) -> GateResult:
+    """The result of an attempt whose task ended without a verdict: a crash
+    (see the module). ``crashes``: the drive's count of its gate tasks that
+    died before reporting, by (item, milestone key), updated here."""
+    crashes = crashes if crashes is not None else {}
     detail = task_failure(future)
     why = f"{CRASHED}: {detail}" if detail else CRASHED
     key = (spec.claim.item, spec.claim.pk)
     if spec.kind is TaskKind.GATE:
-        _CRASHES[key] = _CRASHES.get(key, 0) + 1
-        if _CRASHES[key] >= CRASH_LIMIT:
+        crashes[key] = crashes.get(key, 0) + 1
+        if crashes[key] >= CRASH_LIMIT:
             now = datetime.now(UTC)
-            reason = f"{why} ({_CRASHES[key]} times in this drive: counted as a failed attempt)"
+            reason = f"{why} ({crashes[key]} times in this drive: counted as a failed attempt)"
             return GateResult(outcome=Outcome.FAILED, reason=reason, tail=reason, started_at=now, finished_at=now,
                               log_path=spec.log_path)  # fmt: skip
     return interrupted_result(spec.claim, datetime.now(UTC), reason=why)
 
 
-def read_result(spec: GateSpec, future: Any = None) -> GateResult:
-    """The verdict a gate task wrote beside its log (handed over in memory
-    when the task ran in this process), or :func:`crashed_result`."""
-    kept = take_verdict(spec.log_path)
-    if kept is not None:
-        return kept
+def read_result(box: SpecBox, future: Any = None, crashes: dict[tuple[int, int], int] | None = None) -> GateResult:
+    """A gate task's verdict: kept on its box when the task ran in this
+    process (even when a full disk kept it from its file), else the file it
+    wrote beside its log (a Dask worker), else :func:`crashed_result`."""
+    if box.verdict is not None:
+        return box.verdict
     try:
-        return GateResult.model_validate_json(spec.result_file.read_text())
+        return GateResult.model_validate_json(box.spec.result_file.read_text())
     except (OSError, ValueError):
         # The task died before writing its result (a crashed worker), or the disk is full.
-        return crashed_result(spec, future)
+        return crashed_result(box.spec, future, crashes)

@@ -53,7 +53,6 @@ __all__ = [
     "read_tail",
     "recover_result",
     "run_gate",
-    "unwritten_result",
     "verdict",
     "write_result",
 ]
@@ -265,8 +264,7 @@ def run_gate(
             if cmd.each:
                 one = functools.partial(_run_one, log_fd=fd, log_path=log_path, cwd=cwd, env=run_env,
                                         timeout=timeout, stop=stop, on_interrupt=on_interrupt)  # fmt: skip
-                runs = UnitRuns(where, units, origin, default_timeout)
-                results += runs.run(cmd, one, index, fd, stop, log_path, on_interrupt)
+                results += UnitRuns(where, units, origin, default_timeout).run(cmd, one, index, fd, stop)
                 index += len(cmd.each)
                 continue
             results.append(_run_one(index, cmd, fd, log_path, cwd, run_env, timeout, stop, on_interrupt))
@@ -358,21 +356,10 @@ def write_result(log_path: Path, result: GateResult) -> None:
         tmp.write_text(result.model_dump_json())
         tmp.replace(path)
     except OSError:
-        # A full disk: the verdict reaches the store from memory (same process,
-        # unwritten_result); only a later recovery from the files would miss it.
-        _UNWRITTEN[str(path)] = result
+        # A full disk: the verdict reaches the store from memory (the gate
+        # task's box, flows/gate_task.py); only a later recovery from the files would miss it.
         with contextlib.suppress(OSError):
             tmp.unlink()
-
-
-# Verdicts that could not be written beside their logs, by result file.
-_UNWRITTEN: dict[str, GateResult] = {}
-
-
-def unwritten_result(log_path: Path) -> GateResult | None:
-    """The verdict of an attempt of this process that :func:`write_result`
-    could not write (no room), once."""
-    return _UNWRITTEN.pop(str(attempt_files(log_path)[1]), None)
 
 
 def recover_result(

@@ -8,6 +8,9 @@ silently) and compacted to fit the token budget, and every answer is the
 compact JSON the tools return, also as structured content (each tool
 declares its output schema). The server is long-lived: the store is opened
 on the first call and kept, so a call costs milliseconds, not a process start.
+A call that runs gates (``drive``, ``milestone`` done or verify) runs in a
+worker thread with a service of its own: the event loop answers the other
+calls meanwhile, and two drives of different items run side by side.
 A refusal comes back as a tool error whose text is the CLI's error document
 (``{"type": ..., "message": ..., "exit_code": ...}``).
 """
@@ -27,7 +30,7 @@ from milepost.agent import TOOLS, call_tool, error_payload, prime, tool_list
 from milepost.errors import MilepostError
 from milepost.service import Service
 
-__all__ = ["build_server", "serve_stdio"]
+__all__ = ["build_server", "runs_gates", "serve_stdio"]
 
 INSTRUCTIONS = (
     "milepost keeps a work item's milestone DAG in a store. Read the `prime` prompt first. Work the lowest-id"
@@ -50,9 +53,20 @@ class _Session:
             self._svc.keep_cache = True  # long-lived: reuse an item's graph while its revision holds
         return self._svc
 
+    def own(self) -> Service:
+        """A service of its own for a call that runs off the event loop (its
+        caches are not the loop's), on the same store."""
+        svc = self.service
+        return Service(svc.store, svc.agent, operator=svc.operator, lease_ttl=svc.lease_ttl.total_seconds())
+
     def close(self) -> None:
         if self._svc is not None:
             self._svc.close()
+
+
+def runs_gates(name: str, arguments: dict[str, Any]) -> bool:
+    """Whether a tool call may run a gate (``drive``; ``milestone`` done or verify)."""
+    return name == "drive" or (name == "milestone" and arguments.get("action") in ("done", "verify"))
 
 
 def _dump(data: Any) -> str:
@@ -76,9 +90,11 @@ def build_server(
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments = dict(params.arguments or {})
         try:
-            if params.name == "drive":
-                # A drive runs for a while (and imports Prefect): off the event loop.
-                data = await anyio.to_thread.run_sync(call_tool, session.service, params.name, arguments)
+            if runs_gates(params.name, arguments):
+                # A gate runs for a while: off the event loop, in a service of its own (on
+                # the same store), so the other calls are answered meanwhile, and calls
+                # that run gates run side by side (each drive is its own object).
+                data = await anyio.to_thread.run_sync(call_tool, session.own(), params.name, arguments)
             else:
                 data = call_tool(session.service, params.name, arguments)
         except MilepostError as e:

@@ -9,21 +9,27 @@ its gates.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from milepost.errors import TransitionError
+from milepost.events import DriveSummary, MilestoneSummary
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult
 from milepost.gates.inputs import Fingerprint, Snapshot
-from milepost.graph.dag import WorkGraph
-from milepost.graph.models import Milestone
-from milepost.graph.status import Action, MilestoneStatus
+from milepost.gates.outcome import CachedFrom
+from milepost.graph.dag import WorkGraph, display_status
+from milepost.graph.models import Milestone, WorkItem
+from milepost.graph.status import Action, DisplayStatus, MilestoneStatus
 from milepost.results import Claim, DoneResult, StaleInfo
 from milepost.retry import retrying
 from milepost.service import claims, items, proofs
 from milepost.service._tx import Context, GraphCache, Tx, write
 from milepost.service.leases import ExpiredLease, HeldElsewhere, held_by_others
 
-__all__ = ["DriveSession"]
+if TYPE_CHECKING:
+    from milepost.service import Service
+
+__all__ = ["UNCHANGED", "DriveSession", "nothing_to_run", "summarize"]
 
 S = MilestoneStatus
 
@@ -226,3 +232,112 @@ class DriveSession:
             self.cache.unhold(self.item, name)
         for name in names:
             self.hold(name)
+
+
+# -- the verdict ---------------------------------------------------------------
+
+
+def nothing_to_run(svc: Service, item: int, until: str | None = None) -> DriveSummary | None:
+    """A drive's summary when it has nothing to run (every milestone of its
+    scope done, none stale: then none is ready and no other driver holds
+    one), read from the store without Prefect; else None (a flow run it is)."""
+    it, g = svc.graph(item, proofs=False)
+    scope = {until, *g.ancestors(until)} if until is not None else None
+    names = scope if scope is not None else {m.name for m in g}
+    if any(g.get(n).status is not S.DONE for n in names):
+        return None
+    check = svc.check_proofs(it.id, g)  # marks the stale ones
+    if any(n in names for n in check.stale):
+        return None
+    return summarize(svc, it, g, scope=scope, until=until, check=check)
+
+
+def summarize(svc: Service, it: WorkItem, g: WorkGraph, *, scope: set[str] | None = None, until: str | None = None,
+              durations: dict[str, float] | None = None, flow_run_id: str | None = None, interrupted: bool = False,
+              held: dict[str, str] | None = None, cached: dict[str, CachedFrom | None] | None = None,
+              check: proofs.Check | None = None) -> DriveSummary:  # fmt: skip
+    """The drive's verdict: ok when every milestone of its scope (all, or
+    ``--until``'s target and its deps) is done and none is stale; else one
+    message naming, by view, what is not done and why."""
+    check = check if check is not None else svc.check_proofs(it.id, g)  # marks the stale ones
+    held = {**(held or {}), **check.waiting}
+    in_scope = scope if scope is not None else {m.name for m in g}
+    spent = svc.gate_time(it.id)
+    durations, cached = durations or {}, cached or {}
+    ms = []
+    for m in g:
+        ms.append(
+            MilestoneSummary(
+                id=m.id,
+                name=m.name,
+                status=m.status,
+                view=display_status(g, m),
+                attempts=m.attempts,
+                max_attempts=m.max_attempts,
+                duration=durations.get(m.name, 0.0),
+                total_duration=spent[m.name][0] if m.name in spent else 0.0,
+                last_attempt=spent[m.name][1] if m.name in spent else None,
+                last_reason=m.reason,
+                stale=check.stale.get(m.name),
+                waiting_for_change=held.get(m.name),
+                cached_from=cached.get(m.name),
+            )
+        )
+    left = [s for s in ms if s.name in in_scope and s.view is not DisplayStatus.DONE]
+    ok = not left
+    if ok:
+        n = len(in_scope)
+        message = f"all {n} milestone{'s' if n != 1 else ''} are done" if n != 1 else "the milestone is done"
+        if until is not None:
+            message = f"{until} and what it depends on are done ({n} milestone{'s' if n != 1 else ''})"
+    else:
+        message = _not_done(g, left)
+    if interrupted:
+        message = "interrupted; " + message
+    return DriveSummary(
+        item=it.id,
+        objective=it.objective,
+        ok=ok and not interrupted,
+        message=message,
+        flow_run_id=flow_run_id,
+        interrupted=interrupted,
+        milestones=ms,
+        until=until,
+        scope=sorted(scope, key=lambda n: g.get(n).id) if scope is not None else None,
+    )
+
+
+def _not_done(g: WorkGraph, left: list[MilestoneSummary]) -> str:
+    """What keeps a drive from ok, grouped by view, each name once:
+    ``stuck: merge (blocks test, commit); stale: lint (changed since proven: a.py); blocked: test, commit``."""
+    by: dict[str, list[str]] = {}
+    told: set[str] = set()  # blocked milestones already named by what blocks them
+    for s in left:
+        if s.view is DisplayStatus.BLOCKED and s.name in told:
+            continue
+        group = s.view.value.replace("_", " ")
+        if s.view is DisplayStatus.STUCK:
+            below = g.descendants(s.name)
+            told.update(below)
+            text = f"{s.name} (blocks {', '.join(below)})" if below else s.name
+        elif s.view is DisplayStatus.STALE and s.stale is not None:
+            text = f"{s.name} ({s.stale.reason})"
+        elif s.waiting_for_change:
+            group = UNCHANGED
+            text = f"{s.name} (attempt {s.last_attempt})" if s.last_attempt else s.name
+        elif s.view is DisplayStatus.IN_REVIEW:
+            group = "waiting for review"
+            text = s.name
+        else:
+            text = s.name
+        by.setdefault(group, []).append(text)
+    order = ["stuck", "needs fix", UNCHANGED, "stale", "waiting for review"]
+    groups = [k for k in order if k in by] + [k for k in by if k not in order]
+    return "; ".join(f"{k}: {', '.join(by[k])}" for k in groups)
+
+
+# Failed milestones the drive does not retry: their inputs did not change since they failed.
+UNCHANGED = (
+    "failed, inputs unchanged since (not retried until they change; fixed something outside them?"
+    " `milepost reset NAME --reason TEXT`)"
+)

@@ -110,9 +110,9 @@ def test_one_gate_at_a_time_runs_in_the_drives_thread(
     threads: list[int] = []
     real = gate_task.run_gate_spec
 
-    def spy(spec: gate_task.GateSpec) -> Any:
+    def spy(spec: gate_task.GateSpec, units: Any = None, box: Any = None) -> Any:
         threads.append(threading.get_ident())
-        return real(spec)
+        return real(spec, units, box)
 
     monkeypatch.setattr(gate_task, "run_gate_spec", spy)
     item = apply(

@@ -403,11 +403,12 @@ def test_a_milestone_whose_gate_task_keeps_dying_before_it_reports_fails_on_the_
 
     m = Milestone(id=1, name="flaky-worker", gate=[GateCommand(name="gate", run="true")])
     outcomes = []
+    crashes: dict[tuple[int, int], int] = {}  # the drive's count (Loop.crashes)
     for attempt in range(1, CRASH_LIMIT + 2):
         log = tmp_path / f"attempt-{attempt}.log"  # no verdict beside it: the task died first
         claim = Claim(item=99, pk=4242, milestone=m, attempt=attempt, owner="t", log_path=str(log))
         spec = GateSpec(claim=claim, commands=m.gate, cwd=str(tmp_path), env={}, log_path=str(log), stop_file="")
-        result = crashed_result(spec)
+        result = crashed_result(spec, crashes=crashes)
         outcomes.append(result.outcome.value)
         assert "the gate task crashed before reporting" in result.reason
     # Interrupted (no budget) the first times; from the third on a failed attempt: the budget ends the loop.
