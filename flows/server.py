@@ -1,6 +1,11 @@
 """Where Prefect talks to: the workspace's own ``prefect server`` when it is
-up, else Prefect's temporary server, both with a Prefect home inside
-``.milepost/`` so runs stay with the project.
+up; else one that a drive starts, in the background for the next drives too
+(``MILEPOST_SERVER=background``, stopped once unused for
+``MILEPOST_SERVER_IDLE`` seconds) or a temporary one stopped with the drive
+(``temporary``); all with a Prefect home inside ``.milepost/`` so runs stay
+with the project. Every server milepost starts runs in a session of its own
+under a keeper (:mod:`milepost.flows.server_keeper`): a terminal's Ctrl-C
+reaches the drive, never the server it talks to.
 
 Nothing here imports Prefect: ``configure_prefect`` must run before Prefect
 is imported (it reads its settings from the environment), and ``milepost
@@ -9,7 +14,9 @@ server status`` should answer without paying for the import.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -18,12 +25,23 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from milepost.errors import EnvironmentProblem
 
-__all__ = ["ServerInfo", "configure_prefect", "prefect_home", "server_start", "server_status", "server_stop"]
+__all__ = [
+    "ServerInfo",
+    "configure_prefect",
+    "ensure_server",
+    "prefect_home",
+    "register_use",
+    "server_start",
+    "server_status",
+    "server_stop",
+    "temporary_server",
+]
 
 # A fresh Prefect home takes ~20 s to set up its database on a 2-core machine;
 # Prefect's default of 20 s is too tight.
@@ -47,16 +65,16 @@ class ServerInfo:
     api_url: str | None = None
     ui_url: str | None = None
     log: str | None = None
+    started_by: str | None = None  # "server start" or "drive"
+    idle: float | None = None  # seconds unused before it stops itself; None: until stopped
+    users: int = 0  # milepost commands using it now
+    last_use: float | None = None  # when it was last in use (epoch seconds), kept by its keeper
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from milepost.flows.server_keeper import alive
+
+    return alive(pid)  # (not a zombie: a keeper that ended, not reaped yet)
 
 
 def _healthy(api_url: str, timeout: float = 2.0) -> bool:
@@ -76,6 +94,11 @@ def server_status(home: Path) -> ServerInfo:
     pid = int(data["pid"])
     if not _pid_alive(pid):
         return ServerInfo(running=False, healthy=False, log=data.get("log"))
+    from milepost.flows.server_keeper import live_users
+
+    last_use: float | None = None
+    with contextlib.suppress(OSError, ValueError):
+        last_use = float((prefect_home(home) / "server.last-use").read_text())
     return ServerInfo(
         running=True,
         healthy=_healthy(data["api_url"]),
@@ -84,7 +107,15 @@ def server_status(home: Path) -> ServerInfo:
         api_url=data["api_url"],
         ui_url=data["ui_url"],
         log=data.get("log"),
+        started_by=data.get("started_by"),
+        idle=data.get("idle"),
+        users=live_users(_users(home)),
+        last_use=last_use,
     )
+
+
+def _users(home: Path) -> Path:
+    return prefect_home(home) / "server.users"
 
 
 def configure_prefect(home: Path, *, quiet_console: bool = True) -> str | None:
@@ -134,21 +165,9 @@ def _prefect_cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "prefect"]
 
 
-def server_start(home: Path, port: int | None = None, timeout: float = 180.0) -> ServerInfo:
-    """Start ``prefect server start`` on loopback for this workspace, detached,
-    and wait until it answers. Idempotent: a healthy server is reused."""
-    info = server_status(home)
-    if info.running and info.healthy:
-        return info
-    if info.running and info.pid:
-        server_stop(home)
-    port = port or _free_port()
-    phome = prefect_home(home)
-    phome.mkdir(parents=True, exist_ok=True)
+def _server_env(phome: Path, port: int) -> dict[str, str]:
     api_url = f"http://127.0.0.1:{port}/api"
-    ui_url = f"http://127.0.0.1:{port}"
-    log = phome / "server.log"
-    env = {
+    return {
         **os.environ,
         "PREFECT_HOME": str(phome),
         "DO_NOT_TRACK": "1",
@@ -159,9 +178,14 @@ def server_start(home: Path, port: int | None = None, timeout: float = 180.0) ->
         "PREFECT_UI_API_URL": api_url,
         "PREFECT_API_URL": api_url,
     }
+
+
+def _spawn(home: Path, port: int, command: list[str], env: dict[str, str], log: Path,
+           keeper: list[str]) -> subprocess.Popen[bytes]:  # fmt: skip
+    """``command`` under a keeper, in a new session (see the module)."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [*_prefect_cli(), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "milepost.flows.server_keeper", "--port", str(port), *keeper, "--", *command],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -169,41 +193,178 @@ def server_start(home: Path, port: int | None = None, timeout: float = 180.0) ->
             start_new_session=True,
         )
     _CHILDREN[proc.pid] = proc
-    _state_file(home).write_text(
-        json.dumps({"pid": proc.pid, "port": port, "api_url": api_url, "ui_url": ui_url, "log": str(log)})
-    )
+    return proc
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], api_url: str, log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise EnvironmentProblem(f"prefect server exited with {proc.returncode} while starting; see {log}")
         if _healthy(api_url):
-            return server_status(home)
-        time.sleep(0.5)
-    server_stop(home)
+            return
+        time.sleep(0.2)
+    _kill_group(proc.pid, 5.0)
     raise EnvironmentProblem(f"prefect server did not answer on {api_url} within {timeout:g} s; see {log}")
 
 
+def server_start(home: Path, port: int | None = None, timeout: float = 180.0, *, idle: float | None = None,
+                 started_by: str = "server start") -> ServerInfo:  # fmt: skip
+    """Start ``prefect server start`` on loopback for this workspace, in its
+    own session, and wait until it answers; with ``idle`` it stops itself
+    once unused for that many seconds. Idempotent: a healthy server is reused."""
+    info = server_status(home)
+    if info.running and info.healthy:
+        return info
+    if info.running and info.pid:
+        server_stop(home)
+    port = port or _free_port()
+    phome = prefect_home(home)
+    phome.mkdir(parents=True, exist_ok=True)
+    _users(home).mkdir(exist_ok=True)
+    api_url = f"http://127.0.0.1:{port}/api"
+    ui_url = f"http://127.0.0.1:{port}"
+    log = phome / "server.log"
+    state = _state_file(home)
+    keeper = ["--state", str(state), "--users", str(_users(home)), "--last-use", str(phome / "server.last-use")]
+    if idle is not None:
+        keeper += ["--idle", f"{idle:g}"]
+    command = [*_prefect_cli(), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    proc = _spawn(home, port, command, _server_env(phome, port), log, keeper)
+    state.write_text(json.dumps({"pid": proc.pid, "port": port, "api_url": api_url, "ui_url": ui_url,
+                                 "log": str(log), "started_by": started_by, "idle": idle}))  # fmt: skip
+    (phome / "server.last-use").write_text(f"{time.time():.3f}\n")
+    try:
+        _wait_healthy(proc, api_url, log, timeout)
+    except EnvironmentProblem:
+        state.unlink(missing_ok=True)
+        raise
+    return server_status(home)
+
+
+def temporary_server(home: Path, timeout: float = float(STARTUP_TIMEOUT)) -> str:
+    """A Prefect server for this process only, as Prefect's own temporary
+    server is (no UI), but in a session of its own: it stops when this
+    process exits, or is killed. Returns its API URL."""
+    port = _free_port()
+    phome = prefect_home(home)
+    phome.mkdir(parents=True, exist_ok=True)
+    api_url = f"http://127.0.0.1:{port}/api"
+    spec = importlib.util.find_spec("prefect")  # (not imported: its settings are read from the environment)
+    app_dir = str(Path(spec.origin).parent.parent) if spec and spec.origin else "."
+    # The command and settings Prefect's SubprocessASGIServer uses for its temporary server.
+    command = [sys.executable, "-m", "uvicorn", "--app-dir", app_dir, "--factory",
+               "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+               "--log-level", "error", "--lifespan", "on"]  # fmt: skip
+    env = {**_server_env(phome, port), "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+           "PREFECT__SERVER_FINAL": "1"}  # fmt: skip
+    log = phome / "temporary-server.log"
+    proc = _spawn(home, port, command, env, log, ["--owner", str(os.getpid())])
+    atexit.register(_kill_group, proc.pid, 0.0)
+    _wait_healthy(proc, api_url, log, timeout)
+    return api_url
+
+
+def register_use(home: Path) -> None:
+    """Mark the workspace's server in use by this process until it exits
+    (its keeper reads the mark; a dead process's mark does not count)."""
+    from milepost.flows.server_keeper import process_start
+
+    users = _users(home)
+    users.mkdir(parents=True, exist_ok=True)
+    mark = users / str(os.getpid())
+    mark.write_text(f"{process_start(os.getpid()) or ''}\n")
+    atexit.register(mark.unlink, missing_ok=True)
+
+
+def ensure_server(home: Path, mode: str, idle: float, say: Callable[[str], None], *,
+                  timeout: float = float(STARTUP_TIMEOUT)) -> tuple[str, str]:  # fmt: skip
+    """Point Prefect at a server for this command (before Prefect is
+    imported): (API URL, how) with how ``env`` (PREFECT_API_URL names one),
+    ``running`` (the workspace's), ``started`` (this command started the
+    workspace's in the background) or ``temporary`` (``mode`` temporary)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return configure_prefect(home) or os.environ["PREFECT_API_URL"], "env"
+    api = configure_prefect(home)
+    if api is not None:
+        register_use(home)
+        return api, "running"
+    if mode == "temporary":
+        api = temporary_server(home, timeout)
+        os.environ["PREFECT_API_URL"] = api
+        return api, "temporary"
+    import fcntl
+
+    with open(prefect_home(home) / "server.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one start for drives that begin together
+        how = "running"
+        info = server_status(home)
+        if not (info.running and info.healthy):
+            say("starting the workspace's Prefect server in the background (kept for the next drives) ...")
+            info = server_start(home, timeout=timeout, idle=idle, started_by="drive")
+            how = "started"
+        register_use(home)
+    assert info.api_url is not None
+    configure_prefect(home)
+    return info.api_url, how
+
+
+def _kill_group(pgid: int, timeout: float) -> bool:
+    """SIGTERM to a server's session, SIGKILL after ``timeout`` (no wait at 0). True if it ran."""
+    from milepost.flows.server_keeper import alive
+
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.1)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pgid, os.WNOHANG)  # reap the keeper if it is our child
+    if timeout > 0 and _group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    child = _CHILDREN.pop(pgid, None)
+    if child is not None and (timeout > 0 or not alive(pgid)):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=max(timeout, 0.01))
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (zombies do not count, on Linux)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _group_members(pgid) > 0
+
+
+def _group_members(pgid: int) -> int:
+    """Live (not zombie) processes of a process group (Linux; 1 elsewhere)."""
+    if not os.path.isdir("/proc/self"):
+        return 1
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                data = Path(f"/proc/{entry}/stat").read_bytes()
+                fields = data[data.rfind(b")") + 2 :].split()
+                if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                    count += 1
+    return count
+
+
 def server_stop(home: Path, timeout: float = 20.0) -> bool:
-    """Stop the workspace's server (its whole process group). True if one ran."""
+    """Stop the workspace's server (its whole session). True if one ran."""
     info = server_status(home)
     path = _state_file(home)
     if not info.running or info.pid is None:
         path.unlink(missing_ok=True)
         return False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(info.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _pid_alive(info.pid):
-            time.sleep(0.2)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(info.pid, os.WNOHANG)  # reap it if it is our child
-        if not _pid_alive(info.pid):
-            break
-    child = _CHILDREN.pop(info.pid, None)
-    if child is not None:
-        child.wait(timeout=timeout)
+    _kill_group(info.pid, timeout)
     path.unlink(missing_ok=True)
     return True

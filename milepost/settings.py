@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
@@ -65,8 +65,20 @@ class Settings(BaseModel):
     prefect_grace: float = _wait(
         10.0, "seconds the Prefect API may stay unreachable before a drive stops claiming (exit 3)"
     )
+    server: Literal["background", "temporary"] = Field(
+        default="background",
+        description="the Prefect server a drive starts when none is up: 'background' (the workspace's,"
+        " kept for the next drives until unused for MILEPOST_SERVER_IDLE) or 'temporary' (one per drive,"
+        " stopped with it: CI, one-shot use)",
+    )
+    server_idle: float = Field(
+        default=1800.0,
+        gt=0,
+        le=MAX_LEASE_TTL,
+        description="seconds a Prefect server a drive started in the background stays up unused",
+    )
 
-    @field_validator("lease_ttl", "busy_timeout", "db_retry", "prefect_timeout", "prefect_grace")
+    @field_validator("lease_ttl", "busy_timeout", "db_retry", "prefect_timeout", "prefect_grace", "server_idle")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):
@@ -110,6 +122,10 @@ def _accepted(err: ErrorDetails) -> str:
         return f"expected seconds, a number >= 0 and at most {MAX_WAIT:g}"
     if field == "prefect_timeout":
         return f"expected seconds, a number > 0 and at most {MAX_WAIT:g}"
+    if field == "server":
+        return "expected 'background' or 'temporary'"
+    if field == "server_idle":
+        return f"expected seconds, a number > 0 and at most {MAX_LEASE_TTL:g}"
     if field == "prefect_retries":
         return "expected a whole number from 0 to 10"
     if field == "debug":

@@ -49,6 +49,42 @@ def prefect_env(home: Path, need: str | None = None, *, quiet: bool = True) -> s
     return api
 
 
+def drive_server(home: Path, say: bool = True, *, quiet: bool = True) -> tuple[str, str]:
+    """The Prefect server a drive (or tick, or serve) talks to, started when
+    none is up (MILEPOST_SERVER: in the background, kept for the next drives
+    until unused for MILEPOST_SERVER_IDLE; or a temporary one, stopped with
+    this process); both in a session of their own, so Ctrl-C in a terminal
+    reaches the drive, not its server. (API URL, how: see ensure_server.)"""
+    from milepost.flows.server import configure_prefect, ensure_server
+    from milepost.settings import load_settings
+
+    settings = load_settings()
+    configure_prefect(home, quiet_console=quiet)
+
+    def tell(line: str) -> None:
+        if say:
+            click.echo(line, err=True)
+
+    api, how = ensure_server(home, settings.server, settings.server_idle, tell)
+    if how == "started":
+        from milepost.flows.server import server_status
+
+        info = server_status(home)
+        tell(f"Prefect server up in the background: UI {info.ui_url} (pid {info.pid}); it stops itself after"
+             f" {_duration(settings.server_idle)} unused, `milepost server stop` stops it now")  # fmt: skip
+    elif how == "temporary":
+        tell("using a temporary Prefect server (MILEPOST_SERVER=temporary): no UI, it stops with this drive")
+    return api, how
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
 @cli.command()
 @click.argument("item_id", type=ID, required=False)
 @click.option(
@@ -83,9 +119,10 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     milestone (of --until's scope) is done and none is stale, 1 otherwise,
     130 when interrupted, 3 when the database or the Prefect API is lost
     (running gates finish and are recorded, or recovered by the next drive
-    from their files). Uses the workspace's Prefect server when `milepost
-    server start` runs, else Prefect's temporary server (with its home in
-    .milepost/prefect).
+    from their files). Uses the workspace's Prefect server when one runs,
+    else starts it in the background, kept for the next drives until unused
+    for MILEPOST_SERVER_IDLE seconds (MILEPOST_SERVER=temporary: a server
+    for this drive only); its home is .milepost/prefect.
     """
     svc = c.service
     item = svc.resolve_item(item_id)
@@ -94,7 +131,7 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
         plan = svc.plan_order(item, until)
         c.emit(plan.model_dump(mode="json"), lambda con: show_dry_run(con, plan))
         return
-    api = prefect_env(svc.store.home, "the dask task runner (its workers)" if task_runner == "dask" else None)
+    _, how = drive_server(svc.store.home, say=not c.json)
     from milepost.events import JsonLinesReporter, LineReporter, Reporter
 
     reporter: Reporter
@@ -107,15 +144,13 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
         reporter = live = LiveReporter(c.console(), svc.milestone_views(item)[1])
     else:
         reporter = LineReporter()
-    if api is None and not c.json:
-        click.echo("using Prefect's temporary server (start `milepost server start` for the UI)", err=True)
     from milepost.flows.drive import run_drive
 
     try:
         summary = run_drive(
             svc, item, max_parallel=max_parallel, until=until, task_runner=task_runner, dask_address=dask_address,
             reporter=reporter, expect_revision=expect_revision, use_cache=not no_cache,
-            wait_recorded=wait_recorded or api is None,  # the temporary server stops with this process
+            wait_recorded=wait_recorded or how == "temporary",  # the temporary server stops with this process
         )  # fmt: skip
     finally:
         if live is not None:
@@ -154,7 +189,7 @@ def tick(c: Ctx) -> None:
     expired = svc.expire()
     driven: list[dict[str, Any]] = []
     if svc.drivable_items():  # only then is Prefect imported
-        prefect_env(svc.store.home)
+        drive_server(svc.store.home, say=not c.json)
         from milepost.events import JsonLinesReporter, LineReporter, Reporter
         from milepost.flows.tick import run_tick
 
@@ -242,12 +277,15 @@ def server() -> None:
 
 @server.command("start")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one).")
+@click.option("--idle", type=Seconds(1, open_min=False), default=None, metavar="SECONDS",
+              help="Stop by itself once unused for SECONDS (default: run until `milepost server stop`).")  # fmt: skip
 @pass_ctx
-def server_start(c: Ctx, port: int | None) -> None:
-    """Start `prefect server start` for this workspace and wait until it answers."""
+def server_start(c: Ctx, port: int | None, idle: float | None) -> None:
+    """Start `prefect server start` for this workspace, in the background,
+    and wait until it answers. (A drive starts one by itself when none is up.)"""
     from milepost.flows.server import server_start as start
 
-    info = start(home_of(c), port)
+    info = start(home_of(c), port, idle=idle)
     c.emit(info.__dict__, lambda con: con.print(f"Prefect server up: UI {info.ui_url} (pid {info.pid})"))
 
 
@@ -264,12 +302,27 @@ def server_stop(c: Ctx) -> None:
 @server.command("status")
 @pass_ctx
 def server_status(c: Ctx) -> None:
-    """Is the workspace's Prefect server up? (exit 1 when it is not)"""
+    """Is the workspace's Prefect server up, who started it, when does it
+    stop? (exit 1 when it is not up)"""
+    import time
+
     from milepost.flows.server import server_status as status
 
     info = status(home_of(c))
-    text = f"running (pid {info.pid}), UI {info.ui_url}, healthy: {info.healthy}" if info.running else "not running"
-    c.emit(info.__dict__, lambda con: con.print(text))
+    if not info.running:
+        text = "not running"
+    else:
+        text = f"running (pid {info.pid}), UI {info.ui_url}, healthy: {info.healthy}"
+        text += f", started by `milepost {info.started_by}`" if info.started_by else ""
+        if info.users:
+            text += f"; in use by {info.users} milepost command{'s' if info.users != 1 else ''}"
+        elif info.last_use is not None:
+            text += f"; unused for {max(0.0, time.time() - info.last_use):.0f} s"
+        if info.idle is not None:
+            text += f"; stops itself after {_duration(info.idle)} unused"
+        else:
+            text += "; runs until `milepost server stop`"
+    c.emit(info.__dict__, lambda con: con.print(esc(text)))
     if not (info.running and info.healthy):
         raise SystemExit(1)
 
