@@ -298,12 +298,12 @@ def ensure_server(home: Path, mode: str, idle: float, say: Callable[[str], None]
     with open(prefect_home(home) / "server.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one start for drives that begin together
         how = "running"
+        register_use(home)  # before a start: a server starting longer than its idle time is in use
         info = server_status(home)
         if not (info.running and info.healthy):
             say("starting the workspace's Prefect server in the background (kept for the next drives) ...")
             info = server_start(home, timeout=timeout, idle=idle, started_by="drive")
             how = "started"
-        register_use(home)
     assert info.api_url is not None
     configure_prefect(home)
     return info.api_url, how

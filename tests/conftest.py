@@ -35,6 +35,9 @@ def pytest_configure(config: pytest.Config) -> None:
     A handler here is reset to the default in each child it starts."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A drive with no Prefect server up starts one per drive, as before: a test's
+    # workspace must not leave a background server running for its idle time.
+    os.environ.setdefault("MILEPOST_SERVER", "temporary")
 
 
 @dataclass
@@ -59,7 +62,8 @@ class CLI:
     @property
     def env(self) -> dict[str, str]:
         # Read at call time: session fixtures (a Prefect server) may set variables later.
-        base = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_") or k == "MILEPOST_LEASE_TTL"}
+        kept = ("MILEPOST_LEASE_TTL", "MILEPOST_SERVER")
+        base = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_") or k in kept}
         return {**base, **self.extra}
 
     def popen(self, *args: str, **env: str) -> subprocess.Popen[str]:
