@@ -64,20 +64,31 @@ KILL_GRACE_SECONDS = 2.0
 STOP_POLL_SECONDS = 0.2
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+
+
 def read_tail(path: Path, start: int = 0, end: int | None = None, limit: int = TAIL_BYTES) -> str:
-    """The last ``limit`` bytes of ``path[start:end]``, decoded with replacement."""
+    """The last ``limit`` bytes of ``path[start:end]``, decoded with replacement.
+
+    A tail cut from longer output opens at a line's start, and at the first
+    traceback's start when one is in range (not mid-traceback on a ``^^^^``).
+    """
     with open(path, "rb") as f:
         if end is None:
             end = f.seek(0, os.SEEK_END)
         begin = max(start, end - limit)
-        f.seek(begin)
-        data = f.read(end - begin)
-    text = data.decode("utf-8", errors="replace")
-    if begin > start:
-        # Cut at a line start when one is near, so the tail does not open mid-line.
-        nl = text.find("\n")
-        if 0 <= nl < 200:
-            text = text[nl + 1 :]
+        # One byte more, to know whether the window opens at a line's start.
+        f.seek(max(start, begin - 1))
+        data = f.read(end - max(start, begin - 1))
+    if begin == start:
+        return data.decode("utf-8", errors="replace")
+    nl = data.find(b"\n")
+    if nl == -1 or not data[nl + 1 :].strip():  # one line longer than the window: keep its end
+        return data[1:].decode("utf-8", errors="replace")
+    text = data[nl + 1 :].decode("utf-8", errors="replace")
+    tb = text.find(_TRACEBACK)
+    if tb > 0 and text[tb - 1] == "\n":
+        text = text[tb:]
     return text
 
 
