@@ -12,9 +12,11 @@ cp -r "$here/refactor" "$ws"
 cd "$ws"
 echo "demo workspace: $ws"
 
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
+# Each command is echoed quoted as a shell reads it (shlex.join), so it can be copied.
+show() { printf '\n\033[1m$ %s\033[0m\n' "$(python3 -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' "$@")"; }
+step() { show "$@"; "$@"; }
 # A step whose failure is part of the story: show the exit code, go on.
-expect_fail() { printf '\n\033[1m$ %s\033[0m\n' "$*"; if "$@"; then echo "(unexpected success)"; exit 1; else echo "(exit $?)"; fi; }
+expect_fail() { show "$@"; if "$@"; then echo "(unexpected success)"; exit 1; else echo "(exit $?)"; fi; }
 next_name() { milepost --json next | python3 -c 'import json, sys; m = json.load(sys.stdin)["milestone"]; print(m["name"] if m else "")'; }
 
 step milepost init

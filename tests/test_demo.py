@@ -6,6 +6,7 @@ the drive waits until the temporary server has recorded them before it exits."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -26,6 +27,13 @@ def test_the_demo_runs_and_its_prefect_runs_stay_with_the_workspace(tmp_path: Pa
     )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "demo finished" in p.stdout
+    # Every command is echoed as a shell reads it: copied, it runs the same words.
+    echoed = [
+        line[len("\x1b[1m$ ") : -len("\x1b[0m")] for line in p.stdout.splitlines() if line.startswith("\x1b[1m$ ")
+    ]
+    assert "milepost done analyze-a --verdict 'looks right'" in echoed
+    assert "milepost reset extract-b --reason 'restored src/kv/mod_b.py'" in echoed
+    assert all(shlex.split(line)[0] == "milepost" for line in echoed)
     assert (ws / ".milepost" / "prefect").is_dir()  # Prefect's home stayed with the project
 
     cli = CLI(ws, env=env)
