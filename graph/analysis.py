@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone
+from milepost.graph.words import count
 
 __all__ = ["CriticalPath", "critical_path", "graph_json"]
 
@@ -27,8 +28,8 @@ class CriticalPath(NamedTuple):
     def describe(self) -> str:
         n = len(self.milestones)
         if self.seconds is None:
-            return f"{n} milestone{'s' if n != 1 else ''} by count; no gate has run yet"
-        return f"{n} milestone{'s' if n != 1 else ''}, {self.seconds:.1f} s by the gates' last runs"
+            return f"{count(n, 'milestone')} by count; no gate has run yet"
+        return f"{count(n, 'milestone')}, {self.seconds:.1f} s by the gates' last runs"
 
 
 def critical_path(g: WorkGraph, durations: Mapping[str, float] | None = None) -> CriticalPath:

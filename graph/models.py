@@ -181,7 +181,14 @@ def _pattern_problem(pattern: str) -> str | None:
         return "escapes the workspace ('..'): inputs are files inside it"
     if (len(body) - len(body.rstrip("\\"))) % 2 == 1:
         return "ends with an unescaped backslash"
+    if any(m.group(1) for m in _SET.finditer(body)):
+        return "has a '[' that no ']' closes: it matches no file (a set is '[ab]'; '\\[' is a literal '[')"
     return None
+
+
+# A '[' opens a set (git's wildmatch): closed, or alone (group 1: it never closes and the pattern matches
+# nothing, as '[', '[]' and '[!]' whose first ']' is a member, or '[[:alpha:]'). Possessive: no second reading.
+_SET = re.compile(r"\\.|\[[!^]?+\]?+(?:\[:[a-z]+:\]|\\.|[^\]\\])*+\]|(\[)")
 
 
 MODULE_PREFIX = "module:"

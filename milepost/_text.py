@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["printable"]
+__all__ = ["holder", "printable"]
 
 # C0 controls except tab and newline, DEL, C1 controls, and the bidirectional
 # overrides and isolates that reorder what a line appears to say.
@@ -24,3 +24,13 @@ def _escape(m: re.Match[str]) -> str:
 
 def printable(text: str) -> str:
     return _CONTROL.sub(_escape, text)
+
+
+def holder(owner: str) -> str:
+    """A lease holder as a person reads it, ``pid 2809 on vm``: the stored
+    owner (``vm:2809:139930013879168``, host, pid and thread; a drive's
+    ``drive:vm:2809:1f0c9a2e``) stays as it is in the store and in JSON.
+    An owner of another form is shown as it is."""
+    host, _, rest = owner.removeprefix("drive:").partition(":")
+    pid = rest.partition(":")[0]
+    return f"pid {pid} on {host}" if host and pid.isdigit() else owner

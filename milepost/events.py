@@ -21,10 +21,11 @@ from typing import IO, Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from milepost._text import printable
+from milepost._text import holder, printable
 from milepost.gates.command import GateResult
 from milepost.gates.outcome import CachedFrom
 from milepost.graph.status import DisplayStatus, MilestoneStatus
+from milepost.graph.words import count
 from milepost.results import Claim, DoneResult, StaleInfo
 
 __all__ = [
@@ -306,7 +307,7 @@ class LineReporter(NullReporter):
         self.out.flush()
 
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
-        self._line(f"drive work item {item} ({total} milestones): {objective}")
+        self._line(f"drive work item {item} ({count(total, 'milestone')}): {objective}")
 
     def lease_reclaimed(self, done: DoneResult) -> None:
         why = done.gate_run.reason if done.gate_run else "its driver stopped"
@@ -319,7 +320,7 @@ class LineReporter(NullReporter):
         self._line(f"held   {milestone}: {reason}")
 
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
-        self._line(f"wait   for other drivers: {', '.join(f'{n} ({h})' for n, h in held.items())}")
+        self._line(f"wait   for other drivers: {', '.join(f'{n} ({holder(h)})' for n, h in held.items())}")
 
     def gate_started(self, claim: Claim) -> None:
         what = "re-prove" if claim.reproof else "start "
@@ -333,7 +334,7 @@ class LineReporter(NullReporter):
             took = f", cached from {cached_text(run.cached_from)}"
         elif run is not None and (units := [c for c in run.commands if c.file is not None]):
             reused = sum(c.cached_from is not None for c in units)
-            took += f"; {len(units)} unit{'s' * (len(units) != 1)}" + (f", {reused} cached" if reused else "")
+            took += f"; {count(len(units), 'unit')}" + (f", {reused} cached" if reused else "")
         view = "in_review" if m.awaiting_review else m.status.value
         self._line(f"{view:<6} {m.name} (attempt {claim.attempt}{took}){why}")
 

@@ -30,6 +30,7 @@ from yaml.nodes import Node
 
 from milepost.errors import InputError, PlanFileError
 from milepost.graph.plan import Plan
+from milepost.graph.words import count
 from milepost.plainyaml import read_plain
 from milepost.planchecks import at_line as _at
 from milepost.planchecks import plan_problems, raw_problems
@@ -82,7 +83,7 @@ def _refuse(source: str, problems: Sequence[Problem], error: InputError | None =
     shown, more = ordered[:MAX_PROBLEMS], max(0, len(ordered) - MAX_PROBLEMS)
     message = "; ".join(p.segment(source) for p in shown)
     if more:
-        message += f"; and {more} more problem{'s' if more > 1 else ''}"
+        message += f"; and {count(more, 'more problem')}"
     first = shown[0]
     details: dict[str, Any] = {"field": first.field, **(error.details if error else {})}
     details |= {"file": source, "line": first.line, "problems": [p.as_dict() for p in shown], "more": more}

@@ -344,7 +344,7 @@ class Store:
             problems = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
             conn.commit()
             if problems:
-                raise StoreDamagedError(f"migration left {len(problems)} rows with broken references in {self.where}")
+                raise StoreDamagedError(f"migration left broken references in {self.where} ({len(problems)} found)")
 
     def _read_identity(self) -> None:
         with self.engine.connect() as conn:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from milepost.errors import MilepostError
 from milepost.graph.status import MilestoneStatus
+from milepost.graph.words import count
 from milepost.service import Service
 
 __all__ = ["HOW", "prime"]
@@ -38,7 +39,7 @@ def prime(svc: Service, item: int | None = None) -> str:
             gate = (
                 f" — gate: {m.gate[0].run}"
                 if len(m.gate) == 1
-                else (f" — gate: {len(m.gate)} commands" if m.gate else "")
+                else (f" — gate: {count(len(m.gate), 'command')}" if m.gate else "")
             )
             acc = f": {m.acceptance}" if m.acceptance else ""
             lines.append(f"  - {m.name}{acc}{gate}")

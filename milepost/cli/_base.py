@@ -183,6 +183,10 @@ def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, op
     from milepost.settings import load_settings
 
     settings = load_settings()  # MILEPOST_* from the environment; flags win
+    if agent is not None:  # given, it names someone: --agent "" is refused (a blank MILEPOST_AGENT is unset)
+        from milepost.graph.models import check_name
+
+        check_name(agent, "agent")
     ctx.obj = Ctx(db or settings.db, agent or settings.agent, as_json, operator)
     ctx.call_on_close(lambda: ctx.obj._service.close() if ctx.obj._service else None)
 
@@ -205,7 +209,18 @@ def choice(values: type[StrEnum]) -> click.Choice[str]:
 
 
 def split_deps(deps: str | None) -> list[str]:
-    return [d.strip() for d in (deps or "").split(",") if d.strip()]
+    return split_list(deps or "", "--deps", "milestone names")
+
+
+def split_list(value: str, flag: str, what: str) -> list[str]:
+    """``a,b`` as ``[a, b]``, blank as none; an empty entry (``a,,b``, ``a,``) means nothing: refused."""
+    entries = [v.strip() for v in value.split(",")] if value.strip() else []
+    if "" in entries:
+        raise InvalidValueError(
+            f"invalid {flag} {value!r}: entry {entries.index('') + 1} of {len(entries)} is empty;"
+            f" give {what} separated by single commas, such as a,b"
+        )
+    return entries
 
 
 def write_file(output: Path, data: str | bytes, flag: str = "-o") -> None:

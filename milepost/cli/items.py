@@ -28,6 +28,7 @@ from milepost.cli._base import (
     revision_option,
 )
 from milepost.graph.status import ItemFilter, WaitKind
+from milepost.graph.words import count
 from milepost.present.terminal import (
     esc,
     milestone_table,
@@ -164,7 +165,7 @@ def _show_item(c: Ctx, item_id: int | None) -> None:
             con.print(f"  [{mark}] {esc(t.text)}")
         milestone_table(con, views)
         if refs:
-            con.print(f"evidence: {len(refs)} refs (last: {refs[-1].kind} {esc(refs[-1].ref)})")
+            con.print(f"evidence: {count(len(refs), 'ref')} (last: {refs[-1].kind} {esc(refs[-1].ref)})")
         if it.report:
             con.print(f"report: {esc(it.report)}")
 
@@ -380,7 +381,8 @@ def history(c: Ctx, item: int | None) -> None:
     def human(con: Console) -> None:
         for e in events:
             ms = f" {e['milestone']}" if e["milestone"] else ""
-            move = f" {e['from_status'] or ''} -> {e['to_status']}" if e["to_status"] else ""
+            came = f" {e['from_status']}" if e["from_status"] else ""  # 'add a -> pending': one space
+            move = f"{came} -> {e['to_status']}" if e["to_status"] else ""
             why = f" ({esc(e['reason'])})" if e["reason"] else ""
             con.print(f"{e['at']:%Y-%m-%d %H:%M:%S} r{e['revision']} {e['agent']}: {e['action']}{ms}{move}{why}")
 

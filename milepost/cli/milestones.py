@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from milepost.graph.words import count
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -28,10 +30,12 @@ from milepost.cli._base import (
     pass_ctx,
     revision_option,
     split_deps,
+    split_list,
 )
 from milepost.present.terminal import (
     esc,
     milestone_table,
+    run_outcome,
     show_changes,
     show_done,
     show_verify,
@@ -70,7 +74,7 @@ def add(c: Ctx, name: str, deps: str | None, acceptance: str, gate: str | None, 
         inputs: tuple[str, ...], no_cache: bool, flaky: bool, item: int | None,
         expect_revision: int | None) -> None:  # fmt: skip
     """Add a milestone to the current work item (its plan must be a draft)."""
-    patterns = [p.strip() for value in inputs for p in value.split(",") if p.strip()] if inputs else None
+    patterns = [p for value in inputs for p in split_list(value, "--inputs", "patterns")] if inputs else None
     r = c.service.add_milestone(
         name,
         split_deps(deps),
@@ -260,12 +264,12 @@ def inputs(c: Ctx, name: str, item: int | None) -> None:
             con.print(f"{name}: no inputs (its proof is bound to no files)")
             return
         for e in data["inputs"]:
-            found = f"{len(e['files'])} file{'s' * (len(e['files']) != 1)}"
+            found = count(len(e["files"]), "file")
             con.print(f"{esc(e['entry'])}: {esc(e['missing']) if e['missing'] else found}")
             for f in e["files"]:
                 con.print(f"  {esc(f)}")
         n = len(data["files"])
-        con.print(f"{n} file{'s' * (n != 1)} in all")
+        con.print(f"{count(n, 'file')} in all")
 
     c.emit(data, human)
 
@@ -323,9 +327,12 @@ def log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
         with open(path, "rb") as f:
             out = sys.stdout.buffer
             shutil.copyfileobj(f, out, 1 << 16)
+            ends_line = f.tell() == 0 or (f.seek(-1, 1) >= 0 and f.read(1) == b"\n")
             out.flush()
-        return
-    click.echo(
-        f"log file of attempt {r.attempt} of {name!r} is missing ({path}); the tail kept in the store:", err=True
-    )
-    click.echo(r.tail, nl=not r.tail.endswith("\n"))
+    else:
+        click.echo(
+            f"log file of attempt {r.attempt} of {name!r} is missing ({path}); the tail kept in the store:", err=True
+        )
+        click.echo(r.tail, nl=False)
+        ends_line = not r.tail or r.tail.endswith("\n")
+    click.echo(("" if ends_line else "\n") + run_outcome(r))  # the attempt's outcome, last

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from milepost.errors import InvalidValueError
+from milepost.graph.words import count, plural
 
 if TYPE_CHECKING:
     pass
@@ -49,8 +50,8 @@ def plan_apply(c: Ctx, file: Path) -> None:
     c.emit(
         it.model_dump(mode="json") if c.json else None,
         lambda con: con.print(
-            f"created work item {it.id} from {file}: {len(it.milestones)}"
-            f" milestone{'s' if len(it.milestones) != 1 else ''}, plan {it.plan_status.value} (current)"
+            f"created work item {it.id} from {file}: {count(len(it.milestones), 'milestone')},"
+            f" plan {it.plan_status.value} (current)"
         ),
     )
 
@@ -174,8 +175,6 @@ def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gat
     if output is None and item is None:
         click.echo(result.text, nl=False)
     else:
-        from milepost.scaffold.render import count
-
         where = f"wrote {output}" if output else "scaffolded"
         made = f"; created work item {item.id} (current)" if item else ""
         made_of = f"{count(len(result.plan['milestones']), 'milestone')} from {count(result.modules, 'module')}"
@@ -215,7 +214,7 @@ def plan_cycles(c: Ctx, package: str, paths: tuple[Path, ...], level: str, packa
     through --through's modules), 0 once cut: a gate for the cut milestones of
     plan scaffold --split-cycles."""
     from milepost.scaffold.cycles import package_cycles
-    from milepost.scaffold.render import count, listed, shown
+    from milepost.scaffold.render import listed, shown
     from milepost.workspace import find_home
 
     home = find_home(Path.cwd())
@@ -255,7 +254,7 @@ def plan_cycles(c: Ctx, package: str, paths: tuple[Path, ...], level: str, packa
         if not c.json:
             cuts = "; ".join(i.shown() for x in real for i in x.imports)
             click.echo(
-                f"import-time cycle{'s' if len(real) > 1 else ''} remain{'' if len(real) > 1 else 's'} in {package}"
+                f"{plural(len(real), 'import-time cycle')} {plural(len(real), 'remains', 'remain')} in {package}"
                 f"{scope}: cut {cuts}",
                 err=True,
             )

@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from milepost._text import printable
+from milepost._text import holder, printable
 from milepost.events import DriveSummary
 from milepost.gates.command import GateResult
 from milepost.present.diagram import PALETTE
@@ -77,9 +77,9 @@ class LiveReporter:
             self.rows[milestone][4] = reason
 
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
-        for name, holder in held.items():
+        for name, owner in held.items():
             if name in self.rows:
-                self.rows[name][1], self.rows[name][4] = "in_progress", f"held by {holder}"
+                self.rows[name][1], self.rows[name][4] = "in_progress", f"held by {holder(owner)}"
         self.notes.append(f"waiting for other drivers: {', '.join(held)}")
 
     def lease_reclaimed(self, done: DoneResult) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from milepost.events import cached_text
 from milepost.gates.outcome import Outcome
 from milepost.graph.status import MilestoneStatus
+from milepost.graph.words import count, plural
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
     from milepost.graph.dag import WorkGraph
     from milepost.graph.models import GateCommand
-    from milepost.results import DoneResult, DryRun, MilestoneView, VerifyResult
+    from milepost.results import DoneResult, DryRun, GateRun, MilestoneView, VerifyResult
 
 
 def styled(status: str) -> str:
@@ -33,6 +34,14 @@ def esc(text: str) -> str:
     from milepost._text import printable
 
     return escape(printable(text))
+
+
+def run_outcome(r: GateRun) -> str:
+    """The line ``log`` ends with: ``=== attempt 2 failed: exit 3 (exit code 3, 0.41 s)``."""
+    from milepost._text import printable
+
+    code = "" if r.exit_code is None else f"exit code {r.exit_code}, "
+    return f"=== attempt {r.attempt} {r.outcome.value}: {printable(r.reason)} ({code}{r.duration:.2f} s)"
 
 
 def show_changes(con: Console, changes: list[Any], name: str) -> None:
@@ -94,7 +103,7 @@ def _gate_cell(gate: Sequence[GateCommand]) -> str:
         g = gate[0]
         return f"{g.run} x {len(g.each)} files" if len(g.each) > 1 else g.unit_run(g.each[0]) if g.each else g.run
     units = sum(len(g.each) for g in gate)
-    return f"{len(gate)} commands" + (f" ({units} unit{'s' * (units != 1)})" if units else "")
+    return count(len(gate), "command") + (f" ({count(units, 'unit')})" if units else "")
 
 
 def milestone_table(con: Console, views: list[MilestoneView]) -> None:
@@ -121,10 +130,16 @@ def milestone_table(con: Console, views: list[MilestoneView]) -> None:
             note = v.stale.reason
         elif v.waiting_for_change:
             note = v.waiting_for_change
-        rows.append([str(v.id), v.name, str(v.view), f"{v.attempts}/{v.max_attempts}", _deps(v.deps), gate,
+        rows.append([str(v.id), v.name, ", ".join(_shown(v)), f"{v.attempts}/{v.max_attempts}", _deps(v.deps), gate,
                      _inputs(v.inputs), note])  # fmt: skip
     head = ["id", "name", "status", "budget", "deps", "gate", "inputs", "note"]
-    columns(con, head, rows, {2: [styled(v.view) for v in views]})
+    columns(con, head, rows, {2: [", ".join(styled(s) for s in _shown(v)) for v in views]})
+
+
+def _shown(v: MilestoneView) -> list[str]:
+    """A list row's status: its view, and ``ready`` for a needs_fix one with budget
+    left and every dep done (``needs_fix, ready``: ``next`` names it, ``start`` takes it)."""
+    return [v.view, "ready"] if v.view == "needs_fix" and not v.waiting_on else [v.view]
 
 
 def _deps(names: list[str], width: int = 40) -> str:
@@ -199,7 +214,7 @@ def show_graph_text(
     con.print(f"critical path ({crit.describe()}): " + " -> ".join(m.name for m in crit.milestones))
     bn = g.bottlenecks(3)
     if bn:
-        con.print("bottlenecks: " + ", ".join(f"{m.name} ({n} depend on it)" for m, n in bn))
+        con.print("bottlenecks: " + ", ".join(f"{m.name} ({n} {plural(n, 'depends', 'depend')} on it)" for m, n in bn))
     nxt = g.next_ready()
     con.print(f"next: {nxt.name}" if nxt else g.why_nothing_ready())
 
@@ -246,7 +261,7 @@ def show_summary(con: Console, summary: Any) -> None:
                      took, f"{m.total_duration:.1f} s", reason])  # fmt: skip
     columns(con, head, rows, {2: [styled(m.view) for m in summary.milestones]})
     verdict = "[green]ok[/]" if summary.ok else "[red]not done[/]"
-    runs = f"{summary.gate_runs} gate run{'s' if summary.gate_runs != 1 else ''}"
+    runs = count(summary.gate_runs, "gate run")
     cached = f", {summary.cached} cached" if summary.cached else ""
     con.print(f"{verdict}: {esc(summary.message)} ({runs}{cached}, {summary.duration:.1f} s)")
     if summary.flow_run_url:

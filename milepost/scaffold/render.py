@@ -12,6 +12,7 @@ from typing import Any
 
 from milepost.errors import InvalidValueError
 from milepost.graph.models import check_name
+from milepost.graph.words import count
 
 __all__ = ["PLACEHOLDERS", "command_name", "count", "dump", "input_patterns", "render", "shown", "slug", "unique"]
 
@@ -21,11 +22,6 @@ _INTERPRETER = re.compile(r"(?:python|pypy)[0-9.]*(?:\.exe)?")
 _WRAPPERS = frozenset({"env", "time", "nice", "nohup", "timeout", "exec", "command", "xvfb-run", "stdbuf"})
 _RUNNERS = frozenset({"uv", "uvx", "poetry", "pipenv", "pdm", "hatch", "rye", "pixi", "conda"})
 _PYTHON_ARG_OPTIONS = frozenset({"-W", "-X", "-Q"})  # interpreter options that take a value
-
-
-def count(n: int, noun: str) -> str:
-    """``1 module``, ``2 modules`` (the noun's plural is its name + s)."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def listed(items: list[str], limit: int = 4) -> str:

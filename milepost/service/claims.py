@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 
 from milepost._schema import utcnow
+from milepost._text import holder as shown_holder
 from milepost.errors import ConcurrentUpdateError
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult, Outcome, attempt_files, recover_result, run_gate
@@ -220,7 +221,7 @@ def record_step(ctx: Context, c: Claim, result: GateResult, *, verdict: str | No
                 revision=tx.revision,
                 milestone=m,
                 passed=result.passed,
-                note=f"the lease of {m.name!r} passed to {holder or 'another driver'} while its gate ran"
+                note=f"the lease of {m.name!r} passed to {shown_holder(holder or 'another driver')} while its gate ran"
                 f" (attempt {c.attempt}); that driver records the attempt, this outcome is not applied",
             )
         tx.dirty = True
@@ -422,7 +423,7 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
     me = host_identity()
     here = bool(info.get("boot")) and info.get("boot") == me["boot"] and info.get("host") == me["host"]
     # A lease taken over before it expired: its holder was proven dead here.
-    lapse = f"lease of {old_owner} freed, its process died" if gone else f"lease of {old_owner} expired"
+    lapse = f"lease of {shown_holder(old_owner)} " + ("freed, its process died" if gone else "expired")
     started = _claimed_at(info, now)  # the attempt ran from its claim, not from now
     result = interrupted_result(claim, started, reason=f"{lapse}: its driver stopped")
     if here:
@@ -441,6 +442,6 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
         result = result.model_copy(update={"host": me["host"]})
     elif info.get("host"):
         result = interrupted_result(
-            claim, started, reason=f"lease of {old_owner} expired: its driver on {info['host']} stopped"
+            claim, started, reason=f"lease of {shown_holder(old_owner)} expired: its driver stopped"
         ).model_copy(update={"host": info["host"]})
     return record(ctx, claim, result, release=release, cache=cache)

@@ -30,6 +30,7 @@ from milepost.graph.status import (
     PlanStatus,
     TodoState,
 )
+from milepost.graph.words import count
 from milepost.results import CompletionResult
 from milepost.service import _rows as rows
 from milepost.service._find import focused, head, resolve
@@ -296,7 +297,7 @@ def update_item(
             tx.emit(ItemEvent.PLAN_STATUS, before=tx.plan_status.value, after=plan_status.value)
         if todo is not None:
             values["todo_list"] = [t.model_dump(mode="json") for t in todo]
-            tx.emit(ItemEvent.TODO, reason=f"{len(todo)} entries")
+            tx.emit(ItemEvent.TODO, reason=count(len(todo), "entry", "entries"))
         if blocked_by is not None:
             if not blocked_by.strip():
                 raise InvalidValueError("--blocked-by is empty: say what blocks the item, or use --clear-blocked-by")

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from milepost._schema import utcnow
+from milepost._text import holder
 from milepost.errors import EnvironmentProblem, TransitionError
 from milepost.gates.liveness import holder_gone
 from milepost.gates.supervisor import own_identity
@@ -84,7 +85,7 @@ def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = Fal
         if expired(held, now):
             raise ExpiredLease  # its attempt must be fenced and recorded first
         raise TransitionError(
-            f"cannot run the gate of {m.name!r}: it is already running ({held.lease_owner},"
+            f"cannot run the gate of {m.name!r}: it is already running ({holder(held.lease_owner)},"
             f" lease until {held.lease_expires:%H:%M:%S} UTC); wait for it or let the lease expire",
             milestone=m.name,
             holder=held.lease_owner,

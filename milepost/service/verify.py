@@ -48,6 +48,7 @@ from milepost.graph import steps
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import Milestone
 from milepost.graph.status import Action, MilestoneStatus
+from milepost.graph.words import count
 from milepost.results import Claim, DoneResult, StaleInfo, Verified, VerifyResult
 from milepost.service import _rows as rows
 from milepost.service import items, proofs
@@ -322,7 +323,7 @@ def _verified(claim: Claim, r: DoneResult, stale: StaleInfo | None) -> Verified:
 def _message(out: list[Verified], unchanged: set[str], left: list[str], after: proofs.Check) -> str:
     if not out:
         n = len(unchanged)
-        return f"nothing to re-prove: {n} proven milestone{'s' if n != 1 else ''} unchanged since proven"
+        return f"nothing to re-prove: {count(n, 'proven milestone')} unchanged since proven"
     passed = [v.milestone for v in out if v.outcome is Outcome.PASSED]
     cached = [v.milestone for v in out if v.outcome is Outcome.CACHED]
     failed = [v.milestone for v in out if v.outcome is not None and not v.outcome.proves]

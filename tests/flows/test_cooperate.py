@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -103,7 +104,7 @@ def test_a_second_and_third_driver_wait_take_up_what_is_unblocked_and_exit_0(
         wait_until(lambda: ledger(workspace) == ["slow"], 120, "slow to start", step=0.1, output=lambda: first.out)
         with drivers(cli, tmp_path, ["--json", "drive", "--wait-recorded"], ["drive"]) as (second, third):
             wait_until(lambda: second.says('"waiting_for_drivers"'), 120, "the second driver to wait", step=0.2)
-            wait_until(lambda: third.says("wait   for other drivers: slow (drive:"), 120, "the third to wait", step=0.2)
+            wait_until(lambda: third.says("wait   for other drivers: slow (pid "), 120, "the third to wait", step=0.2)
             time.sleep(2.0)  # four polls of each: what they wait on did not change, nothing more is said
             assert [d.proc.poll() for d in (first, second, third)] == [None, None, None]
             go.touch()
@@ -171,7 +172,7 @@ def test_a_waiting_driver_reclaims_the_lease_of_a_driver_that_died(
             first.proc.kill()
             first.wait()
             assert second.wait() == 0, second.out
-    assert "reclaimed slow: lease of drive:" in second.out
+    assert f"reclaimed slow: lease of pid {first.proc.pid} on {socket.gethostname()} " in second.out
     runs = cli.json("runs", "slow")["runs"]
     assert [r["outcome"] for r in runs] == ["interrupted", "passed"]
     assert ledger(workspace) == ["slow", "slow"]  # the killed attempt and the waiting driver's own
