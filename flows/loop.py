@@ -94,6 +94,7 @@ class Loop:
         self.item = item_id
         self.owner = f"drive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.session = ctx.service.drive_session(item_id, self.owner, use_cache=ctx.use_cache, scope=ctx.scope)
+        self.session.units.set_workers(ctx.max_parallel)  # units of proof run within --max-parallel too
         self.running: dict[str, _Running] = {}
         # Per milestone, what its dependents wait on: its latest gate task, or its plan node.
         self.by_name: dict[str, PrefectFuture[Any] | State[Any]] = {}

@@ -275,7 +275,8 @@ def run_gate(
             if cmd.each:
                 one = functools.partial(_run_one, log_fd=fd, log_path=log_path, cwd=cwd, env=run_env,
                                         timeout=timeout, stop=stop, on_interrupt=on_interrupt)  # fmt: skip
-                results += UnitRuns(where, units, origin, default_timeout).run(cmd, one, index, fd, stop)
+                runs = UnitRuns(where, units, origin, default_timeout)
+                results += runs.run(cmd, one, index, fd, stop, log_path, on_interrupt)
                 index += len(cmd.each)
                 continue
             results.append(_run_one(index, cmd, fd, log_path, cwd, run_env, timeout, stop, on_interrupt))
