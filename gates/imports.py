@@ -187,6 +187,7 @@ class _Module:
     name: str  # dotted, as Python's import system names it from its root
     rel: str  # the file, relative to the workspace root
     root: str  # the folder its top package is found in ('' for the workspace root)
+    base: str | None = None  # the folder above its top regular package, when a namespace lies between
 
 
 class ImportIndex:
@@ -202,7 +203,7 @@ class ImportIndex:
         self._isdir: dict[str, bool] = {}
         # (rel, roots) -> the modules it imports at run time, and the enclosing packages it imports (content only)
         self._imports: dict[tuple[str, tuple[str, ...]], tuple[list[_Module], set[str]]] = {}
-        self._modules: dict[str, _Module | None] = {}
+        self._modules: dict[str, _Module] = {}
 
     # -- the file system, asked once -------------------------------------------------------
 
@@ -220,9 +221,12 @@ class ImportIndex:
     def _join(*parts: str) -> str:
         return "/".join(p for p in parts if p)
 
-    def module_of(self, rel: str) -> _Module:
-        """A file's module: the package folders above it name it."""
-        known = self._modules.get(rel)
+    def module_of(self, rel: str, roots: Sequence[str] = DEFAULT_ROOTS) -> _Module:
+        """A file's module: the package folders above it name it, and the
+        namespace folders (no ``__init__.py``) between them and the nearest
+        import root above (``src/ns/mod.py`` is ``ns.mod`` from ``src``)."""
+        key = f"{rel}\0{'|'.join(roots)}"
+        known = self._modules.get(key)
         if known is not None:
             return known
         folder, _, filename = rel.rpartition("/")
@@ -230,11 +234,22 @@ class ImportIndex:
         while folder and self._file(self._join(folder, "__init__.py")):
             folder, _, name = folder.rpartition("/")
             parts.insert(0, name)
+        root = self._root_above(folder, roots)
+        base = None
+        if root is not None and root != folder:
+            parts = [*folder[len(root) :].strip("/").split("/"), *parts]
+            base, folder = folder, root
         if not parts:  # a bare __init__.py at the root
             parts = ["__init__"]
-        m = _Module(".".join(parts), rel, folder)
-        self._modules[rel] = m
+        m = _Module(".".join(parts), rel, folder, base)
+        self._modules[key] = m
         return m
+
+    @staticmethod
+    def _root_above(folder: str, roots: Sequence[str]) -> str | None:
+        """The deepest import root that holds ``folder`` (itself included)."""
+        above = [r for r in roots if not r or folder == r or folder.startswith(r + "/")]
+        return max(above, key=len) if above else None
 
     def find(self, dotted: str, roots: Sequence[str]) -> _Module | None:
         """The module ``dotted`` as an import would find it in ``roots``."""
@@ -272,8 +287,9 @@ class ImportIndex:
         key = (rel, tuple(roots))
         if key in self._imports:
             return self._imports[key]
-        me = self.module_of(rel)
-        search = list(dict.fromkeys([me.root, *roots]))
+        me = self.module_of(rel, roots)
+        # A script's own folder comes first (pytest's rootdir insertion: tests/ imports tests/helpers.py).
+        search = list(dict.fromkeys([*([me.base] if me.base is not None else []), me.root, *roots]))
         found: dict[str, _Module] = {}
         content: set[str] = set()
         enclosing = {".".join(me.name.split(".")[:i]) for i in range(1, me.name.count(".") + 1)}
@@ -328,7 +344,7 @@ class ImportIndex:
         body = entry[len(MODULE_PREFIX) :] if is_module_entry(entry) else entry
         if body.endswith(".py"):
             body = body.removeprefix("./")
-            return self.module_of(body) if self._file(body) else None
+            return self.module_of(body, roots) if self._file(body) else None
         return self.find(body, list(dict.fromkeys([*roots, *DEFAULT_ROOTS])))
 
     def roots_of(self, entries: Iterable[str]) -> list[str]:

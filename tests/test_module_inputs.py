@@ -111,6 +111,26 @@ def test_a_test_file_entry_reads_its_conftest_and_follows_the_package_it_imports
     ]  # fmt: skip
 
 
+def test_relative_imports_inside_a_namespace_package_are_followed(pkg: Path) -> None:
+    # src/ns has no __init__.py: ns.mod's 'from . import helper' is ns.helper, and
+    # ns.sub.deep's 'from .. import mod' reaches ns.mod through a regular package.
+    write(pkg, {
+        "src/ns/mod.py": "from . import helper\nfrom .helper import X\n",
+        "src/ns/helper.py": "X = 1\n",
+        "src/ns/sub/__init__.py": "",
+        "src/ns/sub/deep.py": "from .. import mod\n",
+        "tools/ns2/run.py": "from . import util\n",
+        "tools/ns2/util.py": "",
+    })  # fmt: skip
+    assert files_of(pkg, "module:ns.mod") == ["src/ns/helper.py", "src/ns/mod.py"]
+    assert files_of(pkg, "module:src/ns/mod.py") == files_of(pkg, "module:ns.mod")
+    assert files_of(pkg, "module:ns.sub.deep") == [
+        "src/ns/helper.py", "src/ns/mod.py", "src/ns/sub/__init__.py", "src/ns/sub/deep.py"
+    ]  # fmt: skip
+    # A namespace package at the workspace root, named by its file.
+    assert files_of(pkg, "module:tools/ns2/run.py") == ["tools/ns2/run.py", "tools/ns2/util.py"]
+
+
 def test_a_new_module_imported_is_an_input_at_once_and_a_file_nothing_imports_is_nobodys(pkg: Path) -> None:
     before = files_of(pkg, "module:shop.cart")
     write(pkg, {"src/shop/orphan.py": "X = 1\n"})
