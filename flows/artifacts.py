@@ -20,6 +20,7 @@ from prefect.client.schemas.actions import ArtifactCreate, ArtifactUpdate
 from milepost.events import DriveSummary, NullReporter, cached_text
 from milepost.graph.dag import WorkGraph
 from milepost.graph.status import MilestoneStatus
+from milepost.graph.words import count
 from milepost.present.picture import svg_data_uri, to_svg
 from milepost.results import Claim, DoneResult
 
@@ -41,6 +42,12 @@ def _picture(summary: DriveSummary, graph: WorkGraph, durations: Mapping[str, fl
     if len(svg) > MAX_PICTURE_BYTES:
         return f"(the DAG is too large to embed here: `milepost graph {summary.item} --format html -o dag.html`)"
     return f"![the milestone DAG of work item {summary.item}]({svg_data_uri(svg)})"
+
+
+def counts_line(done: int, total: int, gate_runs: int, cached: int) -> str:
+    """The summary's line of counts: ``1 of 2 milestones done, 1 gate run, 1 cached in this drive.``"""
+    cached_part = f", {cached} cached" if cached else ""
+    return f"{done} of {count(total, 'milestone')} done, {count(gate_runs, 'gate run')}{cached_part} in this drive."
 
 
 class ArtifactReporter(NullReporter):
@@ -82,9 +89,7 @@ class ArtifactReporter(NullReporter):
                 "",
                 f"**{verdict}** — {summary.message}",
                 "",
-                f"{done} of {len(summary.milestones)} milestones done, {summary.gate_runs} gate runs"
-                + (f", {summary.cached} cached" if summary.cached else "")
-                + " in this drive.",
+                counts_line(done, len(summary.milestones), summary.gate_runs, summary.cached),
                 "",
                 _picture(summary, graph, durations),
             ]

@@ -27,6 +27,7 @@ from milepost.gates.outcome import CachedFrom
 from milepost.gates.supervisor import host_identity, own_identity
 from milepost.gates.units import UnitBook
 from milepost.graph.models import GateCommand
+from milepost.graph.words import count
 from milepost.results import Claim
 
 __all__ = [
@@ -189,7 +190,7 @@ class _Watched:
                 self._release()
             if self.sent > self.limit:
                 more = self.sent - self.limit
-                self.logger.warning(f"{more} more lines not forwarded; the whole output is in {self.path}")
+                self.logger.warning(f"{count(more, 'more line')} not forwarded; the whole output is in {self.path}")
 
 
 _CHUNK = 1 << 16  # bytes of the log read at a time

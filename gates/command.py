@@ -42,6 +42,7 @@ from milepost.gates.supervisor import ExitStatus, LaunchError, read_proc, superv
 from milepost.gates.unit_runs import UnitRuns
 from milepost.gates.units import UnitBook, unit_command
 from milepost.graph.models import GateCommand
+from milepost.graph.words import count
 
 __all__ = [
     "TAIL_BYTES",
@@ -321,9 +322,9 @@ def _fingerprint(root: Path, inputs: Sequence[str], commands: Sequence[GateComma
         _note(fd, f"could not fingerprint the inputs: {type(e).__name__}: {e}")
         return None
     if fp.unreadable:
-        _note(fd, f"inputs: {len(fp.files)} files; unreadable: {fp.problems()} (nothing is proven on them)")
+        _note(fd, f"inputs: {count(len(fp.files), 'file')}; unreadable: {fp.problems()} (nothing is proven on them)")
     else:
-        _note(fd, f"inputs: {len(fp.files)} files, fingerprint {fp.digest and fp.digest[:12]}")
+        _note(fd, f"inputs: {count(len(fp.files), 'file')}, fingerprint {fp.digest and fp.digest[:12]}")
     return fp
 
 
@@ -340,9 +341,8 @@ def verdict(
         if units:
             plain = len(results) - len(units)
             cached = sum(r.outcome is Outcome.CACHED for r in units)
-            parts = [f"{plain} command{'s' * (plain != 1)}"] if plain else []
-            parts.append(f"{len(units)} unit{'s' * (len(units) != 1)} ({cached} cached)" if cached else
-                         f"{len(units)} unit{'s' * (len(units) != 1)}")  # fmt: skip
+            parts = [count(plain, "command")] if plain else []
+            parts.append(count(len(units), "unit") + (f" ({cached} cached)" if cached else ""))
             reason = "all passed: " + ", ".join(parts)
     else:
         who = f"{bad.name} {bad.file}" if bad.file else bad.name
