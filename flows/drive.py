@@ -1,23 +1,21 @@
-"""``drive_workgraph``: a work item's milestone DAG as a Prefect flow.
+"""``drive_workgraph``: a work item's milestone DAG as a Prefect flow, and
+:func:`run_drive`, which starts it and returns its summary.
 
-The loop claims the lowest-id ready milestones (up to ``max_parallel``), runs
-each gate as a Prefect task named after its milestone and submitted with
-``wait_for=`` the futures of its deps run earlier in this flow run (so the
-Prefect UI draws the DAG's edges), records every outcome through the service
-layer, and ends when nothing is ready or running. A failing gate never stops
-other branches: the milestone goes to needs_fix (ready again, after its fix
-hook and retry delay) or stuck.
-
-Claims are leases in the store: a second driver never runs the same gate, and
-a driver killed mid-gate leaves a lease that expires; the next drive reclaims
-the milestone without spending its budget. Ctrl-C or SIGTERM stops the running
-gates (through a stop file their watchdogs poll, so it reaches Dask workers
-too), records the interrupted attempts, makes their milestones ready again and
-re-raises.
-
-Gate results travel from the task to the loop through a JSON file next to the
-attempt's log, not through Prefect's result machinery: that works the same for
-threads and for Dask worker processes, with result persistence off.
+:func:`run_drive` checks the item first (open, its owner, ``expect_revision``,
+``until``) and answers from the store without a flow run when there is
+nothing to run. Otherwise it builds the drive's one object, a
+:class:`~milepost.flows.loop.DriveContext`, sets it in a context variable
+(``_RUN``) around the flow call, starts Prefect's temporary server under a
+lock when no server is configured, and calls the flow; drives of other items
+run side by side in other threads of the process, each with its own context.
+The flow body (:func:`drive_workgraph_body`) reads that context (or opens the
+store from the settings when Prefect started the run itself), sends the flow
+run's heartbeat (flows/heartbeat.py), draws the milestones done earlier as
+plan nodes, runs the :class:`~milepost.flows.loop.Loop` (claims, gate tasks,
+records: flows/loop.py, flows/gate_task.py), adds the rest of the plan to the
+flow-run graph, and has the artifacts published while the flow run ends. A
+lost Prefect API or database ends the drive with the part named (exit 3);
+the flow run is Completed only when every milestone of the scope is done.
 """
 
 from __future__ import annotations

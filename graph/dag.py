@@ -1,12 +1,16 @@
 """The milestone DAG of one work item.
 
-:class:`WorkGraph` keeps the milestones in a networkx ``DiGraph`` whose edges
-point from a dependency to its dependent. Readiness is derived, never stored,
-but it is derived incrementally: each milestone has a counter of its deps that
-are not done, and ready milestones sit in a min-heap keyed by id. A status
-change touches only the milestone and its direct dependents, so
+:class:`WorkGraph` keeps the milestones in a dict by name; each milestone's
+``deps`` are its edges, and the reverse edges (dep -> dependents) are plain
+lists built on first use. No networkx here: it is imported only to name a
+plan's cycle (:mod:`milepost.graph.validate`). Readiness is derived, never
+stored, but it is derived incrementally: each milestone has a counter of its
+deps that are not done, and ready milestones sit in a min-heap keyed by id
+(entries that stopped being ready are dropped lazily). A status change
+touches only the milestone and its direct dependents, so
 :meth:`WorkGraph.next_ready` costs O(log n) amortised instead of a scan, which
-keeps the drive loop fast on graphs of 100,000 milestones.
+keeps the drive loop fast on graphs of 100,000 milestones. Whole-graph
+analyses (layers, critical path, topological order) are plain Python too.
 """
 
 from __future__ import annotations

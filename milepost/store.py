@@ -1,11 +1,22 @@
-"""The SQL store: engine set-up, migrations on open, and transactions.
+"""The SQL store: engine set-up, existence and migrations on open, the
+store's identity, transactions, and database faults as environment errors.
+
+Only ``Store.open(..., create=True)`` (``milepost init``) makes a store; a
+missing, empty or damaged database is refused (exit 3), and a schema older
+than :data:`SCHEMA_HEAD` is upgraded by Alembic under a migration lock (a
+file lock on SQLite, an advisory lock on PostgreSQL). The identity
+(``store_meta.store_id``) names the folders of the store's evidence on disk
+(:meth:`Store.evidence_dir`), and paths are stored relative to the workspace.
 
 SQLite (the default) runs in WAL mode with a busy timeout and foreign keys
 on, and every write transaction starts with ``BEGIN IMMEDIATE``: a write
 transaction takes the write lock before it reads, so two processes never
 both read revision N and then race to write it (SQLite would answer the loser
-with an immediate "database is locked" instead of waiting). On PostgreSQL the
-revision compare-and-swap in the service layer does that job.
+with an immediate "database is locked" instead of waiting). On PostgreSQL
+the service layer's first statement of a write locks the item's row
+(``SELECT ... FOR UPDATE``, :mod:`milepost.service._tx`); the revision
+compare-and-swap stays the guard on both. The thread that opened the store
+keeps one connection for its writes; other threads use the pool.
 """
 
 from __future__ import annotations
@@ -157,9 +168,9 @@ class Store:
         """One write transaction: commits on success, rolls back on any error.
 
         The thread that opened the store keeps one connection for its writes
-        (checking one out of the pool and back cost about a fifth of a
-        transition); other threads (lease keepers, the MCP server's workers)
-        take theirs from the pool."""
+        (no pool checkout per transaction; see docs/benchmarks.md); other
+        threads (lease keepers, the MCP server's workers) take theirs from
+        the pool, and a forked child never uses its parent's."""
         if threading.get_ident() != self._owner:
             with self._guard(), self._writer_engine.begin() as conn:
                 yield conn

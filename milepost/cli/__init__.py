@@ -1,15 +1,18 @@
 """The ``milepost`` command line.
 
 Three layers: :func:`main` parses, runs and turns errors into one line and an
-exit code; each command asks the service for plain data; :mod:`.render`
-formats that data as rich text or, with ``--json``, as one JSON document on
-stdout. Heavy imports (the store, SQLAlchemy) happen inside commands; Prefect
-is imported by no state command.
+exit code; each command asks the service for plain data;
+:mod:`milepost.present.terminal` formats that data as rich text or, with
+``--json``, the command prints one JSON document on stdout. Heavy imports (the
+service, the store, SQLAlchemy) happen when a command first uses the service
+(``Ctx.service``); Prefect is imported by no state command.
 
 The commands live by concern: :mod:`.items` (init, item, ref, history),
-:mod:`.milestones` (add, actions, done, next, list, runs, log), :mod:`.plans`
-(plan, graph), :mod:`.runtime` (drive, tick, serve, deploy, server, mcp,
-prime); :mod:`._base` holds what they share.
+:mod:`.milestones` (add, remove, the milestone actions, done, verify, next,
+list, inputs, runs, log), :mod:`.plans` (plan apply/scaffold/cycles/schema/
+export, graph), :mod:`.runtime` (drive, tick, serve, deploy, server, mcp,
+prime); :mod:`._base` holds what they share (the context, parameter types,
+the root group).
 
 Exit codes: 0 success; 1 the operation ran and failed (a gate failed);
 2 bad input or refused transition (nothing changed); 3 environment

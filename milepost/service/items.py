@@ -1,6 +1,10 @@
-"""Work items: create, read, list, focus, update, complete, cancel; their
-evidence (work refs) and their plan.md artifact. Functions of a
-:class:`~milepost.service._tx.Context`; each write is one :func:`write`."""
+"""One work item: create (with its milestones, by batched inserts, and its
+plan.md), read (with or without the proof check), the checks before a drive,
+focus (pick), update, complete, cancel. Functions of a
+:class:`~milepost.service._tx.Context`; each change of an existing item is one
+:func:`write` (creating one is a transaction of its own). Listing many items
+and the event log are in :mod:`.lists`; work refs and the plan.md artifact in
+:mod:`.evidence`; finding the item to act on in :mod:`._find`."""
 
 from __future__ import annotations
 
