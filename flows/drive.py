@@ -182,7 +182,7 @@ def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id:
 def _guard(ctx: DriveContext) -> PrefectGuard:
     """Watch the API this flow run talks to (see flows/prefect_guard.py): once
     it is lost the loop claims nothing more and the drive ends with exit 3.
-    Its URL is the flow run's own client's (a new client costs about 30 ms)."""
+    Its URL is the flow run's own client's (a new client is not free)."""
     client = getattr(get_run_context(), "client", None)
     url = str(client.api_url) if client is not None else None
 

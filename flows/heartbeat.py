@@ -4,8 +4,7 @@ Prefect's sync flow engine sends a ``prefect.flow-run.heartbeat`` event every
 ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` seconds (180 by default; the server's
 automations can use a missing heartbeat to find crashed flow runs) from a
 thread that sleeps in one-second steps, and joins that thread when the flow
-body returns: every flow run ends 0 to 1 s late (0.4 s on average, measured in
-``benchmarks/bench_drive.py``'s hand-written flow).
+body returns: every flow run ends 0 to 1 s late (figures in docs/benchmarks.md).
 
 ``run_drive`` turns Prefect's heartbeat off for its flow run and starts this
 one in the flow body instead: the same event with the same resource, at the
@@ -37,7 +36,7 @@ def heartbeat_frequency() -> int | None:
 def prefect_heartbeat_off() -> Iterator[None]:
     """Prefect's own heartbeat thread off for the flow runs started inside.
     (The current settings copied with that one change: Prefect's
-    ``temporary_settings`` validates all of them again, about 40 ms.)"""
+    ``temporary_settings`` validates all of them again.)"""
     from prefect.context import SettingsContext, get_settings_context
 
     context = get_settings_context()

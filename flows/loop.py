@@ -147,7 +147,7 @@ class Loop:
         # tagged task run (a round trip per gate). Its task (gate or fix) says what it runs.
         future: PrefectFuture[Any] | None = None
         # Its end reaches done_q from its box once its verdict is kept (so the loop goes on while Prefect ends
-        # the task run, ~4 ms a gate), else from its future (a Dask worker, a task that died); counted once.
+        # the task run), else from its future (a Dask worker, a task that died); counted once.
         ended = functools.partial(self.done_q.put, key)
         box = SpecBox(spec, self.session.units, self.monitor, None if self.ctx.inline else ended)
         if self.ctx.inline:

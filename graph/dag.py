@@ -86,7 +86,7 @@ class WorkGraph:
                 undone[m.name] = left
         else:  # nothing done yet (a new plan): every dep counts
             self._undone = undone = {m.name: len(m.deps) for m in items}
-        # self._ready(m) inlined (nothing is held yet): a call per milestone was a third of this
+        # self._ready(m) inlined (nothing is held yet), for large plans: docs/benchmarks.md
         ready = (S.PENDING, S.NEEDS_FIX)
         self._heap = [
             (m.id, m.name)

@@ -5,17 +5,17 @@ Two costs there are not milepost's work and are avoided while milepost's
 own modules load:
 
 - Python's cyclic garbage collector runs full collections while SQLAlchemy
-  and pydantic build their many objects at import (about 45 ms of a state
-  command on the reference machine). Nothing imported is garbage, so the
-  collector is paused during the imports and the imported objects are then
-  frozen out of later collections (``gc.freeze``).
+  and pydantic build their many objects at import. Nothing imported is
+  garbage, so the collector is paused during the imports and the imported
+  objects are then frozen out of later collections (``gc.freeze``).
 - When pydantic builds its first model it looks for plugins among the entry
-  points of every installed distribution (about 25 ms where Prefect is
-  installed). milepost's models need no plugin: pydantic's documented switch
-  ``PYDANTIC_DISABLE_PLUGINS`` is set during the block and put back after,
-  so gates, Prefect and everything built later see the user's environment.
+  points of every installed distribution. milepost's models need no plugin:
+  pydantic's documented switch ``PYDANTIC_DISABLE_PLUGINS`` is set during
+  the block and put back after, so gates, Prefect and everything built later
+  see the user's environment.
 
-Standard library only: it runs before anything else is imported.
+What each cost is in docs/benchmarks.md. Standard library only: it runs
+before anything else is imported.
 """
 
 from __future__ import annotations

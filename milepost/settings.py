@@ -8,8 +8,8 @@ environment; the environment wins over the defaults here.
 
 The object is a plain pydantic model filled from the environment by
 :meth:`Settings.from_env` (names matched case-insensitively, as
-pydantic-settings does): importing pydantic-settings cost every command about
-40 ms, more than the rest of milepost's own start-up.
+pydantic-settings does): importing pydantic-settings cost every command more
+than the rest of milepost's own start-up (docs/benchmarks.md).
 """
 
 from __future__ import annotations

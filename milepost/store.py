@@ -449,7 +449,7 @@ def _sqlite_setup(engine: Engine, busy_ms: int) -> None:
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = NORMAL")
         # 64 MiB of pages in memory (default 2 MiB): a large plan writes five indexes
-        # of the milestones, one in name order; re-reading evicted pages cost a fifth of it.
+        # of the milestones, one in name order (docs/benchmarks.md: evicted pages re-read).
         cur.execute("PRAGMA cache_size = -65536")
         cur.close()
 

@@ -224,9 +224,8 @@ def columns(
 ) -> None:
     """Rows of plain text in aligned columns, the last one left to run on,
     printed at once. ``styles``: markup for a column's cells (same text,
-    coloured), by column index. rich's ``Table`` measures every cell and
-    took 0.34 s for a 200-milestone drive's summary (most of what the drive
-    cost beyond a hand-written flow at that size); this takes milliseconds."""
+    coloured), by column index. Not rich's ``Table``, which measures every
+    cell (docs/benchmarks.md, "Figures behind code choices")."""
     from milepost._text import printable
 
     cells = [[printable(c) for c in row] for row in rows]  # measured as shown
@@ -242,7 +241,7 @@ def columns(
         return "  ".join(out).rstrip()
 
     if con.color_system is None:  # no colours here (a pipe, a file, NO_COLOR): the text without rich's markup pass
-        text = "\n".join(line(r, None, plain=True) for r in [head, *cells])  # (10 s of 19 for `list` of 100,000)
+        text = "\n".join(line(r, None, plain=True) for r in [head, *cells])
         con.print(text, markup=False, emoji=False, highlight=False)
         return
     body = [f"[bold]{line(head, None)}[/]", *(line(r, n) for n, r in enumerate(cells))]

@@ -185,7 +185,7 @@ def flow_dict(**items: str) -> dict[str, str]:
 def dump(plan: dict[str, Any]) -> str:
     import yaml
 
-    base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when it is there: 10x faster
+    base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's C emitter when PyYAML has it
 
     class _PlanDumper(base):  # type: ignore[valid-type,misc]
         pass

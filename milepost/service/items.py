@@ -195,9 +195,10 @@ def create_item(
             )
         )
         set_focus(conn, ctx.agent, item_id)
-        # The item as stored, from what was just written: reading 100,000
-        # milestones back and validating them again cost a third of `plan apply`.
-        for m in milestones:  # (pydantic's __setattr__ was a tenth of a second at 100,000; no validator runs on it)
+        # The item as stored, from what was just written, not read back and
+        # validated again; __dict__ skips pydantic's __setattr__ (no validator
+        # runs on it). Both for a large plan's sake: docs/benchmarks.md.
+        for m in milestones:
             m.__dict__["updated_at"] = now
         return work_item(conn, head(conn, item_id), graph)
 
