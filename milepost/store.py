@@ -1,22 +1,11 @@
-"""The SQL store: engine set-up, existence and migrations on open, the
-store's identity, transactions, and database faults as environment errors.
+"""The SQL store: engine set-up, existence and migrations on open (only
+``create``, i.e. ``milepost init``, makes a store), its identity (the folder
+of its evidence on disk), transactions, and database faults as exit 3.
 
-Only ``Store.open(..., create=True)`` (``milepost init``) makes a store; a
-missing, empty or damaged database is refused (exit 3), and a schema older
-than :data:`SCHEMA_HEAD` is upgraded by Alembic under a migration lock (a
-file lock on SQLite, an advisory lock on PostgreSQL). The identity
-(``store_meta.store_id``) names the folders of the store's evidence on disk
-(:meth:`Store.evidence_dir`), and paths are stored relative to the workspace.
-
-SQLite (the default) runs in WAL mode with a busy timeout and foreign keys
-on, and every write transaction starts with ``BEGIN IMMEDIATE``: a write
-transaction takes the write lock before it reads, so two processes never
-both read revision N and then race to write it (SQLite would answer the loser
-with an immediate "database is locked" instead of waiting). On PostgreSQL
-the service layer's first statement of a write locks the item's row
-(``SELECT ... FOR UPDATE``, :mod:`milepost.service._tx`); the revision
-compare-and-swap stays the guard on both. The thread that opened the store
-keeps one connection for its writes; other threads use the pool.
+SQLite runs in WAL mode with a busy timeout and foreign keys on; every write
+transaction starts with ``BEGIN IMMEDIATE``, so two processes never both read
+revision N and race to write it. On PostgreSQL a write's first statement
+locks the item's row (``FOR UPDATE``, :mod:`milepost.service._tx`).
 """
 
 from __future__ import annotations
@@ -168,9 +157,8 @@ class Store:
         """One write transaction: commits on success, rolls back on any error.
 
         The thread that opened the store keeps one connection for its writes
-        (no pool checkout per transaction; see docs/benchmarks.md); other
-        threads (lease keepers, the MCP server's workers) take theirs from
-        the pool, and a forked child never uses its parent's."""
+        (no pool checkout per transaction); other threads (lease keepers, the
+        MCP server's workers) take theirs from the pool."""
         if threading.get_ident() != self._owner:
             with self._guard(), self._writer_engine.begin() as conn:
                 yield conn
