@@ -9,15 +9,18 @@ files and the helpers it imports are what its run also reads (its support).
 A folder named ``tests`` or ``test`` inside the package that holds a test
 file is tests, not code to plan: its modules get no milestone.
 
-**The rule.** A test file exercises a module of the package when it imports
-it, by its name (``import pkg.mod``, ``from pkg.mod import x``, ``from pkg
-import mod``, relative imports inside the package) or through a name a
-package re-exports from it (``from pkg import Thing`` or ``pkg.Thing`` after
-``import pkg``, when ``pkg/__init__.py`` has ``from .mod import Thing``,
-directly or through ``*``); or when one of the modules it imports so, other
-than a package's ``__init__``, imports that module directly. A module no
-test exercises so gets the ``test_<name>.py`` / ``<name>_test.py`` files
-(the name rule, kept as a fallback).
+**The rule.** A test file named after a module (``test_<name>.py``,
+``<name>_test.py``, or in a folder path naming it, ``tests/<pkg>/<name>/``)
+is that module's test alone, whatever else it imports (see
+:func:`_named_after`). Any other test file exercises a module of the package
+when it imports it, by its name (``import pkg.mod``, ``from pkg.mod import
+x``, ``from pkg import mod``, relative imports inside the package) or through
+a name a package re-exports from it (``from pkg import Thing`` or
+``pkg.Thing`` after ``import pkg``, when ``pkg/__init__.py`` has ``from .mod
+import Thing``, directly or through ``*``); or when one of the modules it
+imports so, other than a package's ``__init__``, imports that module
+directly. (``--map-tests coverage`` maps by the code executed instead:
+:mod:`.proof_inputs`.)
 
 Import statements are found line by line (a regular expression) and parsed
 with :mod:`ast`; a whole test file is never parsed, which keeps hundreds of
