@@ -57,7 +57,9 @@ class _Session:
         """A service of its own for a call that runs off the event loop (its
         caches are not the loop's), on the same store."""
         svc = self.service
-        return Service(svc.store, svc.agent, operator=svc.operator, lease_ttl=svc.lease_ttl.total_seconds())
+        return Service(
+            svc.store, svc.agent, operator=svc.operator, lease_ttl=svc.lease_ttl.total_seconds(), clock=svc.ctx.clock
+        )
 
     def close(self) -> None:
         if self._svc is not None:

@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,38 @@ def service(workspace: Path) -> Iterator[Service]:
     svc = Service(Store.open(ws.url, ws.home, ws.root, create=True))
     yield svc
     svc.close()
+
+
+class MovableClock:
+    """The time leases go by for the services a test makes (``Service(clock=...)``):
+    the real time plus what the test moved it by. A lease another process
+    took by the real time is expired for them once the clock moved past it,
+    without sleeping it out."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> MovableClock:
+    """A clock every ``Service`` made in this process during the test goes
+    by (the in-process CLI's, a drive's); processes the test starts keep
+    the real time."""
+    moved = MovableClock()
+    init = Service.__init__
+
+    def with_clock(self: Service, *args: Any, **kw: Any) -> None:
+        kw.setdefault("clock", moved)
+        init(self, *args, **kw)
+
+    monkeypatch.setattr(Service, "__init__", with_clock)
+    return moved
 
 
 # -- PostgreSQL ----------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLI, wait_until
+from tests.conftest import CLI, MovableClock, wait_until
 from tests.ledger import Ledger, gate_command, write_gate
 
 TTL = "1"
@@ -94,14 +94,14 @@ def test_a_live_holders_lease_is_not_taken_over_before_it_expires(setup) -> None
     assert ledger.executions() == [("a", 1)] and ledger.overlaps() == []
 
 
-def test_a_frozen_dones_gate_is_killed_before_the_milestone_runs_again(setup) -> None:  # type: ignore[no-untyped-def]
+def test_a_frozen_dones_gate_is_killed_before_the_milestone_runs_again(setup, clock: MovableClock) -> None:  # type: ignore[no-untyped-def]
     cli, ledger, procs = setup
     add(cli, ledger, "a", 4)
     frozen = cli.popen("done", "a", MILEPOST_LEASE_TTL=TTL)
     procs.append(frozen)
     wait_until(lambda: ledger.has("start", "a"))
     os.kill(frozen.pid, signal.SIGSTOP)  # alive, holding its supervisor's pipe, renewing nothing
-    time.sleep(1.5)
+    clock.advance(1.5)  # past its lease, for the next done (this process's services)
     r = cli("--json", "done", "a", MILEPOST_LEASE_TTL=TTL)
     assert r.code == 0, r.err
     first_run = cli.json("runs", "a")["runs"][0]
@@ -115,7 +115,7 @@ def test_a_frozen_dones_gate_is_killed_before_the_milestone_runs_again(setup) ->
     assert ledger.count("end")["a"] == 1
 
 
-def test_a_gate_that_passed_after_its_driver_froze_is_not_run_again(setup) -> None:  # type: ignore[no-untyped-def]
+def test_a_gate_that_passed_after_its_driver_froze_is_not_run_again(setup, clock: MovableClock) -> None:  # type: ignore[no-untyped-def]
     cli, ledger, procs = setup
     add(cli, ledger, "a", 0.5)
     frozen = cli.popen("done", "a", MILEPOST_LEASE_TTL=TTL)
@@ -123,7 +123,7 @@ def test_a_gate_that_passed_after_its_driver_froze_is_not_run_again(setup) -> No
     wait_until(lambda: ledger.has("start", "a"))
     os.kill(frozen.pid, signal.SIGSTOP)
     wait_until(lambda: ledger.has("end", "a"))  # the gate passed; its driver could not record it
-    time.sleep(1.5)
+    clock.advance(1.5)  # past its lease
     r = cli("--json", "done", "a", MILEPOST_LEASE_TTL=TTL)
     assert r.code == 0, r.err
     data = r.data

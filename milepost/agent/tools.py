@@ -208,7 +208,9 @@ def drive(svc: Service, a: DriveArgs) -> dict[str, Any]:
     configure_prefect(svc.store.home)
     from milepost.flows.drive import run_drive
 
-    own = Service(svc.store, svc.agent, operator=svc.operator, lease_ttl=svc.lease_ttl.total_seconds())
+    own = Service(
+        svc.store, svc.agent, operator=svc.operator, lease_ttl=svc.lease_ttl.total_seconds(), clock=svc.ctx.clock
+    )
     s = run_drive(own, item, max_parallel=a.max_parallel, until=a.until, expect_revision=a.expect_revision)
     return {
         "item": s.item,

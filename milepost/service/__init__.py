@@ -19,6 +19,7 @@ changes (see ``_tx``); reads that show the whole graph read it whole.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,12 +87,20 @@ class Service:
     LIST_FILTERS = lists.LIST_FILTERS
 
     def __init__(
-        self, store: Store, agent: str = DEFAULT_AGENT, *, operator: bool = False, lease_ttl: float | None = None
+        self,
+        store: Store,
+        agent: str = DEFAULT_AGENT,
+        *,
+        operator: bool = False,
+        lease_ttl: float | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         agent = check_name(agent, "agent") if agent != DEFAULT_AGENT else agent
         # How long a gate's claim stays valid without renewal (renewed every quarter of it).
         ttl = timedelta(seconds=load_settings().lease_ttl if lease_ttl is None else lease_ttl)
         self.ctx = Context(store=store, agent=agent, operator=operator, lease_ttl=ttl)
+        if clock is not None:  # the time leases are taken and expire by (default: the real time, UTC)
+            self.ctx.clock = clock
 
     @classmethod
     def open(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -121,13 +121,16 @@ class GraphCache:
 @dataclass
 class Context:
     """What every operation needs: the store, who acts, the lease lifetime,
-    and the service's own graph cache (None: no caching)."""
+    the clock leases are taken, renewed and found expired by (the time now,
+    in UTC; a test moves its own instead of sleeping out a lease), and the
+    service's own graph cache (None: no caching)."""
 
     store: Store
     agent: str
     operator: bool = False
     lease_ttl: timedelta = timedelta(seconds=60)
     cache: GraphCache | None = None
+    clock: Callable[[], datetime] = utcnow
 
 
 def load_graph(conn: Connection, item_id: int, holds: Iterable[str] = ()) -> Loaded:

@@ -18,7 +18,6 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from milepost._schema import utcnow
 from milepost._text import holder as shown_holder
 from milepost.errors import ConcurrentUpdateError
 from milepost.gates._crash import crash_point
@@ -92,7 +91,7 @@ def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | Non
             transition(name, m.status, Action.DONE)  # raises with the allowed actions
         lease = tx.rows[pk] if pk in tx.rows else tx.conn.execute(rows.LEASE, {"pk": pk}).one()
         if held_elsewhere(lease, owner):
-            if expired(lease, utcnow()):
+            if expired(lease, ctx.clock()):
                 raise ExpiredLease
             # A holder that died on this machine need not be waited for.
             if holder_gone(tx.conn.execute(select(MILESTONES.c.lease_info).where(MILESTONES.c.id == pk)).scalar()):
@@ -359,7 +358,7 @@ def reclaim_expired(ctx: Context, item: int, owner: str, cache: GraphCache | Non
     ``interrupted``: no budget spent, the milestone is ready again. When
     the attempt ran on another machine, lease expiry is the only fence:
     that machine's gate supervisor killed the gate when its driver died."""
-    now = utcnow()
+    now = ctx.clock()
     found = retrying(ctx.store, lambda: reclaimable(ctx, item, now))
     out = []
     for r, gone in found:
@@ -376,7 +375,7 @@ def _reclaim_for_done(ctx: Context, item: int, name: str, owner: str, *, gone: b
     machine) is taken over and its attempt fenced and recorded first, so its
     processes are gone and its attempt number is not reused. The milestone
     stays in progress."""
-    now = utcnow()
+    now = ctx.clock()
     with ctx.store.read() as conn:
         r = conn.execute(_expired(item, now, name, expiring=not gone)).first()
     if r is None or (gone and not holder_gone(r.lease_info)):
@@ -399,7 +398,7 @@ def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: 
     """Take over one expired lease (or, with ``gone``, the live lease of a
     holder proven dead), fence its attempt, record it (see
     :func:`reclaim_expired`). None when another driver got there first."""
-    until = utcnow() + ctx.lease_ttl
+    until = ctx.clock() + ctx.lease_ttl
     with ctx.store.write() as conn:
         taken = conn.execute(
             update(MILESTONES)

@@ -17,7 +17,6 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from milepost._schema import utcnow
 from milepost._text import holder
 from milepost.errors import EnvironmentProblem, TransitionError
 from milepost.gates.liveness import holder_gone
@@ -68,7 +67,7 @@ def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = Fal
     progress holds none of its own), and nothing is written: expired, its
     attempt must be fenced and recorded first (:class:`ExpiredLease`); live,
     its gate is running (:class:`TransitionError`)."""
-    now = utcnow()
+    now = tx.ctx.clock()
     attempt = (rows.LAST_ATTEMPT_OF.rows(tx.conn, pk=pk)[0]["last"] or 0) + 1
     log = log_path(tx.ctx, tx.id, m.name, attempt)
     # (When it was claimed: a driver that reclaims it records the attempt from then.)
@@ -143,7 +142,7 @@ def renew(conn: Connection, ctx: Context, c: Claim) -> None:
     conn.execute(
         update(MILESTONES)
         .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
-        .values(lease_expires=utcnow() + ctx.lease_ttl)
+        .values(lease_expires=ctx.clock() + ctx.lease_ttl)
     )
 
 
@@ -161,7 +160,7 @@ def held_by_others(ctx: Context, item: int, owner: str, scope: set[str] | None =
     held by another owner than ``owner``, read in one transaction with the
     item's revision. An expired lease, or one whose holder died on this
     machine, is not live: a drive reclaims it instead of waiting on it."""
-    now = utcnow()
+    now = ctx.clock()
     query = select(MILESTONES.c.name, MILESTONES.c.lease_owner, MILESTONES.c.lease_expires, MILESTONES.c.lease_info)
     query = query.where(MILESTONES.c.item_id == item, MILESTONES.c.lease_owner.is_not(None),
                         MILESTONES.c.lease_owner != owner)  # fmt: skip

@@ -20,7 +20,7 @@ from milepost.flows.drive import run_drive
 from milepost.graph import MilestoneStatus
 from milepost.planfile import parse_plan
 from milepost.service import Service
-from tests.conftest import CLI, EXAMPLES, wait_until
+from tests.conftest import CLI, EXAMPLES, MovableClock, wait_until
 from tests.flows.conftest import api_get, api_post, flow_run_edges
 from tests.recording import RecordingReporter
 
@@ -237,7 +237,9 @@ def test_a_drive_does_not_start_a_gate_another_driver_runs(prefect_api: str, cli
     assert shown == {"slow": "done", "other": "done"}
 
 
-def test_sigkill_leaves_a_lease_the_next_drive_reclaims(prefect_api: str, cli: CLI, workspace: Path) -> None:
+def test_sigkill_leaves_a_lease_the_next_drive_reclaims(
+    prefect_api: str, cli: CLI, workspace: Path, clock: MovableClock
+) -> None:
     marker = workspace / "started"
     gate = f"if [ -e {marker} ]; then exit 0; fi; echo $$ > {marker}; sleep 60"
     (workspace / "plan.yaml").write_text(f"objective: kill\nmilestones:\n  - name: slow\n    gate: '{gate}'\n")
@@ -252,7 +254,7 @@ def test_sigkill_leaves_a_lease_the_next_drive_reclaims(prefect_api: str, cli: C
     with contextlib.suppress(ProcessLookupError):  # its gate supervisor may have stopped it already
         os.kill(gate_pid, signal.SIGKILL)  # the orphaned gate (its own session) would run on
     assert cli.json("list")["milestones"][0]["status"] == "in_progress"
-    time.sleep(3.5)  # the lease expires
+    clock.advance(3.5)  # the lease expires (for this process's drive)
     r = cli("drive", MILEPOST_LEASE_TTL="3")
     assert r.code == 0, r.err + r.out
     m = cli.json("list")["milestones"][0]
@@ -265,7 +267,9 @@ def test_sigkill_leaves_a_lease_the_next_drive_reclaims(prefect_api: str, cli: C
     assert runs[0]["duration"] >= 0.3
 
 
-def test_a_frozen_drive_says_its_outcome_was_not_applied(prefect_api: str, cli: CLI, workspace: Path) -> None:
+def test_a_frozen_drive_says_its_outcome_was_not_applied(
+    prefect_api: str, cli: CLI, workspace: Path, clock: MovableClock
+) -> None:
     """Frozen past its lease, a drive's attempt is fenced and recorded by the
     next drive; when the frozen one wakes, it says its outcome is not applied."""
     marker = workspace / "started"
@@ -276,7 +280,7 @@ def test_a_frozen_drive_says_its_outcome_was_not_applied(prefect_api: str, cli: 
     try:
         wait_until(marker.exists, 60, f"{marker} to appear", step=0.1)
         os.kill(frozen.pid, signal.SIGSTOP)
-        time.sleep(1.5)  # its lease expires: nobody renews it
+        clock.advance(1.5)  # its lease expires (for this process's drive): nobody renews it
         r = cli("drive", MILEPOST_LEASE_TTL="1")  # fences attempt 1 (kills its gate), runs attempt 2
         assert r.code == 0, r.err + r.out
     finally:
