@@ -91,9 +91,9 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
     ms = by_name(plan)
     # A test named after a module tests that module (test_mod_c imports kv.mod_b too: not kv.mod_b's test).
     assert ms["kv.mod_b"]["gate"] == [
-        {"name": "compileall", "run": "python3 -m compileall -q src/kv/mod_b.py"},
+        {"name": "compileall", "run": "python3 -m compileall -q {file}", "each": ["src/kv/mod_b.py"]},
         {"name": "unittest", "run": "python3 -m unittest -q {file}", "each": ["tests/test_mod_b.py"]},
-    ]
+    ]  # a {path} step of one module file is a unit too: kept under the digest of the file and its imports
     # Inputs: module entries, read when checked: its module (with what it imports) and the tests its gate runs.
     assert ms["kv.mod_b"]["inputs"] == ["module:kv.mod_b", "module:tests/test_mod_b.py"]
     assert ms["kv.mod_c"]["inputs"] == ["module:kv.mod_c", "module:tests/test_mod_c.py"]
@@ -101,12 +101,54 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
     assert ms["all-tests"]["inputs"] == ["src/kv/", "tests/"]  # the package and the tests
     # What the entries stand for now: the module, its package's __init__ (run by importing it), what it
     # imports, and the test file with what it imports (test_mod_b imports the package: the whole of it).
-    assert ms["kv"]["gate"] == "python3 -m compileall -q src/kv/__init__.py"  # no test imports the package itself
+    # No test imports the package itself: its gate is the compile unit alone.
+    assert ms["kv"]["gate"] == [
+        {"name": "compileall", "run": "python3 -m compileall -q {file}", "each": ["src/kv/__init__.py"]}
+    ]
     assert (
         "`python3 -m unittest -q {tests}` left out of 2 milestones no test file is mapped to: kv, kv.interfaces"
         in r.err
     )
     assert "tests: 3 of 3 test files mapped to modules: 3 by name (kv.mod_a, kv.mod_b, kv.mod_c), 0 by their" in r.err
+
+
+def test_a_re_proof_after_an_edit_compiles_only_the_modules_it_reaches(example: CLI, tmp_path: Path) -> None:
+    """The scaffold's {path} step of one module is a unit: after an edit of
+    mod_b, verify compiles mod_b and mod_c (which imports it), not the rest."""
+    ledger = tmp_path / "compiled.txt"
+    ws = example.cwd
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    compile_gate = f"echo {{path}} >> {ledger} && python3 -m compileall -q {{path}}"
+    example(
+        "plan", "scaffold", "kv", "--path", "src", "--gate", compile_gate,
+        "--gate", "python3 -m unittest -q {tests}", "--apply", check=True,
+    )  # fmt: skip
+    example("item", "update", "1", "--plan-status", "ready", check=True)
+    for name in ["kv", "kv.interfaces", "kv.mod_a", "kv.mod_b", "kv.mod_c"]:
+        example("start", name, check=True)
+        example("done", name, check=True)
+    assert sorted(ledger.read_text().split()) == [
+        f"src/kv/{m}.py" for m in ("__init__", "interfaces", "mod_a", "mod_b", "mod_c")
+    ]
+    mod_b = ws / "src" / "kv" / "mod_b.py"
+    mod_b.write_text(mod_b.read_text() + "# edited\n")
+    stale = {m["name"] for m in example.json("list")["milestones"] if m.get("view") == "stale"}
+    assert stale == {"kv.mod_b", "kv.mod_c"}
+    before = len(ledger.read_text().split())
+    r = example("verify")
+    assert r.code == 0, r.err
+    assert sorted(ledger.read_text().split()[before:]) == ["src/kv/mod_b.py", "src/kv/mod_c.py"]
+    # An edit of mod_c's test makes kv.mod_c stale, and its re-proof runs the test alone: mod_c.py is the same.
+    test_c = ws / "tests" / "test_mod_c.py"
+    test_c.write_text(test_c.read_text() + "# edited\n")
+    assert {m["name"] for m in example.json("list")["milestones"] if m.get("view") == "stale"} == {"kv.mod_c"}
+    assert example("verify").code == 0
+    assert len(ledger.read_text().split()) == before + 2
+    units = example.json("runs", "kv.mod_c")["runs"][-1]["commands"]
+    assert [(u["file"], u["outcome"]) for u in units] == [
+        ("src/kv/mod_c.py", "cached"),
+        ("tests/test_mod_c.py", "passed"),
+    ]
 
 
 def units(gate: Any) -> list[str]:

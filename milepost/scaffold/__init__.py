@@ -203,6 +203,7 @@ def scaffold(
             "tests": " ".join(shown(t, base) for t in node_tests[n.name]),
         }
         test_paths = [shown(t, base) for t in node_tests[n.name]]
+        module_paths = [shown(_unit_path(u, files, level), base) for u in n.units] if inside else None
         commands: list[dict[str, Any]] = []
         taken: set[str] = set()
         if n.kind == "cut":  # fails while the cycle is there: the gate cannot pass without the cut
@@ -213,7 +214,7 @@ def scaffold(
             if "{tests}" in template and not values["tests"]:
                 skipped.setdefault(template, []).append(n.name)
                 continue
-            commands.append(gate_step(template, values, test_paths, taken))
+            commands.append(gate_step(template, values, test_paths, taken, module_paths))
         entry: dict[str, Any] = {"name": n.name}
         if n.deps:
             entry["deps"] = flow(sorted(n.deps, key=position.__getitem__))

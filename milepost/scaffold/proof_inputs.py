@@ -36,14 +36,21 @@ def map_by_coverage(tm: TestMap, python: str, folder: Path, files: dict[str, Pat
         tm.by_coverage.add(t)
 
 
-def gate_step(template: str, values: dict[str, str], tests: list[str], taken: set[str]) -> dict[str, Any]:
+def gate_step(template: str, values: dict[str, str], tests: list[str], taken: set[str],
+              paths: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """A gate step from a template; one with ``{tests}`` runs once per test
-    file (``each``), each run a unit of proof shared by every gate that runs it."""
+    file (``each``), each run a unit of proof shared by every gate that runs it.
+    One with ``{path}`` (and no ``{tests}``) of a single module file is a unit
+    too (``paths``: the milestone's module files): its result is kept under the
+    digest of the file and what it imports, so a re-proof after an edit runs
+    it only when one of those changed."""
     name = command_name(template, taken)
-    if "{tests}" not in template:
-        return flow_dict(name=name, run=render(template, values))
-    run = render(template, {**values, "tests": "{file}"})
-    return {"name": name, "run": run, "each": flow(tests)}
+    if "{tests}" in template:
+        run = render(template, {**values, "tests": "{file}"})
+        return {"name": name, "run": run, "each": flow(tests)}
+    if "{path}" in template and paths is not None and len(paths) == 1 and paths[0].endswith(".py"):
+        return {"name": name, "run": render(template, {**values, "path": "{file}"}), "each": flow(paths)}
+    return flow_dict(name=name, run=render(template, values))
 
 
 class Entries:
