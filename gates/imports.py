@@ -204,6 +204,8 @@ class ImportIndex:
         # (rel, roots) -> the modules it imports at run time, and the enclosing packages it imports (content only)
         self._imports: dict[tuple[str, tuple[str, ...]], tuple[list[_Module], set[str]]] = {}
         self._modules: dict[str, _Module] = {}
+        # (entry, roots) -> what it stands for: asked again by every fingerprint naming it (one state of the files)
+        self._expanded: dict[tuple[str, tuple[str, ...]], Expansion] = {}
 
     # -- the file system, asked once -------------------------------------------------------
 
@@ -357,7 +359,15 @@ class ImportIndex:
         return [*out, *(r for r in DEFAULT_ROOTS if r not in out)]
 
     def expand(self, entry: str, roots: Sequence[str] = DEFAULT_ROOTS) -> Expansion:
-        """The files a ``module:`` entry stands for now."""
+        """The files a ``module:`` entry stands for now (worked out once per
+        index: an index reads one state of the files; do not change the result)."""
+        key = (entry, tuple(roots))
+        known = self._expanded.get(key)
+        if known is None:
+            known = self._expanded[key] = self._expand(entry, roots)
+        return known
+
+    def _expand(self, entry: str, roots: Sequence[str]) -> Expansion:
         start = self.resolve_entry(entry, roots)
         if start is None:
             body = entry[len(MODULE_PREFIX) :]

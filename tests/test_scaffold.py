@@ -151,6 +151,24 @@ def test_a_re_proof_after_an_edit_compiles_only_the_modules_it_reaches(example: 
     ]
 
 
+def test_the_final_gate_defaults_to_the_modules_test_command_over_every_test_file(example: CLI) -> None:
+    r = example(
+        "plan", "scaffold", "kv", "--path", "src", "--gate", "python3 -m compileall -q {path}",
+        "--gate", "python3 -m unittest -q {tests}", "--final", "all-tests",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    final = by_name(plan_of(r.out))["all-tests"]
+    assert final["gate"] == [{
+        "name": "unittest", "run": "python3 -m unittest -q {file}",
+        "each": ["tests/test_mod_a.py", "tests/test_mod_b.py", "tests/test_mod_c.py"],
+    }]  # fmt: skip
+    assert "differs from the modules'" not in r.err  # the same units: nothing to note
+    # No --gate with {tests}: the final milestone has no gate (as before).
+    bare = example("plan", "scaffold", "kv", "--path", "src", "--final", "all-tests")
+    assert bare.code == 0, bare.err
+    assert "gate" not in by_name(plan_of(bare.out))["all-tests"]
+
+
 def units(gate: Any) -> list[str]:
     """The files a scaffolded gate runs its ``{tests}`` step on (one unit each)."""
     if isinstance(gate, str):

@@ -92,7 +92,12 @@ def plan_apply(c: Ctx, file: Path) -> None:
     " [default: ./tests when it exists]",
 )
 @click.option("--final", default=None, metavar="NAME", help="A last milestone depending on every top milestone.")
-@click.option("--final-gate", default=None, metavar="CMD", help="The final milestone's gate (e.g. the whole suite).")
+@click.option(
+    "--final-gate",
+    default=None,
+    metavar="CMD",
+    help="The final milestone's gate (default: the first --gate with {tests}, over every test file).",
+)
 @click.option(
     "--affected-by",
     default=None,
