@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench screenshots clean
+.PHONY: demo test test-fast lint bench screenshots clean
 
 $(VENV)/bin/python:
 	$(PY) -m venv $(VENV)
@@ -33,7 +33,12 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest -n 2 --dist loadgroup
 
+# The pure tests, under a minute: no Prefect, no PostgreSQL, no browser, nothing marked slow (pyproject.toml's markers).
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -n 2 -p no:cacheprovider -m 'not prefect and not postgres and not browser and not slow'
+
 bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python benchmarks/bench_graph.py
 	$(BIN)/python benchmarks/bench_drive.py
 	$(BIN)/python benchmarks/bench_mcp.py

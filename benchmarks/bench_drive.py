@@ -30,7 +30,13 @@ Side by side in one run, against one real ``prefect server`` on loopback:
 Then it drives a wide DAG of sleeping gates with enough parallelism and
 reports the gates' wall time over the DAG's critical-path time (target <= 1.3).
 
-    .venv/bin/python benchmarks/bench_drive.py [--n 40] [--repeat 3] [--sizes 40,200] [--whole-repeat 5]
+With ``--plain-ways`` the whole-process part also runs ``milepost drive``
+through ``benchmarks/plain_ways.py``, with and without the service's
+prepared statements swapped for ``Connection.execute`` (the same launcher
+both ways), interleaved with the rest: a fast path earns its keep where the drive moves by more than 10%
+(issue 31).
+
+    .venv/bin/python benchmarks/bench_drive.py [--n 40] [--repeat 3] [--sizes 40,200] [--whole-repeat 5] [--plain-ways]
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--sleep", type=float, default=1.0)
     ap.add_argument("--only", choices=["inproc", "whole", "parallel"], action="append", help="run only these parts")
+    ap.add_argument("--plain-ways", action="store_true", help="also the drive with the plain library ways")
     args = ap.parse_args()
     parts = set(args.only or ["inproc", "whole", "parallel"])
 
@@ -111,7 +118,7 @@ def main() -> None:
         if "whole" in parts:
             # First, while this process has not imported Prefect (its threads would compete).
             for n in (int(x) for x in args.sizes.split(",") if x):
-                whole_process(ws, n, args.whole_repeat)
+                whole_process(ws, n, args.whole_repeat, args.plain_ways)
         if "inproc" in parts:
             in_process(args, ws)
         if "parallel" in parts:
@@ -128,7 +135,7 @@ def _spread(xs: list[float]) -> float:
     return max(xs) / statistics.median(xs)
 
 
-def whole_process(ws: Any, n: int, repeat: int) -> None:
+def whole_process(ws: Any, n: int, repeat: int, plain: bool = False) -> None:
     """``milepost drive`` and the hand-written flow as whole processes, interleaved."""
     exe = Path(sys.executable).parent / "milepost"
     script = Path(tempfile.mkdtemp(prefix="milepost-bench-hand-")) / "hand.py"
@@ -147,14 +154,17 @@ def whole_process(ws: Any, n: int, repeat: int) -> None:
         server.settle()
         return took
 
-    def milepost_once() -> float:
+    def milepost_once(ways: str | None = None) -> float:
         out = subprocess.run(
             [str(exe), "--json", "plan", "apply", str(plan)], cwd=ws.root, env=env, check=True, capture_output=True
         )
         import json
 
         item = json.loads(out.stdout)["id"]
-        return timed([str(exe), "drive", str(item)])
+        launcher = (
+            [str(exe)] if ways is None else [sys.executable, str(Path(__file__).with_name("plain_ways.py")), ways, "--"]
+        )
+        return timed([*launcher, "drive", str(item)])
 
     nohb = "hand-written, no heartbeat"  # (not a target: shows what the heartbeat's wait costs)
     runs: dict[str, list[float]] = {
@@ -169,6 +179,11 @@ def whole_process(ws: Any, n: int, repeat: int) -> None:
         "hand-written, submit().wait()": lambda: timed([sys.executable, str(script), str(n), "submit"]),
         nohb: lambda: timed([sys.executable, str(script), str(n), "submit", "no-heartbeat"]),
     }
+    launched = ("drive via plain_ways.py, fast paths", "drive via plain_ways.py, plain prepared")
+    if plain:
+        runs[launched[0]], runs[launched[1]] = [], []
+        do[launched[0]] = lambda: milepost_once("none")
+        do[launched[1]] = lambda: milepost_once("prepared")
     for f in do.values():  # warm the page cache and the server's tables
         f()
     for _ in range(repeat):
@@ -179,9 +194,9 @@ def whole_process(ws: Any, n: int, repeat: int) -> None:
     )
     for name, xs in runs.items():
         med = statistics.median(xs)
-        print(f"  {name:<30} {med:7.2f} s  {med * 1000 / n:6.1f} ms/milestone  spread {_spread(xs):.2f}")
+        print(f"  {name:<44} {med:7.2f} s  {med * 1000 / n:6.1f} ms/milestone  spread {_spread(xs):.2f}")
     mp = statistics.median(runs["milepost drive"])
-    hand = min(statistics.median(runs[k]) for k in runs if k not in ("milepost drive", nohb))
+    hand = min(statistics.median(runs[k]) for k in runs if k not in ("milepost drive", nohb, *launched))
     ok = "met" if mp / hand <= RATIO_TARGET else "MISSED"
     print(f"  milepost / faster hand-written {mp / hand:7.2f}x   (target <= {RATIO_TARGET}: {ok})")
     bare = mp / statistics.median(runs[nohb])
@@ -190,6 +205,9 @@ def whole_process(ws: Any, n: int, repeat: int) -> None:
     sp = _spread(runs["milepost drive"])
     ok = "met" if sp <= SPREAD_TARGET else "MISSED"
     print(f"  milepost spread                {sp:7.2f}    (target <= {SPREAD_TARGET}: {ok})")
+    if plain:
+        fast, slow = (statistics.median(runs[k]) for k in launched)
+        print(f"  plain ways / fast paths        {slow / fast:7.2f}x   (a fast path earns its keep above 1.10)")
 
 
 def _final_task_runs() -> int:

@@ -38,6 +38,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from milepost.errors import EnvironmentProblem, PrefectUnreachableError, StaleRevisionError
 from milepost.events import DriveSummary, MultiReporter, NullReporter, Reporter
+from milepost.extras import require_task_runner
 from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
 from milepost.flows.heartbeat import Heartbeat, heartbeat_frequency, prefect_heartbeat_off
 from milepost.flows.loop import DriveContext, Loop
@@ -286,6 +287,7 @@ def run_drive(
     other threads of this process: each keeps its state on its own
     :class:`DriveContext` (and what hangs off it), none in module globals."""
     t0 = time.monotonic()
+    require_task_runner(task_runner)
     objective = service.check_can_drive(item_id, expect_revision, until=until)
     quick = nothing_to_run(service, item_id, until)
     if quick is not None:

@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import ErrorDetails
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails  # (pydantic's own dependency: a type only)
 
 from milepost.errors import SettingsError
 

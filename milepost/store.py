@@ -24,7 +24,6 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
-from milepost._json import json_text
 from milepost.errors import (
     DatabaseUnreachableError,
     EnvironmentProblem,
@@ -94,7 +93,7 @@ class Store:
             ) from None
         self.dialect = parsed.get_backend_name()
         self._sqlite_file = _sqlite_file(parsed) if self.dialect == "sqlite" else None
-        kwargs: dict[str, Any] = {"json_serializer": json_text}
+        kwargs: dict[str, Any] = {}  # (JSON columns by json.dumps, SQLAlchemy's default)
         if self.dialect == "sqlite":
             kwargs["connect_args"] = {"timeout": busy_timeout}
         elif self.dialect == "postgresql":

@@ -28,6 +28,22 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+# The suite's kinds (pyproject.toml's markers). `make test-fast` runs the pure
+# ones: no Prefect, no PostgreSQL, no browser, none marked slow. Every test
+# under tests/flows/ starts Prefect; so do these modules elsewhere.
+STARTS_PREFECT = frozenset({"test_demo.py", "test_readme.py"})
+STARTS_A_BROWSER = frozenset({"test_ui.py"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path
+        if path.parent.name == "flows" or path.name in STARTS_PREFECT:
+            item.add_marker(pytest.mark.prefect)
+        if path.name in STARTS_A_BROWSER:
+            item.add_marker(pytest.mark.browser)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The tests send SIGINT to the processes they start (Ctrl-C). A shell
     without job control starts its background commands with SIGINT ignored,

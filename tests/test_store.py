@@ -359,19 +359,6 @@ def test_a_plan_applies_as_it_reads_back(any_service: Service) -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "value",
-    [[], {}, "x", 1, 1.5, 1e300, float("nan"), True, None, 10**30, -0.0, {"a": [1, {"b": []}]},
-     [{"name": "gate", "run": "caf\u00e9 \u202e \"q\" \\", "cwd": None, "env": {"A": "1"}, "timeout": 1.5}]],
-)  # fmt: skip
-def test_json_columns_are_written_as_json_dumps_writes_them(value: object) -> None:
-    import json
-
-    from milepost._json import json_text
-
-    assert json_text(value) == json.dumps(value)
-
-
 def test_a_gate_commands_row_value_is_its_json_dump() -> None:
     from milepost.graph.models import GateCommand, Milestone
     from milepost.service._rows import MILESTONE_ROW_FIELDS, milestone_row

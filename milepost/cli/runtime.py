@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from milepost.errors import EnvironmentProblem
+from milepost.extras import require_task_runner
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -131,6 +132,7 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
         plan = svc.plan_order(item, until)
         c.emit(plan.model_dump(mode="json"), lambda con: show_dry_run(con, plan))
         return
+    require_task_runner(task_runner)  # before a server starts or a gate runs
     _, how = drive_server(svc.store.home, say=not c.json)
     from milepost.events import JsonLinesReporter, LineReporter, Reporter
 

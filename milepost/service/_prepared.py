@@ -92,8 +92,7 @@ class _Compiled:
         ``fields`` in that order; the values in ``same`` (one for every row)
         go through their processor once. Each row goes through one function
         made for this statement, these fields and these shared names
-        (:func:`_row_maker`, kept): column by column over lists of dicts,
-        100,000 milestones took half again as long."""
+        (:func:`_row_maker`, kept)."""
         names = self.order if self.order is not None else list(self.binds)
         passthrough = self.order is not None and not same and not self.fixed and tuple(fields) == tuple(names)
         if passthrough and all(self.binds[n] is None for n in names):  # rows as they are (a deps edge: integers)
@@ -205,25 +204,19 @@ def _row_maker(plan: Sequence[tuple[int, Processor]], is_shared: Sequence[bool])
     """A function of a row and the shared values making the statement's
     values: for each, ``plan`` holds the index of the row's value (or, where
     ``is_shared``, of the shared one) and the processor a row's value goes
-    through. It is written out as one expression (a loop over the plan for
-    every row was most of the cost of writing 100,000 milestones); only
-    indices and generated names enter its text, the processors are passed
-    in by name."""
-    names: dict[str, Any] = {}
-    parts = []
-    for k, ((i, p), shared) in enumerate(zip(plan, is_shared, strict=True)):
-        x = f"{'s' if shared else 'r'}[{int(i)}]"
-        if shared or p is None:
-            parts.append(x)
-            continue
-        names[f"p{k}"] = p
-        try:  # what it makes of True and False (a Boolean column's values) is looked up, not made again
-            names[f"b{k}"] = {False: p(False), True: p(True)}  # (processors are pure functions of the value)
-            parts.append(f"(None if {x} is None else b{k}[{x}] if {x} is True or {x} is False else p{k}({x}))")
-        except Exception:  # it takes no bool (a date's): called for each value
-            parts.append(f"(None if {x} is None else p{k}({x}))")
-    fn = eval(f"lambda r, s: ({', '.join(parts)},)", names)  # text made of indices and generated names only
-    return cast(RowMaker, fn)
+    through. (A function generated per statement, written out as one
+    expression, measured no faster for 100,000 milestones: docs/benchmarks.md,
+    "Fast paths".)"""
+    steps = [(i, None if shared else p, shared) for (i, p), shared in zip(plan, is_shared, strict=True)]
+
+    def make(r: Sequence[Any], s: Sequence[Any]) -> tuple[Any, ...]:
+        out = []
+        for i, p, shared in steps:
+            v = s[i] if shared else r[i]
+            out.append(v if p is None or v is None else p(v))
+        return tuple(out)
+
+    return make
 
 
 def _cursor(conn: Connection) -> Any:
