@@ -33,6 +33,49 @@ EXAMPLES = ROOT / "examples"
 # under tests/flows/ starts Prefect; so do these modules elsewhere.
 STARTS_PREFECT = frozenset({"test_demo.py", "test_readme.py"})
 STARTS_A_BROWSER = frozenset({"test_ui.py"})
+# Seconds to minutes each: real processes and signals, whole packages, hundreds
+# of generated examples (modules, then single tests as file::name).
+SLOW = frozenset(
+    {
+        "test_hostile.py",
+        "test_hostile_plans.py",
+        "test_hostile_workspaces.py",
+        "test_fencing.py",
+        "test_mcp.py",
+        "test_scaffold_real.py",
+        "test_plainyaml.py",
+        "test_verify_fast.py",
+        "test_test_mapping.py",
+        "test_units.py",
+        "test_supervisor.py",
+        "test_command.py",
+        "test_matcher.py",
+        "test_properties.py",
+        "test_liveness.py",
+        "test_planfile.py::test_an_honest_100000_milestone_plan_applies",
+        "test_store.py::test_processes_racing_through_the_cli",
+        "test_extras.py::test_the_default_drive_path_imports_no_dask",
+        "test_lifecycle.py::test_two_processes_race_the_same_expected_revision",
+        "test_picture.py::test_png_where_a_converter_is_installed",
+        "test_picture.py::test_svg_scales_to_its_window_and_its_legend_says_how_the_path_was_measured",
+        "test_picture.py::test_json_graph_holds_every_format_in_one_document",
+        "test_picture.py::test_graph_command_writes_every_format",
+        "test_picture.py::test_the_html_page_fits_a_1500_px_window",
+        "test_cli.py::test_example_plan_works_by_hand",
+        "test_public_api.py::test_state_commands_do_not_import_prefect",
+        "test_public_api.py::test_next_imports_only_what_it_uses",
+        "test_public_api.py::test_the_gate_modules_do_not_import_prefect",
+        "test_scaffold.py::test_scaffold_edit_apply_drive_order",
+        "test_scaffold.py::test_editing_a_leaf_makes_exactly_it_and_its_importers_stale",
+        "test_dag.py::test_large_graph_next_ready_loop_is_incremental",
+        "test_scaffold_cycles.py::test_plan_cycles_reports_as_json_and_imports_neither_prefect_nor_a_store",
+        "test_scaffold_cycles.py::test_the_cut_milestones_gate_fails_until_the_cycle_is_cut_in_the_files",
+        "test_scaffold_cycles.py::test_jinja2s_twenty_module_cycle_is_no_import_time_cycle",
+        "test_next.py::test_next_answers_what_the_graph_answers",
+        "test_small_promises.py::test_a_lease_holder_reads_as_a_pid_on_a_host",
+        "test_store.py::test_a_large_plan_is_written_in_file_order_with_its_deps",
+    }
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -42,6 +85,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.prefect)
         if path.name in STARTS_A_BROWSER:
             item.add_marker(pytest.mark.browser)
+        if path.name in SLOW or f"{path.name}::{item.name.split('[')[0]}" in SLOW:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_configure(config: pytest.Config) -> None:
