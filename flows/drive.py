@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -39,6 +40,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from milepost.errors import EnvironmentProblem, PrefectUnreachableError, StaleRevisionError
 from milepost.events import DriveSummary, MultiReporter, NullReporter, Reporter
 from milepost.extras import require_task_runner
+from milepost.flows.early import EarlyStart
 from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
 from milepost.flows.heartbeat import Heartbeat, heartbeat_frequency, prefect_heartbeat_off
 from milepost.flows.loop import DriveContext, Loop
@@ -60,6 +62,8 @@ __all__ = ["GateSpec", "drive_workgraph", "gate_task", "run_drive", "run_gate_sp
 # caller's thread and context), read by the body. Each drive has its own, so
 # drives run side by side in one process (threads, MCP calls).
 _RUN: ContextVar[DriveContext | None] = ContextVar("milepost_drive", default=None)
+# Its first steps, done before Prefect was imported (flows/early.py), for the body's loop to adopt.
+_EARLY: ContextVar[EarlyStart | None] = ContextVar("milepost_drive_early", default=None)
 # Prefect's temporary server is started once per process, by one drive at a time (see _temporary_server).
 _TEMPORARY_SERVER = threading.Lock()
 # How long a drive waits at its end for its artifacts (made while the flow run ends).
@@ -121,7 +125,8 @@ def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id:
     ctx.reporter.drive_started(it.id, it.objective, len(g), flow_run_id)
     if until is not None:
         ctx.scope = {until, *g.ancestors(until)}
-    loop = Loop(ctx, item_id, reporter)
+    early = _EARLY.get()
+    loop = Loop(ctx, item_id, reporter) if early is None else _early_loop(ctx, item_id, reporter, early)
     if ctx.scope is not None:
         loop.session.set_holds({m.name for m in g if m.name not in ctx.scope})
     loop.prepare()  # reclaims what dead drivers left, finds the stale milestones
@@ -178,6 +183,12 @@ def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id:
     if summary.ok:
         return Completed(message=summary.message)
     return Failed(message=summary.message)
+
+
+def _early_loop(ctx: DriveContext, item_id: int, reporter: Reporter, early: EarlyStart) -> Loop:
+    from milepost.flows.early_loop import EarlyLoop
+
+    return EarlyLoop(ctx, item_id, reporter, early)
 
 
 def _guard(ctx: DriveContext) -> PrefectGuard:
@@ -269,6 +280,7 @@ def run_drive(
     use_cache: bool = True,
     wait_recorded: bool = True,
     wait_for_others: bool = True,
+    early: EarlyStart | None = None,
 ) -> DriveSummary:
     """Run ``drive_workgraph`` for one item and return its summary. With
     ``wait_recorded`` it waits until the Prefect server has recorded every
@@ -285,11 +297,16 @@ def run_drive(
     nothing to run (every milestone of its scope done, none stale) answers
     from the store: no flow run. Drives of other items may run at once in
     other threads of this process: each keeps its state on its own
-    :class:`DriveContext` (and what hangs off it), none in module globals."""
+    :class:`DriveContext` (and what hangs off it), none in module globals.
+    ``early``: the loop's first steps, done before Prefect was imported
+    (:func:`milepost.flows.early.start_first_gate`); ended here when the loop
+    never took them over."""
     t0 = time.monotonic()
     require_task_runner(task_runner)
     objective = service.check_can_drive(item_id, expect_revision, until=until)
-    quick = nothing_to_run(service, item_id, until)
+    # (With a claim made before Prefect was imported, the loop records it: even when another driver
+    # finished the milestone meanwhile, its attempt is recorded, or said not applied.)
+    quick = nothing_to_run(service, item_id, until) if early is None else None
     if quick is not None:
         quick.duration = time.monotonic() - t0
         return quick
@@ -305,7 +322,7 @@ def run_drive(
         inline=task_runner == "thread" and max_parallel == 1,
         wait_for_others=wait_for_others,
     )
-    token = _RUN.set(ctx)
+    token, early_token = _RUN.set(ctx), _EARLY.set(early)
     state: State[Any] | None = None
     if task_runner == "thread":
         supervisor()  # its gates run here: the supervisor starts up while the flow run does
@@ -338,6 +355,10 @@ def run_drive(
                         _api_lost_at_the_end(ctx, e)
     finally:
         _RUN.reset(token)
+        _EARLY.reset(early_token)
+        if early is not None:  # the loop never adopted it: stopped when interrupted, else finished and recorded
+            failing = sys.exc_info()[1]
+            early.settle(interrupt=failing is not None and not isinstance(failing, Exception))
     if ctx.error is not None:
         raise ctx.error
     if ctx.summary is None and state is not None and state.is_failed():

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -29,6 +29,9 @@ from milepost.gates.units import UnitBook
 from milepost.graph.models import GateCommand
 from milepost.graph.words import count
 from milepost.results import Claim
+
+if TYPE_CHECKING:
+    from milepost.flows.early import EarlyGate
 
 __all__ = [
     "GATE_TASKS",
@@ -269,7 +272,8 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
     monitor.add(watched)
     passed = False
     try:
-        result = run_gate(
+        # A command started before the flow run (flows/early.py) is waited for, not started again.
+        result = (box.early.run_gate if box.early is not None else run_gate)(
             spec.commands,
             log_path,
             default_cwd=Path(spec.cwd),
@@ -330,7 +334,7 @@ class SpecBox:
     kept) come out. Pickled to a Dask worker, only the spec travels: the
     loop reads the file when Prefect has ended the task run."""
 
-    __slots__ = ("deferring", "interrupt", "monitor", "on_end", "spec", "units", "verdict")
+    __slots__ = ("deferring", "early", "interrupt", "monitor", "on_end", "spec", "units", "verdict")
 
     def __init__(self, spec: GateSpec, units: UnitBook | None = None, monitor: _Monitor | None = None,
                  on_end: Callable[[], None] | None = None) -> None:  # fmt: skip
@@ -342,6 +346,7 @@ class SpecBox:
         # Run by call_inline: an interrupt stops the gate and is raised again once its task run has ended.
         self.deferring = False
         self.interrupt: BaseException | None = None
+        self.early: EarlyGate | None = None  # the gate's command, started before the flow run (flows/early.py)
 
     def __reduce__(self) -> tuple[type[SpecBox], tuple[GateSpec]]:
         return (SpecBox, (self.spec,))

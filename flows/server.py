@@ -285,9 +285,11 @@ def ensure_server(home: Path, mode: str, idle: float, say: Callable[[str], None]
     workspace's in the background) or ``temporary`` (``mode`` temporary)."""
     if os.environ.get("PREFECT_API_URL"):
         return configure_prefect(home) or os.environ["PREFECT_API_URL"], "env"
+    # In use before it is looked at: its keeper, about to stop it as unused, sees this command first
+    # (marked after the look, a drive found it healthy, then lost it to its idle stop).
+    register_use(home)
     api = configure_prefect(home)
     if api is not None:
-        register_use(home)
         return api, "running"
     if mode == "temporary":
         api = temporary_server(home, timeout)
@@ -297,8 +299,7 @@ def ensure_server(home: Path, mode: str, idle: float, say: Callable[[str], None]
 
     with open(prefect_home(home) / "server.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one start for drives that begin together
-        how = "running"
-        register_use(home)  # before a start: a server starting longer than its idle time is in use
+        how = "running"  # (marked in use above: a server starting longer than its idle time is in use)
         info = server_status(home)
         if not (info.running and info.healthy):
             say("starting the workspace's Prefect server in the background (kept for the next drives) ...")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,8 @@ from milepost.extras import require_task_runner
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from milepost.events import DriveSummary, Reporter
+    from milepost.flows.early import EarlyStart
     from milepost.service import Service
 
 from milepost.cli._base import (
@@ -46,7 +49,10 @@ def prefect_env(home: Path, need: str | None = None, *, quiet: bool = True) -> s
 
     api = configure_prefect(home, quiet_console=quiet)
     if need and api is None:
-        raise EnvironmentProblem(f"{need} needs a Prefect server: run `milepost server start` or set PREFECT_API_URL")
+        raise EnvironmentProblem(
+            f"{need} needs a Prefect server and none is up: run `milepost server start` (it runs until"
+            " `milepost server stop`) or set PREFECT_API_URL"
+        )
     return api
 
 
@@ -133,8 +139,40 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
         c.emit(plan.model_dump(mode="json"), lambda con: show_dry_run(con, plan))
         return
     require_task_runner(task_runner)  # before a server starts or a gate runs
-    _, how = drive_server(svc.store.home, say=not c.json)
-    from milepost.events import JsonLinesReporter, LineReporter, Reporter
+    t0 = time.monotonic()
+    from milepost.service.drive import nothing_to_run
+
+    summary = nothing_to_run(svc, item, until)  # answered from the store: no server, no Prefect
+    if summary is not None:
+        summary.duration = time.monotonic() - t0
+    else:
+        _, how = drive_server(svc.store.home, say=not c.json)
+        from milepost.flows.early import start_first_gate
+
+        # The first gate starts now, on the other core, while Prefect is imported (flows/early.py).
+        early = start_first_gate(svc, item, max_parallel=max_parallel, task_runner=task_runner, until=until,
+                                 expect_revision=expect_revision, use_cache=not no_cache)  # fmt: skip
+        try:
+            summary = _run_drive(c, svc, item, max_parallel, until, task_runner, dask_address, expect_revision,
+                                 not no_cache, wait_recorded or how == "temporary", early)  # fmt: skip
+        except BaseException as e:
+            if early is not None:  # (before the loop took it over: while Prefect was imported, say)
+                early.settle(interrupt=not isinstance(e, Exception))
+            raise
+    if c.json:
+        from milepost.events import JsonLinesReporter
+
+        JsonLinesReporter().drive_finished(summary)
+    else:
+        show_summary(c.console(), summary)  # the verdict, once
+    _ci_reports(svc, summary, junit)
+    raise SystemExit(0 if summary.ok else 1)
+
+
+def _run_drive(c: Ctx, svc: Service, item: int, max_parallel: int, until: str | None, task_runner: str,
+               dask_address: str | None, expect_revision: int | None, use_cache: bool, wait_recorded: bool,
+               early: EarlyStart | None) -> DriveSummary:  # fmt: skip
+    from milepost.events import JsonLinesReporter, LineReporter
 
     reporter: Reporter
     live = None
@@ -151,18 +189,14 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     try:
         summary = run_drive(
             svc, item, max_parallel=max_parallel, until=until, task_runner=task_runner, dask_address=dask_address,
-            reporter=reporter, expect_revision=expect_revision, use_cache=not no_cache,
-            wait_recorded=wait_recorded or how == "temporary",  # the temporary server stops with this process
+            reporter=reporter, expect_revision=expect_revision, use_cache=use_cache,
+            wait_recorded=wait_recorded,  # (always with the temporary server: it stops with this process)
+            early=early,
         )  # fmt: skip
     finally:
         if live is not None:
             live.stop()
-    if c.json:
-        reporter.drive_finished(summary)
-    else:
-        show_summary(c.console(), summary)  # the verdict, once
-    _ci_reports(svc, summary, junit)
-    raise SystemExit(0 if summary.ok else 1)
+    return summary
 
 
 def _ci_reports(svc: Service, summary: Any, junit: Path | None) -> None:
@@ -192,7 +226,7 @@ def tick(c: Ctx) -> None:
     driven: list[dict[str, Any]] = []
     if svc.drivable_items():  # only then is Prefect imported
         drive_server(svc.store.home, say=not c.json)
-        from milepost.events import JsonLinesReporter, LineReporter, Reporter
+        from milepost.events import JsonLinesReporter, LineReporter
         from milepost.flows.tick import run_tick
 
         reporter: Reporter = JsonLinesReporter(sys.stderr) if c.json else LineReporter()
@@ -219,9 +253,10 @@ def tick(c: Ctx) -> None:
 def serve(c: Ctx, interval: float, name: str) -> None:
     """Serve the tick flow with Prefect: a tick every INTERVAL seconds, one
     at a time (a tick that outlasts the interval delays the next), until
-    interrupted. Uses the workspace's Prefect server (`milepost server start`)
-    or PREFECT_API_URL."""
-    api = prefect_env(home_of(c), "serve", quiet=False)
+    interrupted. Uses the workspace's Prefect server (PREFECT_API_URL, or the
+    one `milepost server start` or a drive started), else starts it as a drive
+    does (MILEPOST_SERVER: in the background, or a temporary one)."""
+    api, _ = drive_server(home_of(c), quiet=False)
     if c.db:
         os.environ["MILEPOST_DB"] = c.db  # the served flow runs open the same store
     from datetime import timedelta
@@ -258,6 +293,7 @@ def deploy(c: Ctx, pool: str, name: str, interval: float | None, working_dir: Pa
     from sqlalchemy.engine import make_url
 
     store = c.service.store  # refuses a missing or empty store: workers would fail every tick
+    # Not started here: workers need a server that stays up (a drive's background one stops when unused).
     prefect_env(store.home, "deploy")
     env = {} if make_url(store.url).password else {"MILEPOST_DB": store.url}
     from milepost.flows.tick import deploy_tick

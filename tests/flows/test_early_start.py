@@ -1,0 +1,117 @@
+"""A drive's first gate starts before Prefect is imported (flows/early.py):
+the gate runs while Prefect loads, the loop adopts it (one run, one task
+run), an interrupt while Prefect loads stops it with no budget spent, and a
+drive whose flow run never starts still records the gate's verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CLI, wait_until
+from tests.flows.conftest import api_post
+
+pytestmark = pytest.mark.xdist_group("prefect")
+
+STAMP = (
+    'python3 -c \'import os, time; open("started-" + os.environ["MILEPOST_ATTEMPT"], "w").write(repr(time.time()))\''
+)
+
+
+def test_the_first_gate_runs_before_prefect_is_imported(cli: CLI, workspace: Path) -> None:
+    """The steps before the flow run, alone in a process: the gate starts, Prefect is
+    not imported, and when no loop takes the gate over its verdict is still recorded."""
+    cli("item", "create", "early", check=True)
+    cli("add", "first", "--gate", f"{STAMP}; sleep 0.5", check=True)
+    cli("add", "second", "--deps", "first", "--gate", "true", check=True)
+    script = textwrap.dedent(
+        """
+        import json, sys, time
+        from pathlib import Path
+        from milepost.service import Service
+        from milepost.flows.early import start_first_gate
+
+        svc = Service.open()
+        early = start_first_gate(svc, 1)
+        deadline = time.monotonic() + 60
+        while not Path("started-1").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        running = svc.milestone_views(1)[1]
+        prefect = any(m == "prefect" or m.startswith("prefect.") for m in sys.modules)
+        early.settle(interrupt=False)
+        print(json.dumps({"prefect": prefect, "claimed": early.claim.milestone.name,
+                          "owner": early.session.owner}))
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", script], cwd=workspace, env=cli.env, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["prefect"] is False and out["claimed"] == "first" and out["owner"].startswith("drive:")
+    ms = {m["name"]: m for m in cli.json("list")["milestones"]}
+    assert ms["first"]["status"] == "done" and ms["first"]["attempts"] == 1, ms
+    assert ms["second"]["status"] == "pending" and ms["second"]["view"] == "ready", ms
+    [run] = cli.json("runs", "first")["runs"]
+    assert run["outcome"] == "passed" and run["duration"] >= 0.5, run
+
+
+def test_a_drive_adopts_its_early_gate(cli: CLI, workspace: Path, prefect_api: str) -> None:
+    """The whole drive: the first gate ran once, before the flow run began, and is the
+    flow run's task run (named after it, Completed), like the gates after it."""
+    cli("item", "create", "early", check=True)
+    cli("add", "first", "--gate", STAMP, check=True)
+    cli("add", "second", "--deps", "first", "--gate", "true", check=True)
+    t0 = time.time()
+    r = cli("--json", "drive", timeout=240)
+    assert r.code == 0, r.err + r.out
+    events = [json.loads(line) for line in r.out.splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "drive_started" and kinds.count("gate_started") == 2, kinds
+    started = next(e for e in events if e["event"] == "drive_started")
+    assert float((workspace / "started-1").read_text()) >= t0
+    assert cli.json("runs", "first")["runs"][0]["outcome"] == "passed"
+    assert len(cli.json("runs", "first")["runs"]) == 1
+    flow_run_id = started["flow_run_id"]
+    runs: list[dict[str, Any]] = api_post(prefect_api, "/task_runs/filter",
+                                          {"flow_runs": {"id": {"any_": [flow_run_id]}}})  # fmt: skip
+    by_name = {t["name"]: t for t in runs}
+    assert by_name["first"]["state"]["type"] == "COMPLETED", by_name["first"]["state"]
+    assert by_name["second"]["state"]["type"] == "COMPLETED"
+
+
+def test_an_interrupt_while_prefect_loads_stops_the_early_gate(cli: CLI, workspace: Path, prefect_api: str) -> None:
+    """The gate itself sends SIGINT to the driver as it starts (while the driver
+    still imports Prefect): exit 130, the gate's process gone, the milestone ready
+    again with no attempt spent."""
+    pidfile, gatepid = workspace / "driver.pid", workspace / "gate.pid"
+    gate = f"echo $$ > {gatepid}; kill -INT $(cat {pidfile}); sleep 60"
+    cli("item", "create", "early", check=True)
+    cli("add", "first", "--gate", gate, "--retries", "0", check=True)
+    p = subprocess.Popen(["sh", "-c", f"echo $$ > {pidfile}; exec {sys.executable} -m milepost drive"],
+                         cwd=workspace, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)  # fmt: skip
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, (p.returncode, out, err)
+    assert "Traceback" not in err, err
+    pid = int(gatepid.read_text())
+    wait_until(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), timeout=5)
+    [m] = cli.json("list")["milestones"]
+    assert m["status"] == "pending" and m["view"] == "ready" and m["attempts"] == 0, m
+    [run] = cli.json("runs", "first")["runs"]
+    assert run["outcome"] == "interrupted", run
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
