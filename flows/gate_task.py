@@ -330,18 +330,19 @@ class SpecBox:
     In the driver's process the box is also the drive's one in-memory path
     to and from its task: the drive's units of proof and gate monitor go in;
     the verdict (:attr:`verdict`; the file beside the log is its durable
-    record) and the gate's end (:attr:`on_end`, called once the verdict is
-    kept) come out. Pickled to a Dask worker, only the spec travels: the
-    loop reads the file when Prefect has ended the task run."""
+    record) and the gate's end (:meth:`end`) come out. Pickled to a Dask
+    worker, only the spec travels: the loop reads the file when Prefect has
+    ended the task run."""
 
-    __slots__ = ("deferring", "early", "interrupt", "monitor", "on_end", "spec", "units", "verdict")
+    __slots__ = ("_end_lock", "deferring", "early", "interrupt", "monitor", "on_end", "spec", "units", "verdict")
 
     def __init__(self, spec: GateSpec, units: UnitBook | None = None, monitor: _Monitor | None = None,
                  on_end: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.spec = spec
         self.units = units  # the drive's units of proof (this process only: a Dask worker gets None)
         self.monitor = monitor  # the drive's gate monitor (None: the task watches its gate itself)
-        self.on_end = on_end  # the loop's ear: called in the task's thread once the verdict is kept
+        self.on_end = on_end  # the loop's ear, told of the gate's end once (see end)
+        self._end_lock = threading.Lock()
         self.verdict: GateResult | None = None
         # Run by call_inline: an interrupt stops the gate and is raised again once its task run has ended.
         self.deferring = False
@@ -354,6 +355,17 @@ class SpecBox:
     def keep(self, result: GateResult) -> GateResult:
         self.verdict = result
         return result
+
+    def end(self) -> None:
+        """Tell the loop that the gate has ended, once, whoever tells first:
+        the task in this process as soon as its verdict is kept (the loop
+        goes on while Prefect ends the task run), or its end as Prefect saw
+        it (a task on a Dask worker, a task that died without a verdict, a
+        task the drive never ran). Every later call does nothing."""
+        with self._end_lock:
+            told, self.on_end = self.on_end, None
+        if told is not None:
+            told()
 
     def defer(self, stopped: threading.Event) -> Callable[[BaseException], None]:
         def take(e: BaseException) -> None:
@@ -389,8 +401,7 @@ def call_inline(kind: TaskKind, box: SpecBox, wait_for: Sequence[Any]) -> State[
 def run_boxed_spec(box: SpecBox) -> State[Any]:
     """The body of :data:`gate_task` (module level, for Dask's pickle)."""
     state = run_gate_spec(box.spec, box=box)
-    if box.on_end is not None:
-        box.on_end()
+    box.end()
     return state
 
 

@@ -146,10 +146,9 @@ class Loop:
         # Prefect asks the API for the tags' concurrency slots before every
         # tagged task run (a round trip per gate). Its task (gate or fix) says what it runs.
         future: PrefectFuture[Any] | None = None
-        # Its end reaches done_q from its box once its verdict is kept (so the loop goes on while Prefect ends
-        # the task run), else from its future (a Dask worker, a task that died); counted once.
-        ended = functools.partial(self.done_q.put, key)
-        box = SpecBox(spec, self.session.units, self.monitor, None if self.ctx.inline else ended)
+        # Its end reaches done_q once, through its box (SpecBox.end): from the task as soon as its verdict is
+        # kept (the loop goes on while Prefect ends the task run), else from its future's end.
+        box = SpecBox(spec, self.session.units, self.monitor, functools.partial(self.done_q.put, key))
         if self.ctx.inline:
             self.inline.append((key, deps))  # run by the loop when it would wait (_run_inline)
         else:
@@ -161,7 +160,7 @@ class Loop:
         self.running[key] = _Running(key, kind, claim, spec, box, future)
         self.ctx.submitted += 1
         if future is not None:
-            future.add_done_callback(lambda _future: ended())
+            future.add_done_callback(lambda _future: box.end())
 
     def _run_inline(self) -> None:
         """Run the next task of :attr:`inline` here (see call_inline); its
@@ -173,7 +172,7 @@ class Loop:
         except Exception as e:  # Prefect's engine itself failed (a gate's failure is a state): no verdict, a crash
             r.future = Failed(message=f"{type(e).__name__}: {e}")
         finally:
-            self.done_q.put(key)
+            r.box.end()  # (said already if its body ended)
         if r.kind is TaskKind.GATE:
             self.by_name[r.claim.milestone.name] = r.future
 
@@ -181,7 +180,7 @@ class Loop:
         """Tasks queued to run here that never ran end now (no verdict: the
         attempt reads as interrupted)."""
         while self.inline:
-            self.done_q.put(self.inline.pop(0)[0])
+            self.running[self.inline.pop(0)[0]].box.end()
 
     def _fill(self) -> None:
         while self.ctx.fault is None and self._room():
@@ -367,9 +366,7 @@ class Loop:
                     key = self.done_q.get(timeout=timeout)
                 except queue.Empty:
                     continue
-                r = self.running.pop(key, None)
-                if r is None:
-                    continue  # (the second word of a gate's end)
+                r = self.running.pop(key)
                 if isinstance(r.future, PrefectFuture) and r.box.verdict is None and not r.spec.result_file.exists():
                     with contextlib.suppress(Exception):  # a task that died outside its run: read_result says so
                         r.future.wait()
