@@ -198,48 +198,54 @@ class Job:
         }
 
 
-# ``posix_spawn`` starts a command without running Python in a forked child
-# (vfork and exec in C): the gate starts in a fraction of the time a fork and
-# the child's set-up in Python took. The fork below is the fallback.
-_POSIX_SPAWN = hasattr(os, "posix_spawn") and hasattr(os, "POSIX_SPAWN_OPEN")
-_HOME: int | None = None  # the supervisor's own folder, to come back to after a gate's
+class Spawner:
+    """Starts commands: with ``posix_spawn`` (vfork and exec in C, no Python
+    in a forked child: the gate starts in a fraction of the time a fork and
+    the child's set-up in Python took) where the C library can start a
+    session with it, else by :func:`spawn_forked`."""
 
+    def __init__(self) -> None:
+        self.posix = hasattr(os, "posix_spawn") and hasattr(os, "POSIX_SPAWN_OPEN")
+        self.home: int | None = None  # the supervisor's own folder, to come back to after a gate's
 
-def spawn(req: dict[str, Any]) -> tuple[int | None, str | None]:
-    """Start one command in a new session, its output appended to its log.
-    Returns (pid, error)."""
-    global _POSIX_SPAWN, _HOME
-    if not _POSIX_SPAWN:
-        return spawn_forked(req)
-    argv = req["argv"]
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
-        (os.POSIX_SPAWN_DUP2, 1, 2),
-    ]
-    if _HOME is None:
-        _HOME = os.open(".", os.O_RDONLY)
-    try:
-        os.chdir(req["cwd"])  # one thread here: the gate's folder for the moment of the spawn
+    def spawn(self, req: dict[str, Any]) -> tuple[int | None, str | None]:
+        """Start one command in a new session, its output appended to its log.
+        Returns (pid, error)."""
+        if not self.posix:
+            return spawn_forked(req)
         try:
-            pid = os.posix_spawn(
-                argv[0], argv, req.get("env") or {}, file_actions=actions, setsid=True,
-                setsigdef=(*IGNORED, signal.SIGCHLD),
-            )  # fmt: skip
-        finally:
-            os.fchdir(_HOME)
-    except NotImplementedError:  # no setsid in this C library's posix_spawn
-        _POSIX_SPAWN = False
-        return spawn_forked(req)
-    except (OSError, ValueError) as e:
-        with contextlib.suppress(OSError):
-            fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            return self._posix_spawn(req)
+        except NotImplementedError:  # no setsid in this C library's posix_spawn
+            self.posix = False
+            return spawn_forked(req)
+
+    def _posix_spawn(self, req: dict[str, Any]) -> tuple[int | None, str | None]:
+        argv = req["argv"]
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ]
+        if self.home is None:
+            self.home = os.open(".", os.O_RDONLY)
+        try:
+            os.chdir(req["cwd"])  # one thread here: the gate's folder for the moment of the spawn
             try:
-                os.write(fd, f"milepost: cannot start the command: {e}\n".encode(errors="replace"))
+                pid = os.posix_spawn(
+                    argv[0], argv, req.get("env") or {}, file_actions=actions, setsid=True,
+                    setsigdef=(*IGNORED, signal.SIGCHLD),
+                )  # fmt: skip
             finally:
-                os.close(fd)
-        return None, str(e) or type(e).__name__
-    return pid, None
+                os.fchdir(self.home)
+        except (OSError, ValueError) as e:
+            with contextlib.suppress(OSError):
+                fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    os.write(fd, f"milepost: cannot start the command: {e}\n".encode(errors="replace"))
+                finally:
+                    os.close(fd)
+            return None, str(e) or type(e).__name__
+        return pid, None
 
 
 def spawn_forked(req: dict[str, Any]) -> tuple[int | None, str | None]:
@@ -301,6 +307,7 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     become_subreaper()
     boot = boot_id()
+    spawner = Spawner()
     jobs: dict[int, Job] = {}  # pid -> Job
     by_id: dict[int, Job] = {}  # request id -> Job
     poller = select.poll()
@@ -327,7 +334,7 @@ def main() -> None:
         if op == "spawn":
             out = pipes.pop(0) if pipes else None  # each spawn came with its pipe, in order
             try:
-                pid, error = spawn(req)
+                pid, error = spawner.spawn(req)
             except Exception as e:
                 pid, error = None, str(e) or type(e).__name__
             if pid is None or out is None:

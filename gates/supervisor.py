@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -276,37 +277,48 @@ class Supervisor:
             self._proc.wait()
 
 
-_LOCK = threading.Lock()
-_INSTANCE: Supervisor | None = None
+class _ThisProcess:
+    """This process's gate supervisor: one per process by nature, since it
+    watches the process (gates die with it), shared by every drive, ``done``
+    and gate task the process runs. Started on first use, again when it
+    died; a forked child (another process) starts its own."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.supervisor: Supervisor | None = None
+
+    def get(self) -> Supervisor:
+        with self.lock:
+            sup = self.supervisor
+            if sup is None or not sup.alive or sup.owner_pid != os.getpid():
+                if sup is not None and sup.owner_pid == os.getpid():
+                    sup.close(timeout=1.0)
+                sup = self.supervisor = Supervisor()
+            return sup
+
+    def close(self) -> None:
+        sup = self.supervisor
+        if sup is not None and sup.owner_pid == os.getpid():
+            sup.close(timeout=3.0)
+
+
+_HERE = _ThisProcess()
 
 
 def supervisor() -> Supervisor:
     """This process's gate supervisor, started on first use (and again if it died)."""
-    global _INSTANCE
-    with _LOCK:
-        sup = _INSTANCE
-        if sup is None or not sup.alive or sup.owner_pid != os.getpid():
-            if sup is not None and sup.owner_pid == os.getpid():
-                sup.close(timeout=1.0)
-            sup = _INSTANCE = Supervisor()
-        return sup
+    return _HERE.get()
 
 
 def _forget_after_fork() -> None:
-    # A forked child has its own gates: it starts its own supervisor.
-    global _INSTANCE, _LOCK
-    _INSTANCE = None
-    _LOCK = threading.Lock()
-
-
-def _close_at_exit() -> None:
-    sup = _INSTANCE
-    if sup is not None and sup.owner_pid == os.getpid():
-        sup.close(timeout=3.0)
+    # A forked child has its own gates: it starts its own supervisor (and
+    # gets a lock no thread of the parent may be holding).
+    global _HERE
+    _HERE = _ThisProcess()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
-atexit.register(_close_at_exit)
+atexit.register(lambda: _HERE.close())
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -317,18 +329,16 @@ def _killpg(pgid: int, sig: int) -> None:
 # -- identity and fencing -------------------------------------------------------------
 
 
-_HOST: dict[str, str | None] | None = None
-_OWN: dict[str, Any] | None = None
-
-
 def host_identity() -> dict[str, str | None]:
     """This machine as a claim records it: host name and boot id (a process
     id means something only on the same machine, in the same boot). Read
     once per process."""
-    global _HOST
-    if _HOST is None:
-        _HOST = {"host": socket.gethostname(), "boot": _main.boot_id()}
-    return dict(_HOST)
+    return dict(_host())
+
+
+@functools.cache
+def _host() -> dict[str, str | None]:
+    return {"host": socket.gethostname(), "boot": _main.boot_id()}
 
 
 def own_identity() -> dict[str, Any]:
@@ -336,11 +346,12 @@ def own_identity() -> dict[str, Any]:
     identity, its pid and its start time, read once per process (reading
     ``/proc/self/stat`` of a process with many threads costs milliseconds,
     once per claim it was most of a claim)."""
-    global _OWN
-    pid = os.getpid()
-    if _OWN is None or _OWN["pid"] != pid:  # (a forked child is another process)
-        _OWN = {**host_identity(), "pid": pid, "start": _main.process_start(pid)}
-    return dict(_OWN)
+    return dict(_process(os.getpid()))  # (a forked child is another process: another pid)
+
+
+@functools.lru_cache(maxsize=1)
+def _process(pid: int) -> dict[str, Any]:
+    return {**host_identity(), "pid": pid, "start": _main.process_start(pid)}
 
 
 def read_proc(path: Path) -> list[dict[str, Any]]:

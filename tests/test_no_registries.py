@@ -2,8 +2,11 @@
 a drive's state lives on its own objects, so drives run side by side in one
 process. This test lists every module-level name bound to a dict, set or list
 (literal, comprehension or constructor call) that the module mutates (item
-assignment, ``del``, or a mutating method call on it) and fails on any not in
-the allow-list below, each entry a per-process fact with its reason."""
+assignment, ``del``, or a mutating method call on it), and every module-level
+name a function binds again (``global NAME`` and an assignment to it), and
+fails on any not in the allow-list below, each entry a per-process fact with
+its reason. (A cache of immutable facts keyed by what they are facts of, such
+as ``functools.cache`` on this process's identity, is no registry.)"""
 
 from __future__ import annotations
 
@@ -27,6 +30,9 @@ ALLOWED = {
     "gates/log_room.py:_FAILED",
     # The Prefect servers this process started: processes it must stop when it exits (per process by nature).
     "flows/server.py:_CHILDREN",
+    # This process's gate supervisor: one per process by nature (it watches the process, so gates die with
+    # it), shared by every drive of the process; bound afresh only in a forked child, which is another process.
+    "gates/supervisor.py:_HERE",
 }
 
 
@@ -55,7 +61,20 @@ def _registries(path: Path) -> set[str]:
             continue
         if isinstance(base, ast.Name) and base.id in names:
             mutated.add(base.id)
-    return mutated
+    return mutated | _rebound(tree)
+
+
+def _rebound(tree: ast.Module) -> set[str]:
+    """Module-level names a function binds again (``global NAME`` and an assignment to it)."""
+    found: set[str] = set()
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        declared = {n for node in ast.walk(fn) if isinstance(node, ast.Global) for n in node.names}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del) and node.id in declared:
+                found.add(node.id)
+    return found
 
 
 def test_no_module_level_mutable_registry() -> None:
@@ -71,3 +90,9 @@ def test_the_rule_finds_a_registry(tmp_path: Path) -> None:
     p = tmp_path / "m.py"
     p.write_text("_SEEN: dict[str, int] = {}\nKEEP = {'a': 1}\n\ndef f(k):\n    _SEEN[k] = 1\n    return KEEP[k]\n")
     assert _registries(p) == {"_SEEN"}
+
+
+def test_the_rule_finds_a_global_bound_again(tmp_path: Path) -> None:
+    p = tmp_path / "m.py"
+    p.write_text("_LAST = None\nLIMIT = 3\n\ndef f(x):\n    global _LAST, LIMIT\n    _LAST = x\n    return LIMIT\n")
+    assert _registries(p) == {"_LAST"}
