@@ -37,7 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from milepost.gates.command import GateResult, Outcome, run_gate, write_result
+from milepost.gates.attempt import AttemptFiles
+from milepost.gates.command import GateResult, Outcome, run_gate
 from milepost.gates.inputs import Fingerprint
 from milepost.gates.outcome import CachedFrom
 from milepost.graph.models import GateCommand
@@ -138,7 +139,7 @@ class EarlyGate:
         result = (self.result or GateResult(outcome=Outcome.INTERRUPTED, reason="", started_at=self.started,
                                             finished_at=datetime.now(UTC), log_path=self.claim.log_path))  # fmt: skip
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
-        write_result(Path(self.claim.log_path), result)
+        AttemptFiles(Path(self.claim.log_path)).write_result(result)
         return result
 
     def join(self, timeout: float) -> None:

@@ -21,8 +21,9 @@ from prefect.client.schemas.objects import State
 from prefect.states import Cancelled, Completed, Failed
 from pydantic import BaseModel, Field
 
-from milepost.gates._supervisor_main import process_start
-from milepost.gates.command import GateResult, Outcome, attempt_files, command_header, run_gate, write_result
+from milepost.gates.attempt import AttemptFiles
+from milepost.gates.command import GateResult, Outcome, command_header, run_gate
+from milepost.gates.liveness import Life, life
 from milepost.gates.outcome import CachedFrom
 from milepost.gates.supervisor import host_identity, own_identity
 from milepost.gates.units import UnitBook
@@ -84,8 +85,9 @@ class GateSpec(BaseModel):
     cached: bool = False
 
     @property
-    def result_file(self) -> Path:
-        return attempt_files(Path(self.log_path))[1]
+    def files(self) -> AttemptFiles:
+        """The attempt's files (its verdict among them)."""
+        return AttemptFiles(Path(self.log_path))
 
 
 def driver_identity() -> dict[str, Any]:
@@ -95,11 +97,10 @@ def driver_identity() -> dict[str, Any]:
 def _driver_gone(driver: dict[str, Any]) -> bool:
     """Whether the driver that submitted a gate task has died. Known only on
     its own machine; a task in the driver's own process never asks."""
-    pid = driver.get("pid")
+    pid, start = driver.get("pid"), driver.get("start")
     if not isinstance(pid, int) or pid == os.getpid() or driver.get("boot") != host_identity()["boot"]:
         return False
-    start = process_start(pid)
-    return start is None or (driver.get("start") is not None and start != driver["start"])
+    return life(pid, start if isinstance(start, int) else None) is Life.GONE
 
 
 class _Watched:
@@ -264,7 +265,7 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
     box = box if box is not None else SpecBox(spec, units)
     log_path = Path(spec.log_path)
     if spec.cached:
-        return _task_state(spec, box.keep(GateResult.model_validate_json(spec.result_file.read_text())))
+        return _task_state(spec, box.keep(GateResult.model_validate_json(spec.files.result.read_text())))
     # The run logger is bound to this task run's context: take it here, use it in the monitor's thread.
     watched = _Watched(spec, get_run_logger(), MAX_LOG_LINES)
     # The drive's monitor; a task in another process (a Dask worker) watches its gate with one of its own.
@@ -295,7 +296,7 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
         watched.finish(passed)
     if watched.stopped.is_set() and not result.passed:
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
-        write_result(log_path, result)
+        spec.files.write_result(result)
     return _task_state(spec, box.keep(result))
 
 

@@ -38,7 +38,8 @@ from milepost.flows.gate_task import (
 from milepost.flows.outage import read_result
 from milepost.flows.waiting import Waiting, wait_for_others
 from milepost.gates._crash import crash_point
-from milepost.gates.command import GateResult, Outcome, write_result
+from milepost.gates.attempt import AttemptFiles
+from milepost.gates.command import GateResult, Outcome
 from milepost.gates.inputs import describe_changes
 from milepost.gates.outcome import CachedFrom
 from milepost.graph.models import GateCommand
@@ -200,8 +201,9 @@ class Loop:
                 if hit is not None:
                     # A passed run on the same gate and inputs stands in: its result is
                     # written here; the task only stands for it in the flow run's graph.
-                    Path(claim.log_path).parent.mkdir(parents=True, exist_ok=True)
-                    write_result(Path(claim.log_path), hit[0])
+                    files = AttemptFiles(Path(claim.log_path))
+                    files.log.parent.mkdir(parents=True, exist_ok=True)
+                    files.write_result(hit[0])
                 # A milestone without a gate is done when reached, but still a node of the run's graph.
                 self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, cached=hit is not None)
             except BaseException as e:
@@ -268,9 +270,9 @@ class Loop:
             return
         if m.fix:
             self.session.hold(m.name)
-            log_path = claim.log_path.removesuffix(".log") + ".fix.log"
+            fix_log = str(AttemptFiles(Path(claim.log_path)).fix.log)
             fix = [GateCommand(name="fix", run=m.fix)]
-            self._submit(TaskKind.FIX, claim, fix, log_path, m.timeout, {"MILEPOST_FAILURE_LOG": claim.log_path})
+            self._submit(TaskKind.FIX, claim, fix, fix_log, m.timeout, {"MILEPOST_FAILURE_LOG": claim.log_path})
         elif m.retry_at is not None:
             self._hold_until(m.name, m.retry_at)
 
@@ -305,7 +307,7 @@ class Loop:
 
     def _reclaim(self) -> int:
         """Take over milestones whose driver died (expired leases); see
-        :func:`milepost.service.claims.reclaim_expired`. Returns how many."""
+        :func:`milepost.service.takeover.reclaim_expired`. Returns how many."""
         reclaimed = self.session.reclaim_expired()
         for done in reclaimed:
             self.reporter.lease_reclaimed(done)
@@ -367,7 +369,7 @@ class Loop:
                 except queue.Empty:
                     continue
                 r = self.running.pop(key)
-                if isinstance(r.future, PrefectFuture) and r.box.verdict is None and not r.spec.result_file.exists():
+                if isinstance(r.future, PrefectFuture) and r.box.verdict is None and not r.spec.files.result.exists():
                     with contextlib.suppress(Exception):  # a task that died outside its run: read_result says so
                         r.future.wait()
                 self._finish(r)
@@ -404,7 +406,7 @@ class Loop:
             if r.kind is not TaskKind.GATE:
                 continue
             # A gate that ended before the stop counts as it ended (its verdict file says how).
-            ended = r.box.verdict is not None or r.spec.result_file.exists()
+            ended = r.box.verdict is not None or r.spec.files.result.exists()
             result = read_result(r.box, r.future, self.crashes) if ended else None
             if result is None:
                 result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")

@@ -6,7 +6,7 @@
   the store can still take it (one try each), and ends with the fault, which
   the CLI reports as exit 3 naming the part. What it could not record, the
   next drive recovers from the files without running a passed gate again
-  (``service.recovery``).
+  (``service.takeover``).
 - **A gate task dies before it reports** (:func:`crashed_result`): its attempt
   is ``interrupted`` (no budget spent) the first times; the same milestone
   crashing again and again in one drive (a full disk, a broken worker) is a
@@ -55,8 +55,7 @@ def read_result(box: SpecBox, future: Any = None, crashes: dict[tuple[int, int],
     wrote beside its log (a Dask worker), else :func:`crashed_result`."""
     if box.verdict is not None:
         return box.verdict
-    try:
-        return GateResult.model_validate_json(box.spec.result_file.read_text())
-    except (OSError, ValueError):
-        # The task died before writing its result (a crashed worker), or the disk is full.
+    written = box.spec.files.read_result()
+    if written is None:  # the task died before writing its result (a crashed worker), or the disk is full
         return crashed_result(box.spec, future, crashes)
+    return written

@@ -268,7 +268,7 @@ def temporary_server(home: Path, timeout: float = float(STARTUP_TIMEOUT)) -> str
 def register_use(home: Path) -> None:
     """Mark the workspace's server in use by this process until it exits
     (its keeper reads the mark; a dead process's mark does not count)."""
-    from milepost.flows.server_keeper import process_start
+    from milepost.gates.liveness import process_start
 
     users = _users(home)
     users.mkdir(parents=True, exist_ok=True)
@@ -313,17 +313,18 @@ def ensure_server(home: Path, mode: str, idle: float, say: Callable[[str], None]
 def _kill_group(pgid: int, timeout: float) -> bool:
     """SIGTERM to a server's session, SIGKILL after ``timeout`` (no wait at 0). True if it ran."""
     from milepost.flows.server_keeper import alive
+    from milepost.gates.liveness import group_alive
 
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return False
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _group_alive(pgid):
+    while time.monotonic() < deadline and group_alive(pgid):
         time.sleep(0.1)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pgid, os.WNOHANG)  # reap the keeper if it is our child
-    if timeout > 0 and _group_alive(pgid):
+    if timeout > 0 and group_alive(pgid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
     child = _CHILDREN.pop(pgid, None)
@@ -331,32 +332,6 @@ def _kill_group(pgid: int, timeout: float) -> bool:
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(timeout=max(timeout, 0.01))
     return True
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs (zombies do not count, on Linux)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _group_members(pgid) > 0
-
-
-def _group_members(pgid: int) -> int:
-    """Live (not zombie) processes of a process group (Linux; 1 elsewhere)."""
-    if not os.path.isdir("/proc/self"):
-        return 1
-    count = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                data = Path(f"/proc/{entry}/stat").read_bytes()
-                fields = data[data.rfind(b")") + 2 :].split()
-                if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-                    count += 1
-    return count
 
 
 def server_stop(home: Path, timeout: float = 20.0) -> bool:

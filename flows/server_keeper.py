@@ -31,35 +31,16 @@ import sys
 import time
 from pathlib import Path
 
+from milepost.gates.liveness import Life, life, process_start
+
 POLL = 1.0
 STOP_GRACE = 10.0
 
 
-def process_start(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot, Linux), None when it is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    if not fields or fields[0] in (b"Z", b"X") or len(fields) <= 19:
-        return None
-    return int(fields[19]) if fields[19].isdigit() else None
-
-
 def alive(pid: int, start: int | None = None) -> bool:
-    """Whether ``pid`` runs (and is the process that started at ``start``, when given)."""
-    if os.path.isdir("/proc/self"):
-        found = process_start(pid)
-        return found is not None and (start is None or found == start)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether ``pid`` runs (and is the process that started at ``start``,
+    when given); an entry in /proc that cannot be read does not count."""
+    return life(pid, start) is Life.RUNS
 
 
 def live_users(users: Path) -> int:

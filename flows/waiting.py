@@ -5,7 +5,7 @@ seconds, and goes back to its loop when what the others hold or the item
 changed: a milestone their gate unblocked is claimable here, a lease that
 expired (its driver died) is reclaimed as at the start. It ends with the
 item's verdict, whoever ran the gates. An expired lease, or one whose holder
-died on this machine, is not waited on (see :func:`milepost.service.leases.held_by_others`).
+died on this machine, is not waited on (see :func:`milepost.service.takeover.held_by_others`).
 A milestone another drive's gate failed, with a fix hook, is left to that
 drive while its fix may run (a fix hook holds no lease): this drive waits
 for its retry, up to the fix's timeout (else the lease's lifetime) plus the

@@ -4,7 +4,8 @@ and kills them all when that driver is gone.
 It runs as ``python -I -S _supervisor_main.py FD DRIVER_PID`` in a session of
 its own (so signals aimed at the driver's process group, a terminal's Ctrl-C
 or a CI runner's group kill, do not reach it), with the standard library
-only: it must start in milliseconds and import nothing of milepost.
+only: it must start in milliseconds. Of milepost it loads one file, the
+process facts of ``liveness.py`` beside it (standard library only too).
 
 FD is its end of a Unix socket pair whose other end only the driver holds.
 The driver sends JSON lines, each spawn with the write end of a pipe of its
@@ -48,6 +49,12 @@ import sys
 import time
 from typing import Any
 
+try:  # imported as a module of milepost (tests)
+    from milepost.gates.liveness import boot_id, process_start
+except ImportError:  # run as ``python -I -S`` this file: milepost is not on the path, the file beside this one is
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    from liveness import boot_id, process_start  # type: ignore[import-not-found,no-redef]
+
 # Signals that must not stop the supervisor: it outlives its driver only long
 # enough to stop the gates. (A child gets the default dispositions back.)
 IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE)
@@ -58,29 +65,9 @@ CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 START_NOTICE_SECONDS = 0.05
 
 
-def boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def process_start(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def group_alive(pgid: int) -> bool:
+def group_exists(pgid: int) -> bool:
+    """Whether the group has any member, a zombie too: cheap, for every
+    tick (this process is the subreaper of its gates and reaps them)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -151,7 +138,7 @@ class Job:
         if running and self.timeout is not None and now - self.began >= self.timeout:
             self.timed_out = True
             self.stop(None, now)
-        if self.status is not None and self.term_sent is None and group_alive(self.pid):
+        if self.status is not None and self.term_sent is None and group_exists(self.pid):
             # The command ended but left processes in its group: stop them too.
             self.term_sent = now
             signal_group(self.pid, signal.SIGTERM)
@@ -160,7 +147,7 @@ class Job:
             signal_group(self.pid, signal.SIGKILL)
         if self.status is None:
             return False
-        if not group_alive(self.pid):
+        if not group_exists(self.pid):
             return True
         # After SIGKILL, give the kernel a moment; then stop waiting (a member
         # in uninterruptible sleep, or a zombie nobody reaps).

@@ -321,24 +321,3 @@ def fingerprint_of(
         return snap.fingerprint(patterns, spec_digest(commands, default_timeout))
     finally:
         snap.save()
-
-
-def manifest_path(log_path: Path) -> Path:
-    """Where an attempt's file list is kept, beside its log."""
-    return Path(str(log_path).removesuffix(".log") + ".inputs.json")
-
-
-def write_manifest(log_path: Path, fp: Fingerprint) -> None:
-    """The attempt's file list beside its log, for the recorder (best effort)."""
-    path = manifest_path(log_path)
-    with contextlib.suppress(OSError):
-        path.write_text(json.dumps({"inputs_digest": fp.inputs_digest, "files": fp.files}, separators=(",", ":")))
-
-
-def read_manifest(log_path: Path, inputs_digest: str) -> dict[str, str] | None:
-    """The file list written beside an attempt's log, if it is the one named."""
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        data = json.loads(manifest_path(log_path).read_text())
-        if data["inputs_digest"] == inputs_digest:
-            return dict(data["files"])
-    return None

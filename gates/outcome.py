@@ -1,15 +1,25 @@
-"""What a gate attempt comes to, as values: the outcome, each command's
-result and the attempt's. Apart from the runner (:mod:`.command`) so that
-reading results costs no subprocess machinery."""
+"""What a gate attempt comes to, as values: the outcome, how a command
+ended (:class:`ExitStatus`), each command's result and the attempt's, and
+the rules between them (:func:`judge`, :func:`verdict`), shared by the
+runner (:mod:`.command`) and the recovery of an attempt from its files
+(:mod:`.attempt`). Apart from the runner so that reading results costs no
+subprocess machinery."""
 
 from __future__ import annotations
 
+import re
+import signal
+import socket
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["CachedFrom", "CommandResult", "GateResult", "Outcome"]
+from milepost.graph.words import count
+
+__all__ = ["CachedFrom", "CommandResult", "ExitStatus", "GateResult", "Outcome", "judge", "verdict"]
 
 
 class Outcome(StrEnum):
@@ -79,3 +89,105 @@ class GateResult(BaseModel):
     @property
     def passed(self) -> bool:
         return self.outcome.proves
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a command ended, as its supervisor saw it (its answer, or the
+    end record in the attempt's ``.proc`` file)."""
+
+    pid: int | None
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    killed: str | None = None  # why the supervisor stopped it (interrupted, its driver stopped)
+    duration: float = 0.0
+
+    @property
+    def returncode(self) -> int | None:
+        """Like ``Popen.returncode``: the exit code, or minus the signal."""
+        if self.exit_code is not None:
+            return self.exit_code
+        return -self.signal if self.signal is not None else None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExitStatus:
+        return cls(
+            pid=d.get("pid"),
+            exit_code=d.get("exit_code"),
+            signal=d.get("signal"),
+            timed_out=bool(d.get("timed_out")),
+            killed=d.get("killed"),
+            duration=float(d.get("duration") or 0.0),
+        )
+
+
+def judge(status: ExitStatus, timeout: float | None, tail: str) -> tuple[Outcome, str]:
+    """A command's outcome and reason from how it ended (``tail``: its
+    output's end, which names a missing program)."""
+    if status.killed is not None:
+        return Outcome.INTERRUPTED, "interrupted" if status.killed == "interrupted" else f"interrupted: {status.killed}"
+    if status.timed_out:
+        return Outcome.FAILED, f"timed out after {timeout:g} s" if timeout is not None else "timed out"
+    code = status.returncode
+    if code is None:
+        return Outcome.INTERRUPTED, "interrupted: no exit status"
+    return (Outcome.PASSED if code == 0 else Outcome.FAILED), _reason(code, tail)
+
+
+_NOT_FOUND = re.compile(r"(?:^|\s)(?:sh: \d+: )?([^\s:]+): (?:command )?not found", re.MULTILINE)
+
+
+def _reason(code: int, tail: str) -> str:
+    if code == 0:
+        return "exit 0"
+    if code < 0:
+        return f"killed by signal {_signame(-code)}"
+    if code == 127:
+        m = _NOT_FOUND.search(tail)
+        return f"command not found: {m.group(1)} (exit 127)" if m else "command not found (exit 127)"
+    if code == 126:
+        return "command not executable (exit 126)"
+    if 128 < code < 128 + 65:
+        return f"exit {code} (killed by signal {_signame(code - 128)})"
+    return f"exit {code}"
+
+
+def _signame(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return str(n)
+
+
+def verdict(
+    results: list[CommandResult], started: datetime, finished: datetime, duration: float, log_path: str | None
+) -> GateResult:
+    """One gate attempt's result from its commands' results."""
+    bad = next((r for r in results if r.outcome in (Outcome.FAILED, Outcome.INTERRUPTED)), None)
+    # The verdict speaks for the failing (or interrupted) command, or for the last one when all passed.
+    speaker = bad or (results[-1] if results else None)
+    if bad is None:
+        reason = "exit 0" if len(results) == 1 else f"all {len(results)} commands passed"
+        units = [r for r in results if r.file is not None]
+        if units:
+            plain = len(results) - len(units)
+            cached = sum(r.outcome is Outcome.CACHED for r in units)
+            parts = [count(plain, "command")] if plain else []
+            parts.append(count(len(units), "unit") + (f" ({cached} cached)" if cached else ""))
+            reason = "all passed: " + ", ".join(parts)
+    else:
+        who = f"{bad.name} {bad.file}" if bad.file else bad.name
+        reason = bad.reason if len(results) == 1 else f"{who}: {bad.reason}"
+    return GateResult(
+        outcome=Outcome.PASSED if bad is None else bad.outcome,
+        reason=reason,
+        exit_code=speaker.exit_code if speaker else 0,
+        duration=duration,
+        tail=speaker.tail if speaker else "",
+        log_path=log_path,
+        host=socket.gethostname(),
+        started_at=started,
+        finished_at=finished,
+        commands=results,
+    )

@@ -11,10 +11,11 @@ group within about a second. ``PR_SET_PDEATHSIG`` would reach only the
 gate's shell, not its grandchildren; the supervisor kills whole groups.
 
 Each command's start (process group, start time, boot id) and end are
-appended to the attempt's ``.proc`` file next to its log, so a driver that
-reclaims an expired lease on the same machine can make sure the previous
-attempt's processes are gone (:func:`stop_attempt`) and read how it ended
-(:func:`recover_commands`), even when the driver that started it is dead.
+appended to the attempt's ``.proc`` file next to its log
+(:class:`~milepost.gates.attempt.AttemptFiles`), so a driver that takes
+over an expired lease on the same machine can make sure the previous
+attempt's processes are gone and read how it ended, even when the driver
+that started it is dead (:mod:`milepost.service.takeover`).
 
 The protocol is in ``_supervisor_main.py``; this module is the driver's side.
 """
@@ -34,60 +35,21 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from milepost.gates import _supervisor_main as _main
+from milepost.gates.attempt import process_records
+from milepost.gates.liveness import boot_id, process_start, still_ours
+from milepost.gates.outcome import ExitStatus
 
-__all__ = [
-    "ExitStatus",
-    "Job",
-    "LaunchError",
-    "Supervisor",
-    "host_identity",
-    "own_identity",
-    "read_proc",
-    "stop_attempt",
-    "supervisor",
-]
+__all__ = ["Job", "LaunchError", "Supervisor", "host_identity", "own_identity", "supervisor"]
 
-SCRIPT = Path(_main.__file__)
+SCRIPT = Path(__file__).with_name("_supervisor_main.py")
 
 
 class LaunchError(Exception):
     """The command could not be started (bad environment, missing folder, no
     room for its log): a failed attempt, not a crash."""
-
-
-@dataclass(frozen=True)
-class ExitStatus:
-    """How a command ended, as its supervisor saw it."""
-
-    pid: int | None
-    exit_code: int | None = None
-    signal: int | None = None
-    timed_out: bool = False
-    killed: str | None = None  # why the supervisor stopped it (interrupted, its driver stopped)
-    duration: float = 0.0
-
-    @property
-    def returncode(self) -> int | None:
-        """Like ``Popen.returncode``: the exit code, or minus the signal."""
-        if self.exit_code is not None:
-            return self.exit_code
-        return -self.signal if self.signal is not None else None
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ExitStatus:
-        return cls(
-            pid=d.get("pid"),
-            exit_code=d.get("exit_code"),
-            signal=d.get("signal"),
-            timed_out=bool(d.get("timed_out")),
-            killed=d.get("killed"),
-            duration=float(d.get("duration") or 0.0),
-        )
 
 
 class Job:
@@ -184,9 +146,10 @@ class Job:
         found in the ``.proc`` file when its start was not announced yet."""
         pid, start = self.pid, self.start
         if pid is None and self._proc is not None:
-            starts = [r for r in read_proc(Path(self._proc)) if r.get("event") == "start" and r.get("cmd") == self._cmd]
+            records = process_records(Path(self._proc))
+            starts = [r for r in records if r.get("event") == "start" and r.get("cmd") == self._cmd]
             pid, start = (starts[-1].get("pid"), starts[-1].get("start")) if starts else (None, None)
-        if isinstance(pid, int) and pid > 0 and _still_ours(pid, start):
+        if isinstance(pid, int) and pid > 0 and still_ours(pid, start):
             _killpg(pid, signal.SIGKILL)
 
 
@@ -326,7 +289,7 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-# -- identity and fencing -------------------------------------------------------------
+# -- identity ---------------------------------------------------------------------
 
 
 def host_identity() -> dict[str, str | None]:
@@ -338,7 +301,7 @@ def host_identity() -> dict[str, str | None]:
 
 @functools.cache
 def _host() -> dict[str, str | None]:
-    return {"host": socket.gethostname(), "boot": _main.boot_id()}
+    return {"host": socket.gethostname(), "boot": boot_id()}
 
 
 def own_identity() -> dict[str, Any]:
@@ -351,71 +314,4 @@ def own_identity() -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def _process(pid: int) -> dict[str, Any]:
-    return {**host_identity(), "pid": pid, "start": _main.process_start(pid)}
-
-
-def read_proc(path: Path) -> list[dict[str, Any]]:
-    """The records of an attempt's ``.proc`` file (missing: none)."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            rec = json.loads(line)
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
-
-
-def _live_members(pgid: int) -> bool:
-    """Whether the group has a member that is not a zombie (Linux: read /proc;
-    elsewhere ``killpg(pgid, 0)``)."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        return bool(_main.group_alive(pgid))
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            data = (entry / "stat").read_bytes()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-def _still_ours(pgid: int, start: Any) -> bool:
-    """Whether a group recorded with its leader's ``start`` time may still be
-    ours: its leader is that process, or gone (members keep the group's id).
-    An id now held by another process means ours is gone."""
-    now = _main.process_start(pgid)
-    return now is None or start is None or now == start
-
-
-def stop_attempt(proc_path: Path, timeout: float = 10.0) -> list[int]:
-    """Make sure no process of an attempt started on this machine lives: every
-    process group its ``.proc`` file records as started, in this boot, whose
-    leader is still the recorded process (or gone, with members left) gets
-    SIGKILL, and this waits until the groups are empty. Returns the groups it
-    had to kill."""
-    boot = _main.boot_id()
-    killed = []
-    for rec in read_proc(proc_path):
-        if rec.get("event") != "start" or not isinstance(rec.get("pid"), int):
-            continue
-        if rec.get("boot") != boot:
-            continue  # another boot: nothing of it lives
-        pgid = int(rec["pid"])
-        if not _still_ours(pgid, rec.get("start")):
-            continue
-        if _live_members(pgid):
-            _killpg(pgid, signal.SIGKILL)
-            killed.append(pgid)
-    deadline = time.monotonic() + timeout
-    while any(_live_members(g) for g in killed) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return killed
+    return {**host_identity(), "pid": pid, "start": process_start(pid)}

@@ -20,7 +20,7 @@ from milepost.results import Claim
 from milepost.service import Service, interrupted_result
 from milepost.service._rows import MILESTONES
 from milepost.service._tx import Tx, write
-from milepost.service.claims import take_lease
+from milepost.service.leases import take_lease
 
 S = MilestoneStatus
 

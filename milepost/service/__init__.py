@@ -10,7 +10,9 @@ its own module as functions of a :class:`~milepost.service._tx.Context`:
 | ``evidence`` | an item's plan.md artifact and its work refs |
 | ``waits`` | waits, wake-ups, the scheduler's clock |
 | ``milestones`` | add/remove, user actions, review verdicts; next, graph, views, runs, plans |
-| ``claims`` | leases, the gate-with-lease path of ``done`` and the drive, recording, reclaiming |
+| ``leases``, ``claims`` | a claim is a lease and its keeper; recording a gate run, the one path every attempt takes |
+| ``run_here`` | ``done`` with a gate: the gate runs in this process, under a lease |
+| ``takeover`` | taking over a dead driver's lease: whose lease is live, fencing its attempt, recording it |
 | ``drive`` | :class:`DriveSession`: a drive's cached graph, holds and lease keeper |
 
 Every state change is one write transaction that touches only the rows it
@@ -306,9 +308,9 @@ class Service:
 
     def done(self, name: str, *, verdict: str | None = None, item: int | None = None,
              expect_revision: int | None = None, use_cache: bool = True) -> DoneResult:  # fmt: skip
-        from milepost.service import claims
+        from milepost.service import run_here
 
-        return claims.done(
+        return run_here.done(
             self.ctx, name, verdict=verdict, item=item, expect_revision=expect_revision, use_cache=use_cache
         )
 
@@ -373,9 +375,10 @@ class Service:
         return DriveSession(self.ctx, item, owner, use_cache=use_cache, scope=scope)
 
     def log_path(self, item_id: int, name: str, attempt: int) -> Path:
-        from milepost.service import claims
+        """Where the log of attempt ``attempt`` of ``name`` is (see :mod:`milepost.gates.attempt`)."""
+        from milepost.gates.attempt import AttemptFiles
 
-        return claims.log_path(self.ctx, item_id, name, attempt)
+        return AttemptFiles.of(self.ctx.store.evidence_dir("logs"), item_id, name, attempt).log
 
     def gate_env(self, claim: Claim) -> dict[str, str]:
         from milepost.service import claims
@@ -395,6 +398,7 @@ class Service:
         claims.record_fix(self.ctx, claim, result)
 
     def reclaim_expired(self, item: int, owner: str) -> list[DoneResult]:
-        from milepost.service import claims
+        """Take over the leases of ``item`` dead drivers left (see :mod:`milepost.service.takeover`)."""
+        from milepost.service import takeover
 
-        return claims.reclaim_expired(self.ctx, item, owner)
+        return takeover.reclaim_expired(self.ctx, item, owner)

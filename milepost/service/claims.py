@@ -1,9 +1,10 @@
-"""Claims, leases and gate runs: the one path by which a gate runs under a
-lease, used by ``done`` (the gate runs here) and by the drive loop (the gate
-runs as a Prefect task): :func:`take_lease` numbers the attempt and records
-where it runs, a :class:`LeaseKeeper` renews the lease while the gate runs,
-:func:`record` stores the run and applies its outcome, and
-:func:`reclaim_expired` fences and records what a dead driver left behind.
+"""Gate runs under a lease, recorded: the one path by which every gate
+attempt reaches the store, whoever ran it: ``done`` (the gate runs here,
+:mod:`.run_here`), the drive loop (the gate runs as a Prefect task),
+``verify``, and the driver that takes over a dead driver's lease
+(:mod:`.takeover`). A claim is a lease (:mod:`.leases`); :func:`record`
+stores the run and applies its outcome, once per attempt; a passed run
+elsewhere may stand in for a gate (:func:`cached_result`).
 """
 
 from __future__ import annotations
@@ -16,34 +17,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Connection, insert, select
 
 from milepost._text import holder as shown_holder
-from milepost.errors import ConcurrentUpdateError
 from milepost.gates._crash import crash_point
-from milepost.gates.command import GateResult, Outcome, attempt_files, recover_result, run_gate
-from milepost.gates.inputs import Fingerprint, read_manifest
-from milepost.gates.liveness import holder_gone
+from milepost.gates.attempt import AttemptFiles
+from milepost.gates.command import GateResult, Outcome
+from milepost.gates.inputs import Fingerprint
 from milepost.gates.outcome import CachedFrom
-from milepost.gates.supervisor import host_identity, stop_attempt
 from milepost.graph import steps
 from milepost.graph.models import Milestone
-from milepost.graph.status import Action, MilestoneStatus, transition
+from milepost.graph.status import Action, MilestoneStatus
 from milepost.results import Claim, DoneResult, GateRun
 from milepost.retry import retrying
 from milepost.service import _rows as rows
 from milepost.service import proofs
 from milepost.service._rows import MILESTONES, REFS, RUNS
 from milepost.service._tx import Context, GraphCache, ItemEvent, Tx, write
-from milepost.service.items import resolve
-from milepost.service.leases import ExpiredLease, LeaseKeeper, expired, held_elsewhere, log_path, take_lease
-from milepost.service.recovery import already_recorded, reclaimable
 
-__all__ = ["LeaseKeeper", "cached_result", "done", "gate_env", "interrupted_result", "log_path", "reclaim_expired",
-           "record", "record_fix", "record_step", "run_claimed", "take_lease"]  # fmt: skip
-
-# How long a reclaimer waits for a dead driver's gate processes to die after SIGKILL.
-STOP_WAIT_SECONDS = 10.0
+__all__ = ["already_recorded", "cached_result", "gate_env", "interrupted_result", "owner_here", "record", "record_fix",
+           "record_step"]  # fmt: skip
 
 
 def owner_here() -> str:
@@ -68,86 +61,6 @@ def gate_env(ctx: Context, claim: Claim) -> dict[str, str]:
         "MILEPOST_ATTEMPT": str(claim.attempt),
         "MILEPOST_WORKSPACE": str(ctx.store.root),
     }
-
-
-# -- done: the gate runs here ---------------------------------------------------------
-
-
-def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | None = None,
-         expect_revision: int | None = None, use_cache: bool = True) -> DoneResult:  # fmt: skip
-    """Finish an in-progress milestone: without a gate it is done; with one,
-    the gate runs here (no Prefect), and its outcome decides: pass -> done,
-    fail -> needs_fix, or stuck when the retry budget is spent. A milestone
-    with a review gate waits for ``approve``/``reject`` after passing. With
-    inputs (and its ``cache`` on, and ``use_cache``), a passed run anywhere
-    in the store with the same fingerprint stands in for running the gate."""
-    owner = owner_here()
-    item_id = resolve(ctx, item)
-
-    def claim(tx: Tx) -> DoneResult | Claim:
-        tx.check_open()
-        pk, m = tx.find(name)
-        if m.status is not MilestoneStatus.IN_PROGRESS:
-            transition(name, m.status, Action.DONE)  # raises with the allowed actions
-        lease = tx.rows[pk] if pk in tx.rows else tx.conn.execute(rows.LEASE, {"pk": pk}).one()
-        if held_elsewhere(lease, owner):
-            if expired(lease, ctx.clock()):
-                raise ExpiredLease
-            # A holder that died on this machine need not be waited for.
-            if holder_gone(tx.conn.execute(select(MILESTONES.c.lease_info).where(MILESTONES.c.id == pk)).scalar()):
-                raise ExpiredLease(gone=True)
-        if not m.has_gate or m.awaiting_review:
-            change = steps.act(m, Action.DONE, reason=verdict)
-            out = tx.save(pk, [change])
-            return DoneResult(item=tx.id, revision=tx.next_revision, milestone=change.after, passed=True, changes=out)
-        return take_lease(tx, pk, m, owner)
-
-    for _ in range(3):
-        try:
-            claimed = write(ctx, item_id, claim, expect_revision)
-            break
-        except ExpiredLease as e:
-            # A driver died holding the lease: fence and record its attempt first.
-            recovered = _reclaim_for_done(ctx, item_id, name, owner, gone=e.gone)
-            if recovered is not None and recovered.milestone.status is not MilestoneStatus.IN_PROGRESS:
-                # The dead driver's attempt had ended on its own: that was the attempt.
-                return recovered
-    else:
-        raise ConcurrentUpdateError(f"the lease of {name!r} kept changing hands; try again", milestone=name)
-    if isinstance(claimed, DoneResult):
-        return claimed
-    if use_cache:
-        hit = cached_result(ctx, claimed)
-        if hit is not None:
-            return record(ctx, claimed, hit[0], verdict=verdict, manifest=hit[1].files)
-    return run_claimed(ctx, claimed, verdict=verdict)
-
-
-def run_claimed(ctx: Context, claimed: Claim, *, verdict: str | None = None) -> DoneResult:
-    """Run a leased gate here (no Prefect), renewing its lease, and record it.
-    Ctrl-C kills the gate's process group and records the attempt as
-    interrupted (no budget spent) before re-raising."""
-    started = datetime.now(UTC)
-    m = claimed.milestone
-    try:
-        with LeaseKeeper(ctx, [claimed]):
-            result = run_gate(
-                m.gate,
-                Path(claimed.log_path),
-                default_cwd=ctx.store.root,
-                env=gate_env(ctx, claimed),
-                default_timeout=m.timeout,
-                inputs=m.inputs if m.has_inputs else (),
-                root=ctx.store.root,
-                units=proofs.unit_book(ctx),
-                origin=CachedFrom(item=claimed.item, milestone=m.name, attempt=claimed.attempt),
-            )
-    except KeyboardInterrupt:
-        # The gate's process group is already killed: keep the evidence,
-        # leave the budget unspent, and let the caller exit 130.
-        record(ctx, claimed, interrupted_result(claimed, started))
-        raise
-    return record(ctx, claimed, result, verdict=verdict)
 
 
 def cached_result(ctx: Context, claim: Claim, fp: Fingerprint | None = None) -> tuple[GateResult, Fingerprint] | None:
@@ -234,7 +147,7 @@ def record_step(ctx: Context, c: Claim, result: GateResult, *, verdict: str | No
         if result.passed and result.inputs_digest:
             files = manifest
             if files is None and result.log_path:
-                files = read_manifest(Path(result.log_path), result.inputs_digest)
+                files = AttemptFiles(Path(result.log_path)).read_inputs(result.inputs_digest)
             if files is not None:
                 proofs.store_manifest(tx.conn, result.inputs_digest, files)
         # Every gate run is evidence of the work item.
@@ -333,114 +246,12 @@ def _record_fix(ctx: Context, claim: Claim, result: GateResult) -> None:
         )
 
 
-# -- reclaiming -----------------------------------------------------------------------
-
-
-def _expired(item: int, now: datetime, name: str | None = None, *, expiring: bool = True) -> Any:
-    where = [
-        MILESTONES.c.item_id == item,
-        MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
-        MILESTONES.c.lease_owner.is_not(None),
-        *([MILESTONES.c.lease_expires < now] if expiring else []),
-    ]
-    if name is not None:
-        where.append(MILESTONES.c.name == name)
-    return select(MILESTONES.c.id, MILESTONES.c.name, MILESTONES.c.lease_owner, MILESTONES.c.lease_info).where(*where)
-
-
-def reclaim_expired(ctx: Context, item: int, owner: str, cache: GraphCache | None = None) -> list[DoneResult]:
-    """Milestones whose gate lease expired (their driver died, or froze):
-    take the lease over for ``owner`` (one reclaimer wins), make sure the
-    previous attempt's processes are gone when they ran on this machine
-    (kill their process groups and wait), then record the attempt. When it
-    had ended on its own, its files beside the log tell how, and that
-    outcome counts (a gate that passed is not run again); otherwise it is
-    ``interrupted``: no budget spent, the milestone is ready again. When
-    the attempt ran on another machine, lease expiry is the only fence:
-    that machine's gate supervisor killed the gate when its driver died."""
-    now = ctx.clock()
-    found = retrying(ctx.store, lambda: reclaimable(ctx, item, now))
-    out = []
-    for r, gone in found:
-        recorded = _reclaim(ctx, item, r.id, r.name, r.lease_owner, r.lease_info, owner, now, release=True,
-                            cache=cache, gone=gone)  # fmt: skip
-        if recorded is not None:
-            out.append(recorded)
-    return out
-
-
-def _reclaim_for_done(ctx: Context, item: int, name: str, owner: str, *, gone: bool = False) -> DoneResult | None:
-    """Before ``done`` runs a gate by hand: a lease left by a driver that
-    died (expired, or with ``gone`` held by a process proven dead on this
-    machine) is taken over and its attempt fenced and recorded first, so its
-    processes are gone and its attempt number is not reused. The milestone
-    stays in progress."""
-    now = ctx.clock()
-    with ctx.store.read() as conn:
-        r = conn.execute(_expired(item, now, name, expiring=not gone)).first()
-    if r is None or (gone and not holder_gone(r.lease_info)):
-        return None
-    return _reclaim(ctx, item, r.id, name, r.lease_owner, r.lease_info, owner, now, release=False, gone=gone)
-
-
-def _claimed_at(info: dict[str, Any], default: datetime) -> datetime:
-    """When the lease's attempt was claimed, as its lease recorded it (older leases: ``default``)."""
-    try:
-        at = datetime.fromisoformat(str(info["claimed"]))
-    except (KeyError, ValueError):
-        return default
-    return at if at.tzinfo is not None and at <= default else default
-
-
-def _reclaim(ctx: Context, item: int, pk: int, name: str, old_owner: str, info: dict[str, Any] | None, owner: str,
-             now: datetime, *, release: bool, cache: GraphCache | None = None,
-             gone: bool = False) -> DoneResult | None:  # fmt: skip
-    """Take over one expired lease (or, with ``gone``, the live lease of a
-    holder proven dead), fence its attempt, record it (see
-    :func:`reclaim_expired`). None when another driver got there first."""
-    until = ctx.clock() + ctx.lease_ttl
-    with ctx.store.write() as conn:
-        taken = conn.execute(
-            update(MILESTONES)
-            .where(
-                MILESTONES.c.id == pk,
-                MILESTONES.c.lease_owner == old_owner,
-                *([] if gone else [MILESTONES.c.lease_expires < now]),
-                MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value,
-            )
-            .values(lease_owner=owner, lease_expires=until)
-        )
-        if taken.rowcount != 1:
-            return None
-        attempt = (conn.execute(rows.LAST_ATTEMPT, {"pk": pk}).scalar() or 0) + 1
-        m = rows.with_deps(rows.MILESTONE_BY_PK.rows(conn, pk=pk))[0]
-    crash_point("reclaim")
-    info = info or {}
-    log = Path(info["log"]) if info.get("log") else log_path(ctx, item, name, attempt)
-    reproof = bool(info.get("reproof"))
-    claim = Claim(item=item, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log), reproof=reproof)
-    me = host_identity()
-    here = bool(info.get("boot")) and info.get("boot") == me["boot"] and info.get("host") == me["host"]
-    # A lease taken over before it expired: its holder was proven dead here.
-    lapse = f"lease of {shown_holder(old_owner)} " + ("freed, its process died" if gone else "expired")
-    started = _claimed_at(info, now)  # the attempt ran from its claim, not from now
-    result = interrupted_result(claim, started, reason=f"{lapse}: its driver stopped")
-    if here:
-        with LeaseKeeper(ctx, [claim]):
-            killed = stop_attempt(attempt_files(log)[0], timeout=STOP_WAIT_SECONDS)
-        if killed:
-            groups = ", ".join(map(str, killed))
-            result = interrupted_result(claim, started, reason=f"{lapse}; killed its process group(s) {groups}")
-        else:
-            recovered = recover_result(claim.milestone.gate, log, started, default_timeout=claim.milestone.timeout)
-            if recovered.outcome is not Outcome.INTERRUPTED:
-                why = f"{recovered.reason} (ended after its driver stopped; recovered from {log.name})"
-                result = recovered.model_copy(update={"reason": why})
-            else:  # its commands' time until the supervisor stopped them counts as gate time spent
-                result = result.model_copy(update={"duration": recovered.duration})
-        result = result.model_copy(update={"host": me["host"]})
-    elif info.get("host"):
-        result = interrupted_result(
-            claim, started, reason=f"lease of {shown_holder(old_owner)} expired: its driver stopped"
-        ).model_copy(update={"host": info["host"]})
-    return record(ctx, claim, result, release=release, cache=cache)
+def already_recorded(conn: Connection, claim: Claim) -> bool:
+    """Whether the store holds ``claim``'s attempt: recording an attempt
+    twice is refused by the store (``gate_runs`` is unique per milestone and
+    attempt), and a write retried after a lost connection sees here that
+    its first try committed."""
+    found = conn.execute(
+        select(RUNS.c.id).where(RUNS.c.milestone_id == claim.pk, RUNS.c.attempt == claim.attempt)
+    ).first()
+    return found is not None

@@ -22,9 +22,10 @@ from milepost.graph.models import Milestone, WorkItem
 from milepost.graph.status import Action, DisplayStatus, MilestoneStatus
 from milepost.results import Claim, DoneResult, StaleInfo
 from milepost.retry import retrying
-from milepost.service import claims, items, proofs
+from milepost.service import claims, items, proofs, takeover
 from milepost.service._tx import Context, GraphCache, Tx, write
-from milepost.service.leases import ExpiredLease, HeldElsewhere, held_by_others
+from milepost.service.leases import ExpiredLease, LeaseKeeper, take_lease
+from milepost.service.takeover import HeldElsewhere, held_by_others
 
 if TYPE_CHECKING:
     from milepost.service import Service
@@ -46,7 +47,7 @@ class DriveSession:
         self.use_cache = use_cache
         self.scope = set(scope) if scope is not None else None
         self.cache = GraphCache()
-        self.leases = claims.LeaseKeeper(ctx)
+        self.leases = LeaseKeeper(ctx)
         # The units of proof of this drive (each run once per state, whichever gates include it).
         self.units = proofs.unit_book(ctx)
         # Stale milestones waiting for their re-proof, those re-proven in this
@@ -171,7 +172,7 @@ class DriveSession:
             if reproof:
                 self.to_reprove.discard(m.name)
             try:
-                claim = claims.take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=reproof,
+                claim = take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=reproof,
                                           start=changes)  # fmt: skip
             except (TransitionError, ExpiredLease) as e:
                 g.put(changes[0].before)  # the refused claim wrote nothing
@@ -196,12 +197,12 @@ class DriveSession:
 
     def reclaim_expired(self) -> list[DoneResult]:
         """Expired leases of this item (drivers that died): fenced and recorded."""
-        return claims.reclaim_expired(self.ctx, self.item, self.owner, cache=self.cache)
+        return takeover.reclaim_expired(self.ctx, self.item, self.owner, cache=self.cache)
 
     def others(self) -> HeldElsewhere:
         """What other live drivers hold of this drive's milestones (its
         scope), and the item's revision: what a drive with nothing it can
-        run waits on (see :func:`~milepost.service.leases.held_by_others`)."""
+        run waits on (see :func:`~milepost.service.takeover.held_by_others`)."""
         return retrying(self.ctx.store, lambda: held_by_others(self.ctx, self.item, self.owner, self.scope))
 
     def free_busy(self, held: Iterable[str]) -> list[str]:

@@ -3,37 +3,30 @@ attempt and records where it runs (host, boot, pid, log), a
 :class:`LeaseKeeper` renews the leases it holds while their gates run, and a
 lease another owner holds is either live (refused) or expired
 (:class:`ExpiredLease`: its attempt is fenced and recorded first, see
-:func:`~milepost.service.claims.reclaim_expired`)."""
+:mod:`milepost.service.takeover`)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, update
 
 from milepost._text import holder
 from milepost.errors import EnvironmentProblem, TransitionError
-from milepost.gates.liveness import holder_gone
+from milepost.gates.attempt import AttemptFiles
 from milepost.gates.supervisor import own_identity
 from milepost.graph.models import Milestone
 from milepost.graph.steps import Change
 from milepost.results import Claim
 from milepost.service import _rows as rows
-from milepost.service._rows import ITEMS, MILESTONES
+from milepost.service._rows import MILESTONES
 from milepost.service._tx import Context, Tx
 
-__all__ = ["ExpiredLease", "HeldElsewhere", "LeaseKeeper", "expired", "held_by_others", "held_elsewhere", "log_path",
-           "renew", "take_lease"]  # fmt: skip
-
-
-def log_path(ctx: Context, item_id: int, name: str, attempt: int) -> Path:
-    return ctx.store.evidence_dir("logs") / f"item-{item_id}" / name / f"attempt-{attempt}.log"
+__all__ = ["ExpiredLease", "LeaseKeeper", "expired", "held_elsewhere", "renew", "take_lease"]
 
 
 class ExpiredLease(Exception):
@@ -69,7 +62,7 @@ def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = Fal
     its gate is running (:class:`TransitionError`)."""
     now = tx.ctx.clock()
     attempt = (rows.LAST_ATTEMPT_OF.rows(tx.conn, pk=pk)[0]["last"] or 0) + 1
-    log = log_path(tx.ctx, tx.id, m.name, attempt)
+    log = AttemptFiles.of(tx.ctx.store.evidence_dir("logs"), tx.id, m.name, attempt).log
     # (When it was claimed: a driver that reclaims it records the attempt from then.)
     info: dict[str, Any] = {**own_identity(), "log": str(log), "claimed": now.isoformat()}
     if reproof:
@@ -144,32 +137,3 @@ def renew(conn: Connection, ctx: Context, c: Claim) -> None:
         .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
         .values(lease_expires=ctx.clock() + ctx.lease_ttl)
     )
-
-
-@dataclass(frozen=True)
-class HeldElsewhere:
-    """What other drivers hold of an item: its revision, and the milestones
-    whose lease another owner holds live (milestone -> holder)."""
-
-    revision: int
-    leases: dict[str, str] = field(default_factory=dict)
-
-
-def held_by_others(ctx: Context, item: int, owner: str, scope: set[str] | None = None) -> HeldElsewhere:
-    """The live leases on ``item``'s milestones (of ``scope``; None: all)
-    held by another owner than ``owner``, read in one transaction with the
-    item's revision. An expired lease, or one whose holder died on this
-    machine, is not live: a drive reclaims it instead of waiting on it."""
-    now = ctx.clock()
-    query = select(MILESTONES.c.name, MILESTONES.c.lease_owner, MILESTONES.c.lease_expires, MILESTONES.c.lease_info)
-    query = query.where(MILESTONES.c.item_id == item, MILESTONES.c.lease_owner.is_not(None),
-                        MILESTONES.c.lease_owner != owner)  # fmt: skip
-    with ctx.store.read() as conn:
-        revision = conn.execute(select(ITEMS.c.revision).where(ITEMS.c.id == item)).scalar_one()
-        found = conn.execute(query).all()
-    held = {
-        r.name: str(r.lease_owner)
-        for r in found
-        if (scope is None or r.name in scope) and not expired(r, now) and not holder_gone(r.lease_info)
-    }
-    return HeldElsewhere(int(revision), dict(sorted(held.items())))

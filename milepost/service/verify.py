@@ -54,8 +54,8 @@ from milepost.service import _rows as rows
 from milepost.service import items, proofs
 from milepost.service._rows import MILESTONES, RUNS
 from milepost.service._tx import Context, Tx, write
-from milepost.service.claims import cached_result, gate_env, interrupted_result, owner_here, record, take_lease
-from milepost.service.leases import LeaseKeeper
+from milepost.service.claims import cached_result, gate_env, interrupted_result, owner_here, record
+from milepost.service.leases import LeaseKeeper, take_lease
 
 __all__ = ["verify"]
 

@@ -12,15 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from milepost.gates.command import recorded_fingerprint, run_gate
-from milepost.gates.inputs import (
-    Snapshot,
-    StatCache,
-    changed_paths,
-    manifest_path,
-    read_manifest,
-    spec_digest,
-)
+from milepost.gates.attempt import AttemptFiles
+from milepost.gates.command import run_gate
+from milepost.gates.inputs import Snapshot, StatCache, changed_paths, spec_digest
 from milepost.graph.models import GateCommand
 
 GATE = [GateCommand(run="true")]
@@ -181,8 +175,9 @@ def test_a_gate_records_its_fingerprint_and_says_when_it_rewrites_its_inputs(ws:
     want = fp(ws, "src/**")
     assert result.passed and result.fingerprint == want.digest and result.inputs_files == 2
     assert result.rewrote == [] and "milepost: inputs: 2 files" in log.read_text()
-    assert read_manifest(log, want.inputs_digest) == want.files and manifest_path(log).is_file()
-    assert recorded_fingerprint(log, [GateCommand(run="true")], None) == want  # what recovery reads
+    files = AttemptFiles(log)
+    assert files.read_inputs(want.inputs_digest) == want.files and files.inputs.is_file()
+    assert files.recorded_fingerprint([GateCommand(run="true")], None) == want  # what recovery reads
     log2 = ws / ".milepost" / "logs" / "attempt-2.log"
     formatter = [GateCommand(run="echo '# formatted' >> src/pkg/b.py")]
     before = Snapshot(ws, StatCache(None)).fingerprint(["src/**"], spec_digest(formatter))

@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from milepost.gates import Outcome, run_gate
-from milepost.gates.command import attempt_files, recover_result
-from milepost.gates.supervisor import read_proc, stop_attempt, supervisor
+from milepost.gates.attempt import AttemptFiles, process_records
+from milepost.gates.supervisor import supervisor
 from milepost.graph import GateCommand
+from milepost.service.takeover import fence
 from tests.conftest import wait_until as shared_wait_until
 
 DRIVER = textwrap.dedent(
@@ -99,8 +100,9 @@ def test_sigkill_of_the_driver_kills_its_gate_and_grandchildren_within_a_second(
     os.kill(driver.pid, signal.SIGKILL)
     took = wait_until(lambda: not alive(shell) and not alive(grandchild), timeout=5)
     assert took < 1.5
-    wait_until(lambda: len(read_proc(attempt_files(driver.log)[0])) == 2, timeout=5)
-    end = read_proc(attempt_files(driver.log)[0])[1]
+    files = AttemptFiles(driver.log)
+    wait_until(lambda: len(files.processes()) == 2, timeout=5)
+    end = files.processes()[1]
     assert end["event"] == "end" and end["killed"] == "its driver stopped"
 
 
@@ -117,16 +119,16 @@ def test_a_kill_of_the_drivers_whole_process_group_reaches_the_gate_too(driver: 
 def test_a_frozen_drivers_gate_is_stopped_by_the_fence(driver: Driver) -> None:
     """A driver that is alive but frozen (SIGSTOP) keeps its supervisor's pipe
     open: nothing kills its gate on its own. A reclaimer on the same machine
-    does (``stop_attempt``), and waits until the group is gone."""
+    does (``fence``), and waits until the group is gone."""
     shell, grandchild = driver.gate_pids
     os.kill(driver.pid, signal.SIGSTOP)
     try:
         time.sleep(0.5)
         assert alive(shell) and alive(grandchild)
-        killed = stop_attempt(attempt_files(driver.log)[0], timeout=10)
+        killed = fence(AttemptFiles(driver.log), timeout=10)
         assert killed == [shell]  # the group's id is its leader's pid
         assert not alive(shell) and not alive(grandchild)
-        assert stop_attempt(attempt_files(driver.log)[0]) == []  # nothing left to kill
+        assert fence(AttemptFiles(driver.log)) == []  # nothing left to kill
     finally:
         os.kill(driver.pid, signal.SIGCONT)
     assert driver.proc.stdout is not None
@@ -167,11 +169,11 @@ def test_a_quick_command_is_one_message_and_a_long_one_is_announced(tmp_path: Pa
     log = tmp_path / "attempt-1.log"
     quick = sup.spawn(["/bin/true"], cwd=str(tmp_path), env={}, log=str(log), proc=str(tmp_path / "q.proc"))
     assert quick.wait(10) and quick.status is not None and quick.status.exit_code == 0
-    assert quick.pid == read_proc(tmp_path / "q.proc")[0]["pid"]
+    assert quick.pid == process_records(tmp_path / "q.proc")[0]["pid"]
     slow = sup.spawn(["/bin/sleep", "300"], cwd=str(tmp_path), env={}, log=str(log), proc=str(tmp_path / "s.proc"))
     try:
         assert not slow.wait(0.5)  # it runs: its start was announced meanwhile, on its own pipe
-        assert slow.pid == read_proc(tmp_path / "s.proc")[0]["pid"] and alive(slow.pid)
+        assert slow.pid == process_records(tmp_path / "s.proc")[0]["pid"] and alive(slow.pid)
     finally:
         slow.kill()
     assert slow.wait(10) and slow.status is not None and slow.status.killed == "interrupted"
@@ -204,7 +206,7 @@ def test_a_group_not_yet_announced_is_found_in_its_proc_file(tmp_path: Path) -> 
     """When the supervisor dies before it announced a command, the driver finds
     the group in the ``.proc`` file (and leaves alone an id that another
     process has taken since)."""
-    from milepost.gates import _supervisor_main as sm
+    from milepost.gates.liveness import process_start
     from milepost.gates.supervisor import Job
 
     ours = subprocess.Popen(["sleep", "300"], start_new_session=True)
@@ -212,7 +214,7 @@ def test_a_group_not_yet_announced_is_found_in_its_proc_file(tmp_path: Path) -> 
     try:
         proc = tmp_path / "attempt-1.proc"
         lines = [
-            {"event": "start", "cmd": 0, "pid": ours.pid, "start": sm.process_start(ours.pid)},
+            {"event": "start", "cmd": 0, "pid": ours.pid, "start": process_start(ours.pid)},
             {"event": "start", "cmd": 1, "pid": other.pid, "start": 1},  # another process's start time
         ]
         proc.write_text("".join(json.dumps(r) + "\n" for r in lines))
@@ -286,11 +288,11 @@ def test_an_unwritable_log_folder_is_a_failed_attempt(tmp_path: Path) -> None:
 def test_every_start_and_end_is_recorded_beside_the_log(tmp_path: Path) -> None:
     log = tmp_path / "attempt-1.log"
     run_gate([GateCommand(name="one", run="true"), GateCommand(name="two", run="exit 4")], log, default_cwd=tmp_path)
-    proc_path, result_path = attempt_files(log)
-    records = read_proc(proc_path)
+    files = AttemptFiles(log)
+    records = files.processes()
     assert [(r["event"], r["cmd"]) for r in records] == [("start", 0), ("end", 0), ("start", 1), ("end", 1)]
     assert records[3]["exit_code"] == 4 and isinstance(records[0]["start"], int) and records[0]["boot"]
-    assert json.loads(result_path.read_text())["reason"] == "two: exit 4"
+    assert json.loads(files.result.read_text())["reason"] == "two: exit 4"
 
 
 def test_recovery_reads_how_an_attempt_ended_when_its_driver_could_not_say(tmp_path: Path) -> None:
@@ -299,14 +301,15 @@ def test_recovery_reads_how_an_attempt_ended_when_its_driver_could_not_say(tmp_p
     passed = run_gate(cmds, log, default_cwd=tmp_path)
     assert passed.passed
     start = passed.started_at
-    assert recover_result(cmds, log, start).outcome is Outcome.PASSED  # from the verdict file
-    attempt_files(log)[1].unlink()  # the driver died before writing its verdict
-    recovered = recover_result(cmds, log, start)
+    files = AttemptFiles(log)
+    assert files.recover(cmds, start).outcome is Outcome.PASSED  # from the verdict file
+    files.result.unlink()  # the driver died before writing its verdict
+    recovered = files.recover(cmds, start)
     assert recovered.outcome is Outcome.PASSED and recovered.reason == "all 2 commands passed"
     # Only the first command had ended: the attempt was cut short.
-    lines = attempt_files(log)[0].read_text().splitlines()
-    attempt_files(log)[0].write_text("\n".join(lines[:3]) + "\n")
-    cut = recover_result(cmds, log, start)
+    lines = files.proc.read_text().splitlines()
+    files.proc.write_text("\n".join(lines[:3]) + "\n")
+    cut = files.recover(cmds, start)
     assert cut.outcome is Outcome.INTERRUPTED and [c.outcome for c in cut.commands] == [
         Outcome.PASSED,
         Outcome.INTERRUPTED,
@@ -315,8 +318,9 @@ def test_recovery_reads_how_an_attempt_ended_when_its_driver_could_not_say(tmp_p
 
 def test_recovery_of_a_gate_killed_with_its_driver_is_interrupted(driver: Driver) -> None:
     os.kill(driver.pid, signal.SIGKILL)
-    wait_until(lambda: len(read_proc(attempt_files(driver.log)[0])) == 2, timeout=5)
-    r = recover_result([GateCommand(run="x")], driver.log, started=driver_started())
+    files = AttemptFiles(driver.log)
+    wait_until(lambda: len(files.processes()) == 2, timeout=5)
+    r = files.recover([GateCommand(run="x")], started=driver_started())
     assert r.outcome is Outcome.INTERRUPTED and r.reason == "interrupted: its driver stopped"
 
 
