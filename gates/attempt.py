@@ -211,10 +211,15 @@ class AttemptFiles:
             outcome, reason = judge(status, cmd.timeout, tail)
             results.append(
                 CommandResult(
-                    name=cmd.name, run=cmd.run, outcome=outcome, exit_code=status.returncode,
-                    duration=status.duration, reason=reason, tail=tail,
+                    name=cmd.name,
+                    run=cmd.run,
+                    outcome=outcome,
+                    exit_code=status.returncode,
+                    duration=status.duration,
+                    reason=reason,
+                    tail=tail,
                 )
-            )  # fmt: skip
+            )
             if outcome is not Outcome.PASSED:
                 break
         duration = sum(r.duration for r in results)

@@ -29,8 +29,15 @@ from milepost.service.takeover import holder_gone, reclaim_for_done
 __all__ = ["done", "run_claimed"]
 
 
-def done(ctx: Context, name: str, *, verdict: str | None = None, item: int | None = None,
-         expect_revision: int | None = None, use_cache: bool = True) -> DoneResult:  # fmt: skip
+def done(
+    ctx: Context,
+    name: str,
+    *,
+    verdict: str | None = None,
+    item: int | None = None,
+    expect_revision: int | None = None,
+    use_cache: bool = True,
+) -> DoneResult:
     """Finish an in-progress milestone: without a gate it is done; with one,
     the gate runs here (no Prefect), and its outcome decides: pass -> done,
     fail -> needs_fix, or stuck when the retry budget is spent. A milestone

@@ -49,8 +49,15 @@ from milepost.service._tx import Context, GraphCache
 from milepost.service.claims import interrupted_result, record
 from milepost.service.leases import LeaseKeeper, expired
 
-__all__ = ["HeldElsewhere", "fence", "held_by_others", "holder_gone", "reclaim_expired", "reclaim_for_done",
-           "reclaimable"]  # fmt: skip
+__all__ = [
+    "HeldElsewhere",
+    "fence",
+    "held_by_others",
+    "holder_gone",
+    "reclaim_expired",
+    "reclaim_for_done",
+    "reclaimable",
+]
 
 # How long a taker waits for a dead driver's gate processes to die after SIGKILL.
 STOP_WAIT_SECONDS = 10.0
@@ -168,8 +175,17 @@ def reclaim_for_done(ctx: Context, item: int, name: str, owner: str, *, gone: bo
     return _take_over(ctx, item, r, owner, now, release=False, gone=gone)
 
 
-def _take_over(ctx: Context, item: int, r: Any, owner: str, now: datetime, *, release: bool,
-               cache: GraphCache | None = None, gone: bool = False) -> DoneResult | None:  # fmt: skip
+def _take_over(
+    ctx: Context,
+    item: int,
+    r: Any,
+    owner: str,
+    now: datetime,
+    *,
+    release: bool,
+    cache: GraphCache | None = None,
+    gone: bool = False,
+) -> DoneResult | None:
     """Take over the lease of row ``r`` (expired; with ``gone``, the live
     lease of a holder proven dead), fence its attempt and record it. None
     when another driver got there first."""
@@ -219,8 +235,9 @@ def _claimed_at(info: dict[str, Any], default: datetime) -> datetime:
     return at if at.tzinfo is not None and at <= default else default
 
 
-def _fenced_result(ctx: Context, claim: Claim, old_owner: str, info: dict[str, Any], now: datetime, *,
-                   gone: bool) -> GateResult:  # fmt: skip
+def _fenced_result(
+    ctx: Context, claim: Claim, old_owner: str, info: dict[str, Any], now: datetime, *, gone: bool
+) -> GateResult:
     """How the taken-over attempt ended, once it is fenced (see the module)."""
     me = host_identity()
     here = bool(info.get("boot")) and info.get("boot") == me["boot"] and info.get("host") == me["host"]
