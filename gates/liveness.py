@@ -16,8 +16,9 @@ to another process since is not mistaken for it. The rules, in
 - **runs** otherwise (a stopped process runs: it may be continued).
 
 Standard library only, and nothing else of milepost: the gate supervisor
-(``_supervisor_main.py``, run as ``python -I -S``) loads this file by its
-path, and the server keeper lives as long as its server.
+(``_supervisor_main.py``, run as ``python -I -S`` with no milepost on its
+path) imports this file from the folder beside it, and the server keeper
+lives as long as its server.
 """
 
 from __future__ import annotations
