@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime
@@ -216,20 +217,33 @@ def test_a_drive_does_not_start_a_gate_another_driver_runs(prefect_api: str, cli
     rest), and ``done``'s outcome is kept as evidence only. With nothing else
     to run, the drive waits for that lease and then runs the gate itself,
     after ``done``'s run ended, never beside it."""
-    marker = workspace / "started"
-    plan = (f"objective: busy\nmilestones:\n  - {{name: slow, gate: 'touch {marker}; sleep 4'}}\n"
-            "  - {name: other, gate: 'true'}\n")  # fmt: skip
+    marker, other_ran, release = workspace / "started", workspace / "other-ran", workspace / "release"
+    # done's gate runs until the drive has run 'other' (however slow the machine), then a moment more.
+    hold = f"touch {marker}; while [ ! -e {release} ]; do sleep 0.1; done"
+    plan = (f"objective: busy\nmilestones:\n  - {{name: slow, gate: '{hold}'}}\n"
+            f"  - {{name: other, gate: 'touch {other_ran}'}}\n")  # fmt: skip
     (workspace / "plan.yaml").write_text(plan)
     cli("plan", "apply", "plan.yaml", check=True)
     cli("start", "slow", check=True)
     first = cli.popen("done", "slow")
-    wait_until(marker.exists, 60, f"{marker} to appear", step=0.1)
-    cli("needs-fix", "slow", "--reason", "seen broken by hand", check=True)
-    r = cli("drive")
-    assert r.code == 0, r.err + r.out
-    assert "slow not started: cannot run the gate of 'slow': it is already running" in r.out, r.out
-    assert "wait   for other drivers: slow (" in r.out
-    first.communicate(timeout=60)
+    drive: subprocess.Popen[str] | None = None
+    try:
+        wait_until(marker.exists, 60, f"{marker} to appear", step=0.1)
+        cli("needs-fix", "slow", "--reason", "seen broken by hand", check=True)
+        drive = cli.popen("drive")
+        wait_until(other_ran.exists, 120, f"{other_ran} to appear", step=0.1)
+        time.sleep(1)  # the drive now waits for slow's lease
+        release.touch()
+        out, err = drive.communicate(timeout=120)
+    finally:
+        release.touch()
+        if drive is not None and drive.returncode is None:
+            drive.kill()
+            drive.communicate()
+        first.communicate(timeout=60)
+    assert drive.returncode == 0, err + out
+    assert "slow not started: cannot run the gate of 'slow': it is already running" in out, out
+    assert "wait   for other drivers: slow (" in out
     runs = cli.json("runs", "slow")["runs"]
     assert [x["outcome"] for x in runs] == ["passed", "passed"]  # done's attempt, then the drive's own
     assert runs[1]["started_at"] >= runs[0]["finished_at"]
