@@ -56,8 +56,10 @@ step milepost next
 step milepost list
 step milepost graph --format mermaid
 
-# Part two: the same plan driven automatically as a Prefect flow (Prefect's
-# temporary server, its home in .milepost/prefect), three gates at a time.
+# Part two: the same plan driven automatically as a Prefect flow, three gates
+# at a time. The first drive starts the workspace's Prefect server in the
+# background (its home in .milepost/prefect; it stops itself after 30 minutes
+# unused); the second finds it up.
 # The bad edit again: the gates that need module B fail until their budget is
 # spent, the other branches still finish, and drive exits 1 naming what is stuck.
 rm -rf dist
@@ -75,4 +77,5 @@ done
 step milepost drive --max-parallel 3
 echo
 echo "demo finished: both work items are done (store: $ws/.milepost)"
-echo "browse the runs in the Prefect UI: cd $ws && $(command -v milepost) server start"
+echo "browse the runs in the Prefect UI: cd $ws && $(command -v milepost) server status (its address;"
+echo "it stops by itself after 30 minutes unused, or: milepost server stop; server start starts it again)"
