@@ -321,6 +321,7 @@ def run_drive(
         heartbeat=heartbeat_frequency(),
         inline=task_runner == "thread" and max_parallel == 1,
         wait_for_others=wait_for_others,
+        units_ahead=task_runner == "thread",  # (a Dask worker's gate has no share in this process's book)
     )
     token, early_token = _RUN.set(ctx), _EARLY.set(early)
     state: State[Any] | None = None

@@ -86,6 +86,7 @@ class DriveContext:
     # One gate at a time on threads: each task runs in the loop's thread (flows/gate_task.call_inline).
     inline: bool = False
     wait_for_others: bool = True  # nothing to run while other live drivers hold the work: wait (flows/waiting.py)
+    units_ahead: bool = True  # idle workers run units of milestones yet to run (milepost.gates.units)
 
 
 class Loop:
@@ -335,7 +336,7 @@ class Loop:
             self.prepare()
         self.hold_retries()
         try:
-            with self.session.leases:
+            with self.session.leases, self.session.units_ahead(self.ctx.units_ahead):
                 self._loop()
         finally:
             self.stop_file.unlink(missing_ok=True)

@@ -15,7 +15,7 @@ from milepost.gates import log_room
 from milepost.gates.inputs import Snapshot
 from milepost.gates.log_room import command_header
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
-from milepost.gates.units import UnitBook, unit_command, unit_digest
+from milepost.gates.units import Adopted, UnitBook, unit_command, unit_digest
 from milepost.graph.models import GateCommand
 
 __all__ = ["UnitRuns"]
@@ -52,10 +52,17 @@ class UnitRuns:
         if workers > 1 and len(cmd.each) > 1:
             return self._side_by_side(cmd, run_one, first, fd, stop, log_path, digests, on_interrupt)
         out: list[CommandResult] = []
+        book = self.book
+
+        def run(c: GateCommand, i: int) -> CommandResult:
+            if book is None:
+                return run_one(index=i, cmd=c)
+            with book.worker():  # one of the drive's workers, as every unit
+                return run_one(index=i, cmd=c)
+
         for n, path in enumerate(cmd.each):
             halted = (out and out[-1].outcome is Outcome.INTERRUPTED) or (stop is not None and stop.is_set())
-            out.append(self._one(cmd, n, path, digests[n], fd, lambda c, i: run_one(index=i, cmd=c), first,
-                                 halted=bool(halted)))  # fmt: skip
+            out.append(self._one(cmd, n, path, digests[n], fd, run, first, halted=bool(halted)))
         return out
 
     def _one(self, cmd: GateCommand, n: int, path: str, digest: str | None, fd: int,
@@ -67,10 +74,14 @@ class UnitRuns:
             return CommandResult(name=cmd.name, run=one.run, outcome=Outcome.SKIPPED,
                                  reason="skipped: the attempt was interrupted", file=path)  # fmt: skip
         before = self.book.begin(digest) if self.book is not None and digest is not None else None
-        if before is not None:
+        if isinstance(before, tuple):
             return _reused(one, path, digest, *before, write or (lambda text: log_room.write(fd, text)))
         try:
-            r = run(one, first + n).model_copy(update={"file": path, "unit": digest})
+            if isinstance(before, Adopted):
+                r = _adopted(before, write or (lambda text: log_room.write(fd, text)))
+            else:
+                r = run(one, first + n)
+            r = r.model_copy(update={"file": path, "unit": digest})
         except BaseException:
             if self.book is not None and digest is not None:
                 self.book.end(digest, None, None)
@@ -97,7 +108,7 @@ class UnitRuns:
             def run(c: GateCommand, i: int) -> CommandResult:
                 ufd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 try:
-                    with book.slots:  # within --max-parallel, whichever gate runs it
+                    with book.worker():  # within --max-parallel, whichever gate runs it
                         return run_one(index=i, cmd=c, log_fd=ufd, log_path=own, stop=halt, on_interrupt=None)
                 finally:
                     os.close(ufd)
@@ -130,6 +141,18 @@ def _append(part: Path, fd: int, lock: threading.Lock) -> None:
     for leftover in (part, part.with_suffix(".proc")):
         with contextlib.suppress(OSError):
             leftover.unlink()
+
+
+def _adopted(found: Adopted, write: Callable[[str], None]) -> CommandResult:
+    """A unit's pass run ahead of this gate: its output into the attempt's log, its result this attempt's."""
+    write(f"milepost: {found.result.run!r} ran ahead of this gate (a worker was idle); its output:\n")
+    if found.log is not None:
+        with contextlib.suppress(OSError), open(found.log, "rb") as f:
+            write(f.read().decode("utf-8", "replace"))
+        for leftover in found.log.parent.glob(f"{found.log.stem}*"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+    return found.result.model_copy(update={"reason": f"{found.result.reason} (ran ahead of its gate)"})
 
 
 def _reused(cmd: GateCommand, path: str, digest: str | None, outcome: Outcome, source: CachedFrom,

@@ -16,20 +16,33 @@ gate of the same book is running is waited for, not run twice, and a unit
 that failed in this book fails again without running (the same state fails
 the same way). A unit whose inputs cannot be read has no digest: it always
 runs and is never shared.
+
+**Ahead.** With two or more workers, a drive gives its book the units of
+the milestones it has yet to run (:meth:`UnitBook.ahead`): while a worker
+is idle and no gate's unit waits for one, the book runs the next of them,
+one at a time, ahead of its gate. A pass is kept for the first gate that
+asks for that unit in the same state, which takes it as its own run (its
+output goes into that attempt's log; later gates find it cached from that
+attempt). A run ahead that fails or is interrupted is dropped: the gate
+runs that unit itself, after its dependencies (a dependency may prepare
+what the unit needs). Nothing run ahead is kept in the store unless a
+gate takes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from milepost.gates.inputs import Snapshot, spec_digest
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
 from milepost.graph.models import GateCommand
 
-__all__ = ["UnitBook", "unit_command", "unit_digest"]
+__all__ = ["Adopted", "AheadJob", "UnitBook", "unit_command", "unit_digest"]
 
 FORMAT = "milepost-unit-1"
 
@@ -59,6 +72,30 @@ class _Slot:
     done: threading.Event = field(default_factory=threading.Event)
     result: CommandResult | None = None
     origin: CachedFrom | None = None
+    ahead: bool = False  # a pass run ahead, not yet taken by a gate
+    ahead_log: Path | None = None  # its output
+
+
+@dataclass(frozen=True)
+class AheadJob:
+    """A unit a gate of the drive will run: its step, its file, for which milestone."""
+
+    cmd: GateCommand
+    path: str
+    milestone: str
+    timeout: float | None  # the milestone's (the unit's digest counts it)
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """A unit's pass run ahead, taken by the gate that asked first: its result and output."""
+
+    result: CommandResult
+    log: Path | None
+
+
+# How a drive runs a unit ahead: (job, digest, stop) -> its result and its log file.
+AheadRun = Callable[[AheadJob, str, threading.Event], tuple[CommandResult, Path | None]]
 
 
 class UnitBook:
@@ -71,19 +108,51 @@ class UnitBook:
         self.slots = threading.BoundedSemaphore(1)
         self.set_workers(workers)
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # told when a worker frees or a unit starts waiting
         self._slots: dict[str, _Slot] = {}
+        self._busy = 0  # units running in a worker (ahead or not)
+        self._queued = 0  # gates' units waiting for a worker
         self.ran = 0  # units run by this book's gates
         self.reused = 0  # units answered without running
+        self.ran_ahead = 0  # units run ahead of their gate (taken by one or not)
 
     def set_workers(self, n: int) -> None:
         """Up to ``n`` units run at once, across every gate of this book (the drive's ``--max-parallel``)."""
         self.workers = max(1, n)
         self.slots = threading.BoundedSemaphore(self.workers)
 
-    def begin(self, digest: str) -> tuple[Outcome, CachedFrom] | None:
+    @contextlib.contextmanager
+    def worker(self) -> Iterator[None]:
+        """Hold one of the book's workers while a gate's unit runs."""
+        sem = self.slots  # (set_workers may put another in its place meanwhile)
+        with self._idle:
+            self._queued += 1
+        try:
+            sem.acquire()
+        finally:
+            with self._idle:
+                self._queued -= 1
+        self._took()
+        try:
+            yield
+        finally:
+            self._freed(sem)
+
+    def _took(self) -> None:
+        with self._idle:
+            self._busy += 1
+
+    def _freed(self, sem: threading.BoundedSemaphore) -> None:
+        sem.release()
+        with self._idle:
+            self._busy -= 1
+            self._idle.notify_all()
+
+    def begin(self, digest: str) -> tuple[Outcome, CachedFrom] | Adopted | None:
         """How the unit went before (passed in the store, or passed or failed in
-        this book), waiting while another gate of this book runs it; None: the
-        caller runs it and must call :meth:`end`."""
+        this book), waiting while another gate of this book runs it; a pass
+        run ahead is the asker's own (:class:`Adopted`: it must call
+        :meth:`end`); None: the caller runs it and must call :meth:`end`."""
         while True:
             with self._lock:
                 slot = self._slots.get(digest)
@@ -91,11 +160,17 @@ class UnitBook:
                     self._slots[digest] = _Slot()
                     break
             slot.done.wait()
+            with self._lock:
+                if slot.ahead and slot.result is not None:
+                    # Run ahead and not yet taken: this gate takes it; others wait for its end().
+                    slot.ahead = False
+                    slot.done.clear()
+                    return Adopted(slot.result, slot.ahead_log)
             if slot.result is not None and slot.origin is not None:
                 with self._lock:
                     self.reused += 1
                 return slot.result.outcome, slot.origin
-            # Its run was interrupted: take it over (the loop claims the free slot).
+            # Its run was interrupted (or failed ahead): take it over (the loop claims the free slot).
         try:
             source = self._lookup(digest) if self._lookup is not None else None
         except Exception:  # the store cannot say (a lost connection): the unit runs, that is all
@@ -121,6 +196,84 @@ class UnitBook:
                 slot.result, slot.origin = result, origin
                 self.ran += 1
         slot.done.set()
+
+    # -- ahead of the gates ---------------------------------------------------------
+
+    @contextlib.contextmanager
+    def ahead(self, jobs: Sequence[AheadJob], digest: Callable[[AheadJob], str | None],
+              run: AheadRun) -> Iterator[None]:  # fmt: skip
+        """While the block runs, run ``jobs`` in order whenever a worker is idle
+        (see the module's doc); at its end, stop (a unit running ahead is
+        stopped and dropped)."""
+        if self.workers < 2 or not jobs:
+            yield
+            return
+        stop = threading.Event()
+        thread = threading.Thread(target=self._ahead, args=(list(jobs), digest, run, stop),
+                                  name="milepost-units-ahead", daemon=True)  # fmt: skip
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            with self._idle:
+                self._idle.notify_all()
+            thread.join(timeout=5)
+
+    def _ahead(self, jobs: list[AheadJob], digest: Callable[[AheadJob], str | None], run: AheadRun,
+               stop: threading.Event) -> None:  # fmt: skip
+        for job in jobs:
+            with self._idle:  # a worker idle and no gate's unit waiting for one
+                while not stop.is_set() and (self._queued or self._busy >= self.workers):
+                    self._idle.wait(0.5)
+            if stop.is_set():
+                return
+            try:
+                d = digest(job)
+                if d is None or not self._claim_ahead(d):
+                    continue
+            except Exception:  # its inputs could not be read: its gate will say so
+                continue
+            self._run_ahead(job, d, run, stop)
+
+    def _claim_ahead(self, digest: str) -> bool:
+        """Whether ``digest`` is free to run ahead (nobody ran or runs it, the store has no pass)."""
+        with self._lock:
+            if digest in self._slots:
+                return False
+            self._slots[digest] = _Slot()
+        try:
+            kept = self._lookup(digest) if self._lookup is not None else None
+        except Exception:
+            kept = None
+        if kept is not None:
+            with self._lock:
+                slot = self._slots[digest]
+                slot.result, slot.origin = _passed(), kept
+            slot.done.set()
+            return False
+        return True
+
+    def _run_ahead(self, job: AheadJob, digest: str, run: AheadRun, stop: threading.Event) -> None:
+        result: CommandResult | None = None
+        log: Path | None = None
+        sem = self.slots
+        sem.acquire()
+        self._took()
+        try:
+            result, log = run(job, digest, stop)
+        except Exception:
+            result = None
+        finally:
+            self._freed(sem)
+            with self._lock:
+                slot = self._slots[digest]
+                self.ran_ahead += 1
+                if result is not None and result.outcome is Outcome.PASSED:
+                    slot.result, slot.ahead, slot.ahead_log = result, True, log
+                else:  # dropped: the gate runs it itself
+                    del self._slots[digest]
+            slot.done.set()
 
 
 def _passed() -> CommandResult:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,11 @@ import pytest
 from milepost.errors import PlanFileError
 from milepost.gates.command import run_gate
 from milepost.gates.outcome import CachedFrom, Outcome
-from milepost.gates.units import UnitBook
+from milepost.gates.units import AheadJob, UnitBook
 from milepost.graph.models import GateCommand
 from milepost.planfile import parse_plan
 from milepost.service import Service
+from milepost.service.ahead import Ahead
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -297,3 +299,88 @@ def test_the_progress_line_counts_the_units_and_the_cached_ones(service: Service
     LineReporter(out).gate_finished(claim, done)
     assert out.getvalue().split(" ", 1)[1].startswith("done   cart (attempt 1 in ")
     assert out.getvalue().endswith(" s; 2 units, 1 cached)\n")
+
+
+# -- units run ahead of their gates ------------------------------------------------------
+
+
+def ahead_jobs(cmd: GateCommand, *names: str) -> list[AheadJob]:
+    return [AheadJob(cmd=cmd, path=p, milestone=n, timeout=None) for n in names for p in cmd.each]
+
+
+def test_an_idle_worker_runs_a_later_gates_unit_ahead_and_that_gate_takes_it(
+    service: Service, pkg: Path, tmp_path: Path, ledger: Path
+) -> None:
+    book = UnitBook(workers=2)
+    later = GateCommand(name="t", run=f"echo {{file}} >> {ledger}", each=["tests/test_prices.py"])
+    ahead = Ahead(service.ctx, 1, tmp_path / "ahead")
+    busy = GateCommand(name="slow", run=f"sleep 1 && test -s {ledger}", each=["tests/test_cart.py"])
+    with book.ahead(ahead_jobs(later, "b"), ahead.digest, ahead.run):
+        # A gate holds one worker for 1 s; the other runs b's unit meanwhile (the gate sees it in the ledger).
+        first = run_gate([busy], tmp_path / "a.log", default_cwd=pkg, units=book,
+                         origin=CachedFrom(item=1, milestone="a", attempt=1))  # fmt: skip
+        assert first.passed, first.reason
+        taken = run_gate([later], tmp_path / "b.log", default_cwd=pkg, units=book,
+                         origin=CachedFrom(item=1, milestone="b", attempt=1))  # fmt: skip
+        again = run_gate([later], tmp_path / "c.log", default_cwd=pkg, units=book,
+                         origin=CachedFrom(item=1, milestone="c", attempt=1))  # fmt: skip
+    assert ran(ledger) == ["tests/test_prices.py"]  # once, ahead
+    unit = taken.commands[0]
+    assert unit.outcome is Outcome.PASSED and unit.cached_from is None and "ran ahead of its gate" in unit.reason
+    assert "ran ahead of this gate" in (tmp_path / "b.log").read_text()
+    assert again.commands[0].outcome is Outcome.CACHED and again.commands[0].cached_from is not None
+    assert again.commands[0].cached_from.milestone == "b"  # the gate that took it, as for any unit
+    assert book.ran_ahead == 1 and not list((tmp_path / "ahead").glob("*.log"))
+
+
+def test_a_unit_that_fails_ahead_is_run_again_by_its_gate(service: Service, pkg: Path, tmp_path: Path) -> None:
+    # It fails until a marker exists (what a dependency's gate might prepare): the gate's own run passes.
+    marker = tmp_path / "prepared"
+    cmd = GateCommand(name="t", run=f"test -e {marker}", each=["tests/test_prices.py"])
+    book = UnitBook(workers=2)
+    ahead = Ahead(service.ctx, 1, tmp_path / "ahead")
+    with book.ahead(ahead_jobs(cmd, "b"), ahead.digest, ahead.run):
+        deadline = time.monotonic() + 10
+        while book.ran_ahead == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        marker.touch()
+        r = run_gate([cmd], tmp_path / "b.log", default_cwd=pkg, units=book,
+                     origin=CachedFrom(item=1, milestone="b", attempt=1))  # fmt: skip
+    assert book.ran_ahead == 1
+    assert r.passed and "ran ahead" not in r.commands[0].reason
+
+
+def test_nothing_runs_ahead_with_one_worker_and_a_unit_running_ahead_stops_with_the_block(
+    service: Service, pkg: Path, tmp_path: Path, ledger: Path
+) -> None:
+    cmd = GateCommand(name="t", run=f"echo {{file}} >> {ledger} && sleep 30", each=["tests/test_prices.py"])
+    ahead = Ahead(service.ctx, 1, tmp_path / "ahead")
+    with UnitBook(workers=1).ahead(ahead_jobs(cmd, "b"), ahead.digest, ahead.run):
+        time.sleep(0.5)
+    assert ran(ledger) == []
+    book = UnitBook(workers=2)
+    started = time.monotonic()
+    with book.ahead(ahead_jobs(cmd, "b"), ahead.digest, ahead.run):
+        while not ran(ledger) and time.monotonic() - started < 10:
+            time.sleep(0.05)
+    assert ran(ledger) == ["tests/test_prices.py"]
+    assert time.monotonic() - started < 10  # stopped, not waited for
+    assert book.ran_ahead == 1 and book.begin("x" * 64) is None  # dropped: nothing kept for a gate
+
+
+def test_a_drives_jobs_are_its_milestones_yet_to_run_with_their_cache_on(any_service: Service, pkg: Path,
+                                                                         ledger: Path) -> None:  # fmt: skip
+    svc = any_service
+    svc.apply_plan(parse_plan(plan(ledger)))
+    finish(svc, "prices")
+    _, g = svc.graph()
+    # prices is done and cart ready (its gate starts now): all's units, each once.
+    jobs = Ahead.jobs(g, None)
+    assert [(j.milestone, j.path) for j in jobs] == [("all", "tests/test_cart.py"), ("all", "tests/test_prices.py")]
+    assert [j.milestone for j in Ahead.jobs(g, {"prices", "cart"})] == []
+    uncached = plan(ledger, objective="no cache").replace("  - name: cart\n", "  - name: cart\n    cache: false\n")
+    item = svc.apply_plan(parse_plan(uncached))
+    _, g2 = svc.graph(item.id)  # prices ready; cart's cache off: all's units
+    assert [(j.milestone, j.path) for j in Ahead.jobs(g2, None)] == [
+        ("all", "tests/test_cart.py"), ("all", "tests/test_prices.py")
+    ]  # fmt: skip

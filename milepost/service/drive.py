@@ -8,7 +8,8 @@ its gates.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from milepost.errors import TransitionError
@@ -216,6 +217,23 @@ class DriveSession:
 
     def gate_env(self, claim: Claim) -> dict[str, str]:
         return claims.gate_env(self.ctx, claim)
+
+    @contextlib.contextmanager
+    def units_ahead(self, on: bool = True) -> Iterator[None]:
+        """While the block runs, idle workers run the units of milestones yet to
+        run, ahead of their gates (see :mod:`milepost.gates.units`); ``on``:
+        whether to (a Dask worker's gate has no share in this process's book)."""
+        if not on:
+            yield
+            return
+        from milepost.service.ahead import Ahead
+
+        ahead = Ahead(self.ctx, self.item, self.ctx.store.evidence_dir("ahead") / self.owner.replace(":", "-"))
+        try:
+            with self.units.ahead(Ahead.jobs(self.graph, self.scope), ahead.digest, ahead.run):
+                yield
+        finally:
+            ahead.clear()
 
     # -- holds ---------------------------------------------------------------
 
