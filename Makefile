@@ -48,6 +48,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_store.py
 	$(BIN)/python benchmarks/bench_plan.py
 	$(BIN)/python benchmarks/bench_exact.py
+	$(BIN)/python benchmarks/bench_startup.py
+	$(BIN)/python benchmarks/bench_vs_doit.py
 
 # Regenerate the pictures of the Prefect UI in docs/ui.md (needs Chromium).
 screenshots: $(STAMP)
