@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from milepost.gates.import_memo import ImportMemo, Known, folder_mtime
 from milepost.graph.models import MODULE_PREFIX
 
 __all__ = [
@@ -193,31 +194,42 @@ class _Module:
 class ImportIndex:
     """The workspace's modules and their runtime imports, read on demand.
     ``digest(rel)`` gives a file's content digest (the snapshot's, through
-    its stat cache), which keys the parse cache."""
+    its stat cache), which keys the parse cache; ``memo`` keeps what was
+    found out for the next index of the same workspace (see :class:`ImportMemo`)."""
 
-    def __init__(self, root: Path, digest: Callable[[str], str | None], cache_path: Path | None = None) -> None:
+    def __init__(self, root: Path, digest: Callable[[str], str | None], cache_path: Path | None = None,
+                 memo: ImportMemo | None = None) -> None:  # fmt: skip
         self.root = root
         self._digest = digest
         self.cache = _ParseCache(cache_path)
-        self._isfile: dict[str, bool] = {}
-        self._isdir: dict[str, bool] = {}
-        # (rel, roots) -> the modules it imports at run time, and the enclosing packages it imports (content only)
-        self._imports: dict[tuple[str, tuple[str, ...]], tuple[list[_Module], set[str]]] = {}
-        self._modules: dict[str, _Module] = {}
-        # (entry, roots) -> what it stands for: asked again by every fingerprint naming it (one state of the files)
-        self._expanded: dict[tuple[str, tuple[str, ...]], Expansion] = {}
+        self._k = memo.current(root) if memo is not None else Known()
 
     # -- the file system, asked once -------------------------------------------------------
 
+    def _looked_in(self, rel: str) -> None:
+        """Record the nearest folder above ``rel`` that exists: what ``rel`` is changes only with it."""
+        folder = rel.rpartition("/")[0]
+        while folder not in self._k.folders:
+            mtime = folder_mtime(self.root, folder)
+            if mtime is not None or not folder:
+                self._k.folders[folder] = mtime
+                return
+            folder = folder.rpartition("/")[0]
+
     def _file(self, rel: str) -> bool:
-        if rel not in self._isfile:
-            self._isfile[rel] = os.path.isfile(os.path.join(self.root, rel))
-        return self._isfile[rel]
+        known = self._k.isfile.get(rel)
+        if known is None:
+            self._looked_in(rel)
+            known = self._k.isfile[rel] = os.path.isfile(os.path.join(self.root, rel))
+        return known
 
     def _dir(self, rel: str) -> bool:
-        if rel not in self._isdir:
-            self._isdir[rel] = os.path.isdir(os.path.join(self.root, rel) if rel else self.root)
-        return self._isdir[rel]
+        known = self._k.isdir.get(rel)
+        if known is None:
+            if rel:
+                self._looked_in(rel)
+            known = self._k.isdir[rel] = os.path.isdir(os.path.join(self.root, rel) if rel else self.root)
+        return known
 
     @staticmethod
     def _join(*parts: str) -> str:
@@ -228,7 +240,7 @@ class ImportIndex:
         namespace folders (no ``__init__.py``) between them and the nearest
         import root above (``src/ns/mod.py`` is ``ns.mod`` from ``src``)."""
         key = f"{rel}\0{'|'.join(roots)}"
-        known = self._modules.get(key)
+        known: _Module | None = self._k.modules.get(key)
         if known is not None:
             return known
         folder, _, filename = rel.rpartition("/")
@@ -244,7 +256,7 @@ class ImportIndex:
         if not parts:  # a bare __init__.py at the root
             parts = ["__init__"]
         m = _Module(".".join(parts), rel, folder, base)
-        self._modules[key] = m
+        self._k.modules[key] = m
         return m
 
     @staticmethod
@@ -287,8 +299,11 @@ class ImportIndex:
         ``TYPE_CHECKING``), and the files of enclosing packages it imports
         (content only)."""
         key = (rel, tuple(roots))
-        if key in self._imports:
-            return self._imports[key]
+        digest = self._digest(rel) or ""
+        known = self._k.imports.get(key)
+        if known is not None and known[0] == digest:
+            mods: list[_Module] = known[1]
+            return mods, known[2]
         me = self.module_of(rel, roots)
         # A script's own folder comes first (pytest's rootdir insertion: tests/ imports tests/helpers.py).
         search = list(dict.fromkeys([*([me.base] if me.base is not None else []), me.root, *roots]))
@@ -307,7 +322,7 @@ class ImportIndex:
                     elif m.rel != rel:
                         found.setdefault(m.rel, m)
         out = [found[k] for k in sorted(found)]
-        self._imports[key] = (out, content)
+        self._k.imports[key] = (digest, out, content)
         return out, content
 
     def _targets(self, st: Statement, me: _Module, rel: str) -> list[str]:
@@ -359,13 +374,16 @@ class ImportIndex:
         return [*out, *(r for r in DEFAULT_ROOTS if r not in out)]
 
     def expand(self, entry: str, roots: Sequence[str] = DEFAULT_ROOTS) -> Expansion:
-        """The files a ``module:`` entry stands for now (worked out once per
-        index: an index reads one state of the files; do not change the result)."""
+        """The files a ``module:`` entry stands for now (kept while those files
+        and the folders looked in are as they were; do not change the result)."""
         key = (entry, tuple(roots))
-        known = self._expanded.get(key)
-        if known is None:
-            known = self._expanded[key] = self._expand(entry, roots)
-        return known
+        known = self._k.expanded.get(key)
+        if known is not None and all(self._digest(f) == d for f, d in known[0].items()):
+            kept: Expansion = known[1]
+            return kept
+        found = self._expand(entry, roots)
+        self._k.expanded[key] = ({f: self._digest(f) for f in found.files}, found)
+        return found
 
     def _expand(self, entry: str, roots: Sequence[str]) -> Expansion:
         start = self.resolve_entry(entry, roots)

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from milepost.gates.import_memo import ImportMemo
 from milepost.gates.imports import ImportIndex, is_module_entry
 from milepost.gates.listing import NEVER, FileIndex, git_files, walk_files
 from milepost.graph.models import GateCommand
@@ -143,6 +144,7 @@ class StatCache:
         self._dirty = False
         self._lock = threading.Lock()
         self.hashed = 0  # files hashed (a cache miss each): for tests and benchmarks
+        self.imports = ImportMemo(racy_seconds * 1e9)  # what import indexes found, for the next snapshot
 
     def _load(self) -> dict[str, list[int | str]]:
         if self._entries is None:
@@ -221,7 +223,7 @@ class Snapshot:
         """The workspace's modules and their imports, read as they are now (``module:`` entries)."""
         if self._imports is None:
             self._imports = ImportIndex(self.root, lambda rel: self._digest(rel)[0],
-                                        self.root / ".milepost" / IMPORTS_CACHE_FILE)  # fmt: skip
+                                        self.root / ".milepost" / IMPORTS_CACHE_FILE, self.cache.imports)  # fmt: skip
         return self._imports
 
     def _index(self, patterns: Sequence[str]) -> FileIndex:

@@ -5,7 +5,9 @@ a real PostgreSQL server (the stale view), and through the CLI (refusals)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -138,6 +140,35 @@ def test_a_new_module_imported_is_an_input_at_once_and_a_file_nothing_imports_is
     write(pkg, {"src/shop/cart.py": PACKAGE["src/shop/cart.py"] + "from shop import discount\n"})
     write(pkg, {"src/shop/discount.py": "import shop.orphan\n"})
     assert files_of(pkg, "module:shop.cart") == sorted([*before, "src/shop/discount.py", "src/shop/orphan.py"])
+
+
+def test_what_an_index_found_is_kept_for_the_next_snapshot_while_its_folders_are_as_they_were(pkg: Path) -> None:
+    write(
+        pkg,
+        {
+            "src/shop/cart.py": PACKAGE["src/shop/cart.py"]
+            + "try:\n    from shop import maybe\nexcept ImportError:\n    pass\n"
+        },
+    )
+    old = time.time() - 60  # folders changed long ago: their mtimes can be trusted
+    for d in [pkg, *[p for p in pkg.rglob("*") if p.is_dir()]]:
+        os.utime(d, (old, old))
+    first = Snapshot(pkg)
+    assert "src/shop/maybe.py" not in first.matching(["module:shop.cart"])
+    second = Snapshot(pkg)
+    assert second.matching(["module:shop.cart"]) == first.matching(["module:shop.cart"])
+    assert second.imports._k is first.imports._k  # nothing resolved again
+    # A module appears where the import looked: its folder changed, so the next snapshot looks again.
+    write(pkg, {"src/shop/maybe.py": "X = 1\n"})
+    third = Snapshot(pkg)
+    assert third.imports._k is not first.imports._k
+    assert "src/shop/maybe.py" in third.matching(["module:shop.cart"])
+    # An edit of a file's content is seen through its digest, whatever its folder says.
+    for d in [pkg, *[p for p in pkg.rglob("*") if p.is_dir()]]:
+        os.utime(d, (old, old))
+    Snapshot(pkg).matching(["module:shop.cart"])
+    write(pkg, {"src/shop/maybe.py": "import shop.prices\n", "src/shop/prices.py": "Y = 2\n"})
+    assert "src/shop/prices.py" in Snapshot(pkg).matching(["module:shop.maybe"])
 
 
 def test_a_missing_module_makes_the_fingerprint_incomplete(pkg: Path) -> None:
