@@ -34,7 +34,7 @@ SHOWN = {
     ("README.md", "The two commands"): "make demo and make test are what CI runs (tests/test_demo.py runs the demo)",
     ("README.md", "Driving a DAG as a Prefect flow"): "needs a Prefect server; tests/flows drive for real",
     ("docs/benchmarks.md", "Benchmarks"): "make bench takes minutes; the benchmarks are scripts of their own",
-    ("docs/benchmarks.md", "`bench_exact.py`: exact proofs on jinja2, against its own suite (2026-12-02)"): "fetches"
+    ("docs/benchmarks.md", "`bench_exact.py`: exact proofs on jinja2, against its own suite (2026-12-03)"): "fetches"
     " jinja2 with pip and runs its suite several times; a benchmark script of its own",
 }
 
