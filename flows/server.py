@@ -65,7 +65,7 @@ class ServerInfo:
     api_url: str | None = None
     ui_url: str | None = None
     log: str | None = None
-    started_by: str | None = None  # "server start" or "drive"
+    started_by: str | None = None  # the command that started it: "server start", "drive", "serve" or "tick"
     idle: float | None = None  # seconds unused before it stops itself; None: until stopped
     users: int = 0  # milepost commands using it now
     last_use: float | None = None  # when it was last in use (epoch seconds), kept by its keeper
@@ -278,11 +278,12 @@ def register_use(home: Path) -> None:
 
 
 def ensure_server(home: Path, mode: str, idle: float, say: Callable[[str], None], *,
-                  timeout: float = float(STARTUP_TIMEOUT)) -> tuple[str, str]:  # fmt: skip
+                  timeout: float = float(STARTUP_TIMEOUT), by: str = "drive") -> tuple[str, str]:  # fmt: skip
     """Point Prefect at a server for this command (before Prefect is
     imported): (API URL, how) with how ``env`` (PREFECT_API_URL names one),
     ``running`` (the workspace's), ``started`` (this command started the
-    workspace's in the background) or ``temporary`` (``mode`` temporary)."""
+    workspace's in the background: ``by`` names the command in its status)
+    or ``temporary`` (``mode`` temporary)."""
     if os.environ.get("PREFECT_API_URL"):
         return configure_prefect(home) or os.environ["PREFECT_API_URL"], "env"
     # In use before it is looked at: its keeper, about to stop it as unused, sees this command first
@@ -303,7 +304,7 @@ def ensure_server(home: Path, mode: str, idle: float, say: Callable[[str], None]
         info = server_status(home)
         if not (info.running and info.healthy):
             say("starting the workspace's Prefect server in the background (kept for the next drives) ...")
-            info = server_start(home, timeout=timeout, idle=idle, started_by="drive")
+            info = server_start(home, timeout=timeout, idle=idle, started_by=by)
             how = "started"
     assert info.api_url is not None
     configure_prefect(home)

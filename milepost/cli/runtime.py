@@ -56,7 +56,7 @@ def prefect_env(home: Path, need: str | None = None, *, quiet: bool = True) -> s
     return api
 
 
-def drive_server(home: Path, say: bool = True, *, quiet: bool = True) -> tuple[str, str]:
+def drive_server(home: Path, say: bool = True, *, quiet: bool = True, by: str = "drive") -> tuple[str, str]:
     """The Prefect server a drive (or tick, or serve) talks to, started when
     none is up (MILEPOST_SERVER: in the background, kept for the next drives
     until unused for MILEPOST_SERVER_IDLE; or a temporary one, stopped with
@@ -72,7 +72,7 @@ def drive_server(home: Path, say: bool = True, *, quiet: bool = True) -> tuple[s
         if say:
             click.echo(line, err=True)
 
-    api, how = ensure_server(home, settings.server, settings.server_idle, tell)
+    api, how = ensure_server(home, settings.server, settings.server_idle, tell, by=by)
     if how == "started":
         from milepost.flows.server import server_status
 
@@ -225,7 +225,7 @@ def tick(c: Ctx) -> None:
     expired = svc.expire()
     driven: list[dict[str, Any]] = []
     if svc.drivable_items():  # only then is Prefect imported
-        drive_server(svc.store.home, say=not c.json)
+        drive_server(svc.store.home, say=not c.json, by="tick")
         from milepost.events import JsonLinesReporter, LineReporter
         from milepost.flows.tick import run_tick
 
@@ -256,7 +256,7 @@ def serve(c: Ctx, interval: float, name: str) -> None:
     interrupted. Uses the workspace's Prefect server (PREFECT_API_URL, or the
     one `milepost server start` or a drive started), else starts it as a drive
     does (MILEPOST_SERVER: in the background, or a temporary one)."""
-    api, _ = drive_server(home_of(c), quiet=False)
+    api, _ = drive_server(home_of(c), quiet=False, by="serve")
     if c.db:
         os.environ["MILEPOST_DB"] = c.db  # the served flow runs open the same store
     from datetime import timedelta

@@ -44,6 +44,8 @@ def test_serve_with_no_server_starts_the_background_one(workspace: Path) -> None
         assert status["running"] and status["healthy"] and status["idle"] == 60, status
         assert f"against {status['api_url']}" in said, said
         assert status["users"] >= 1, status  # serve holds it in use
+        assert status["started_by"] == "serve", status
+        assert "started by `milepost serve`" in cli("server", "status").out
     finally:
         p.send_signal(signal.SIGINT)
         p.communicate(timeout=60)
