@@ -49,7 +49,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def prefect_api() -> Iterator[str]:
     home = Path(os.environ["MILEPOST_TEST_PREFECT_HOME"])
-    info = server_start(home, port=int(os.environ["MILEPOST_TEST_PREFECT_PORT"]), timeout=240)
+    # idle: a suite killed before this fixture's teardown leaves no server running for more than an hour.
+    info = server_start(home, port=int(os.environ["MILEPOST_TEST_PREFECT_PORT"]), timeout=240, idle=3600)
     assert info.api_url == os.environ["PREFECT_API_URL"] and info.healthy
     try:
         yield info.api_url
