@@ -75,6 +75,10 @@ def wait_for_others(loop: _Loop) -> bool:
     if _end_fixes(loop):
         return True  # a fix left to another drive is its own again: claim it
     seen = loop.session.others()
+    freed = loop.session.free_busy(seen.leases)  # another driver's gate ended before this look: claimable now
+    if freed:
+        loop.told_busy.difference_update(freed)
+        return True
     held = {**seen.leases, **{n: f"{h}, fixing it" for n, (h, _) in w.fixing.items() if n not in seen.leases}}
     if not held:
         w.told = {}
