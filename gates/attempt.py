@@ -209,17 +209,7 @@ class AttemptFiles:
                 break
             status = ExitStatus.from_dict(end)
             outcome, reason = judge(status, cmd.timeout, tail)
-            results.append(
-                CommandResult(
-                    name=cmd.name,
-                    run=cmd.run,
-                    outcome=outcome,
-                    exit_code=status.returncode,
-                    duration=status.duration,
-                    reason=reason,
-                    tail=tail,
-                )
-            )
+            results.append(CommandResult.ended(cmd.name, cmd.run, status, outcome, reason, tail))
             if outcome is not Outcome.PASSED:
                 break
         duration = sum(r.duration for r in results)

@@ -97,15 +97,7 @@ def _run_one(
     if status.timed_out:
         log_room.write(log_fd, f"\nmilepost: {reason}; process group killed\n")
     outcome, reason = log_room.judge(log_fd, log_path, outcome, reason)
-    return CommandResult(
-        name=cmd.name,
-        run=cmd.run,
-        outcome=outcome,
-        exit_code=status.returncode,
-        duration=status.duration,
-        reason=reason,
-        tail=tail,
-    )
+    return CommandResult.ended(cmd.name, cmd.run, status, outcome, reason, tail)
 
 
 def run_gate(

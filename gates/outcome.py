@@ -63,6 +63,13 @@ class CommandResult(BaseModel):
     unit: str | None = None
     cached_from: CachedFrom | None = None
 
+    @classmethod
+    def ended(cls, name: str, run: str, status: ExitStatus, outcome: Outcome, reason: str,
+              tail: str) -> CommandResult:  # fmt: skip
+        """A command that ran to its end (or was stopped): its exit status as judged."""
+        return cls(name=name, run=run, outcome=outcome, exit_code=status.returncode, duration=status.duration,
+                   reason=reason, tail=tail)  # fmt: skip
+
 
 class GateResult(BaseModel):
     """One gate attempt: every command's result, and the verdict. With
