@@ -35,6 +35,7 @@ __all__ = [
     "ServerInfo",
     "configure_prefect",
     "ensure_server",
+    "healthy",
     "prefect_home",
     "register_use",
     "server_start",
@@ -77,11 +78,12 @@ def _pid_alive(pid: int) -> bool:
     return alive(pid)  # (not a zombie: a keeper that ended, not reaped yet)
 
 
-def _healthy(api_url: str, timeout: float = 2.0) -> bool:
+def healthy(api_url: str, timeout: float = 2.0) -> bool:
+    """Whether the Prefect API at ``api_url`` answers its health check (no Prefect import)."""
     try:
-        with urllib.request.urlopen(f"{api_url}/health", timeout=timeout) as r:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as r:
             return bool(r.status == 200)
-    except OSError:
+    except (OSError, ValueError):  # (ValueError: not a URL urllib can open)
         return False
 
 
@@ -101,7 +103,7 @@ def server_status(home: Path) -> ServerInfo:
         last_use = float((prefect_home(home) / "server.last-use").read_text())
     return ServerInfo(
         running=True,
-        healthy=_healthy(data["api_url"]),
+        healthy=healthy(data["api_url"]),
         pid=pid,
         port=int(data["port"]),
         api_url=data["api_url"],
@@ -201,7 +203,7 @@ def _wait_healthy(proc: subprocess.Popen[bytes], api_url: str, log: Path, timeou
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise EnvironmentProblem(f"prefect server exited with {proc.returncode} while starting; see {log}")
-        if _healthy(api_url):
+        if healthy(api_url):
             return
         time.sleep(0.2)
     _kill_group(proc.pid, 5.0)

@@ -148,11 +148,12 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     else:
         api, how = drive_server(svc.store.home, say=not c.json)
         from milepost.flows.early import start_first_gate
+        from milepost.flows.server import healthy
 
         # The first gate starts now, on the other core, while Prefect is imported (flows/early.py); not when
         # the API PREFECT_API_URL names does not answer (the drive then ends with exit 3, having run nothing).
         early = None
-        if how != "env" or _answers(api):
+        if how != "env" or healthy(api, timeout=5):
             early = start_first_gate(svc, item, max_parallel=max_parallel, task_runner=task_runner, until=until,
                                      expect_revision=expect_revision, use_cache=not no_cache)  # fmt: skip
         try:
@@ -170,17 +171,6 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
         show_summary(c.console(), summary)  # the verdict, once
     _ci_reports(svc, summary, junit)
     raise SystemExit(0 if summary.ok else 1)
-
-
-def _answers(api: str) -> bool:
-    """Whether a Prefect API answers its health check (without importing Prefect)."""
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{api.rstrip('/')}/health", timeout=5) as r:
-            return bool(r.status == 200)
-    except (OSError, ValueError):
-        return False
 
 
 def _run_drive(c: Ctx, svc: Service, item: int, max_parallel: int, until: str | None, task_runner: str,
