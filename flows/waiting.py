@@ -75,9 +75,7 @@ def wait_for_others(loop: _Loop) -> bool:
     if _end_fixes(loop):
         return True  # a fix left to another drive is its own again: claim it
     seen = loop.session.others()
-    freed = loop.session.free_busy(seen.leases)  # another driver's gate ended before this look: claimable now
-    if freed:
-        loop.told_busy.difference_update(freed)
+    if _free_busy(loop, seen.leases):  # another driver's gate ended before this look: claimable now
         return True
     held = {**seen.leases, **{n: f"{h}, fixing it" for n, (h, _) in w.fixing.items() if n not in seen.leases}}
     if not held:
@@ -94,13 +92,19 @@ def wait_for_others(loop: _Loop) -> bool:
                 return True
             continue
         # A milestone held back because another driver's gate held its lease is claimable once that ended.
-        for name in loop.session.free_busy(now.leases):
-            loop.told_busy.discard(name)
+        _free_busy(loop, now.leases)
         _leave_fixes(loop, seen.leases, now.leases)
         loop.hold_retries()  # another driver's failure waits for its retry delay here too
         loop.check_proofs()  # (and one whose inputs did not change since it failed is not retried)
         return True
     return False
+
+
+def _free_busy(loop: _Loop, held: dict[str, str]) -> list[str]:
+    """The milestones held back because another driver's gate held their lease, that ``held`` no longer holds."""
+    freed = loop.session.free_busy(held)
+    loop.told_busy.difference_update(freed)
+    return freed
 
 
 def _leave_fixes(loop: _Loop, before: dict[str, str], now: dict[str, str]) -> None:

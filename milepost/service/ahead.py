@@ -8,8 +8,8 @@ file and timeout as their gate's, so a unit run ahead has the digest the
 gate will ask for. One runs as a gate command of its own, under this
 process's gate supervisor, in the workspace root, with the milestone's
 ``MILEPOST_ITEM``, ``MILEPOST_MILESTONE`` and ``MILEPOST_WORKSPACE`` (no
-``MILEPOST_ATTEMPT``: no attempt has begun), its log in
-``.milepost/ahead/<store id>/`` until a gate takes it (or the drive ends).
+``MILEPOST_ATTEMPT``: no attempt has begun), its log in the drive's folder
+``.milepost/ahead/<store id>/<owner>/`` until a gate takes it (or the drive ends).
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ class Ahead:
             if g.is_ready(m.name):
                 continue  # its gate starts now: its units are its own to run
             for cmd in m.gate:
+                step = cmd.model_dump_json(exclude={"each"}) if cmd.each else ""
                 for path in cmd.each:
-                    key = (cmd.model_dump_json(exclude={"each"}), path, str(m.timeout))
+                    key = (step, path, str(m.timeout))
                     if key not in seen:
                         seen.add(key)
                         out.append(AheadJob(cmd=cmd, path=path, milestone=m.name, timeout=m.timeout))
