@@ -197,8 +197,13 @@ class ImportIndex:
     its stat cache), which keys the parse cache; ``memo`` keeps what was
     found out for the next index of the same workspace (see :class:`ImportMemo`)."""
 
-    def __init__(self, root: Path, digest: Callable[[str], str | None], cache_path: Path | None = None,
-                 memo: ImportMemo | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        root: Path,
+        digest: Callable[[str], str | None],
+        cache_path: Path | None = None,
+        memo: ImportMemo | None = None,
+    ) -> None:
         self.root = root
         self._digest = digest
         self.cache = _ParseCache(cache_path)

@@ -64,11 +64,17 @@ class CommandResult(BaseModel):
     cached_from: CachedFrom | None = None
 
     @classmethod
-    def ended(cls, name: str, run: str, status: ExitStatus, outcome: Outcome, reason: str,
-              tail: str) -> CommandResult:  # fmt: skip
+    def ended(cls, name: str, run: str, status: ExitStatus, outcome: Outcome, reason: str, tail: str) -> CommandResult:
         """A command that ran to its end (or was stopped): its exit status as judged."""
-        return cls(name=name, run=run, outcome=outcome, exit_code=status.returncode, duration=status.duration,
-                   reason=reason, tail=tail)  # fmt: skip
+        return cls(
+            name=name,
+            run=run,
+            outcome=outcome,
+            exit_code=status.returncode,
+            duration=status.duration,
+            reason=reason,
+            tail=tail,
+        )
 
 
 class GateResult(BaseModel):

@@ -200,8 +200,9 @@ class UnitBook:
     # -- ahead of the gates ---------------------------------------------------------
 
     @contextlib.contextmanager
-    def ahead(self, jobs: Sequence[AheadJob], digest: Callable[[AheadJob], str | None],
-              run: AheadRun) -> Iterator[None]:  # fmt: skip
+    def ahead(
+        self, jobs: Sequence[AheadJob], digest: Callable[[AheadJob], str | None], run: AheadRun
+    ) -> Iterator[None]:
         """While the block runs, run ``jobs`` in order whenever a worker is idle
         (see the module's doc); at its end, stop (a unit running ahead is
         stopped and dropped)."""
@@ -209,8 +210,9 @@ class UnitBook:
             yield
             return
         stop = threading.Event()
-        thread = threading.Thread(target=self._ahead, args=(list(jobs), digest, run, stop),
-                                  name="milepost-units-ahead", daemon=True)  # fmt: skip
+        thread = threading.Thread(
+            target=self._ahead, args=(list(jobs), digest, run, stop), name="milepost-units-ahead", daemon=True
+        )
         thread.start()
         try:
             yield
@@ -220,8 +222,9 @@ class UnitBook:
                 self._idle.notify_all()
             thread.join(timeout=5)
 
-    def _ahead(self, jobs: list[AheadJob], digest: Callable[[AheadJob], str | None], run: AheadRun,
-               stop: threading.Event) -> None:  # fmt: skip
+    def _ahead(
+        self, jobs: list[AheadJob], digest: Callable[[AheadJob], str | None], run: AheadRun, stop: threading.Event
+    ) -> None:
         for job in jobs:
             with self._idle:  # a worker idle and no gate's unit waiting for one
                 while not stop.is_set() and (self._queued or self._busy >= self.workers):

@@ -36,8 +36,9 @@ def map_by_coverage(tm: TestMap, python: str, folder: Path, files: dict[str, Pat
         tm.by_coverage.add(t)
 
 
-def gate_step(template: str, values: dict[str, str], tests: list[str], taken: set[str],
-              paths: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+def gate_step(
+    template: str, values: dict[str, str], tests: list[str], taken: set[str], paths: list[str] | None = None
+) -> dict[str, Any]:
     """A gate step from a template; one with ``{tests}`` runs once per test
     file (``each``), each run a unit of proof shared by every gate that runs it.
     One with ``{path}`` (and no ``{tests}``) of a single module file is a unit

@@ -75,8 +75,9 @@ class Ahead:
             "MILEPOST_WORKSPACE": str(self.ctx.store.root),
         }
         root = Path(self.ctx.store.root)
-        result = run_gate([unit_command(job.cmd, job.path)], log, default_cwd=root, env=env,
-                          default_timeout=job.timeout, stop=stop)  # fmt: skip
+        result = run_gate(
+            [unit_command(job.cmd, job.path)], log, default_cwd=root, env=env, default_timeout=job.timeout, stop=stop
+        )
         return result.commands[0], log
 
     def clear(self) -> None:
