@@ -100,8 +100,22 @@ def sdist(cache: Path) -> Path:
         archive = cache / f"jinja2-{VERSION}.tar.gz"
         if not archive.exists():
             log(f"downloading the jinja2 {VERSION} sdist into {cache}")
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                            f"jinja2=={VERSION}", "-d", str(cache)], check=True)  # fmt: skip
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    f"jinja2=={VERSION}",
+                    "-d",
+                    str(cache),
+                ],
+                check=True,
+            )
         with tarfile.open(archive) as tar:
             tar.extractall(cache, filter="data")
     return tree
@@ -127,8 +141,25 @@ def workspace(tree: Path, where: Path, env: dict[str, str], final_gate: str | No
     run([*GIT, "commit", "-qm", f"jinja2 {VERSION} sdist"], where, env)
     run(mp("init"), where, env)
     final = ["--final-gate", final_gate] if final_gate else []
-    run(mp("plan", "scaffold", "jinja2", "--path", "src", "--gate", GATE_COMPILE, "--gate", GATE_TESTS,
-           "--final", "all-tests", *final, "--apply"), where, env)  # fmt: skip
+    run(
+        mp(
+            "plan",
+            "scaffold",
+            "jinja2",
+            "--path",
+            "src",
+            "--gate",
+            GATE_COMPILE,
+            "--gate",
+            GATE_TESTS,
+            "--final",
+            "all-tests",
+            *final,
+            "--apply",
+        ),
+        where,
+        env,
+    )
     run(mp("item", "update", "1", "--plan-status", "ready"), where, env)
     return where
 
@@ -141,8 +172,7 @@ def apply(ws: Path, env: dict[str, str], plan: dict[str, object], name: str) -> 
 
 
 def one_milestone(ws: Path, env: dict[str, str], n: int) -> int:
-    plan = {"objective": f"fixed cost {n}", "plan_status": "ready",
-            "milestones": [{"name": "one", "gate": "true"}]}  # fmt: skip
+    plan = {"objective": f"fixed cost {n}", "plan_status": "ready", "milestones": [{"name": "one", "gate": "true"}]}
     return apply(ws, env, plan, f"one-{n}")
 
 
@@ -187,8 +217,12 @@ def main() -> None:
     ap.add_argument("--list-repeat", type=int, default=7, help="samples of each stale check")
     ap.add_argument("--first-drives", type=int, default=1, help="first drives (each in a fresh workspace)")
     ap.add_argument("--edit", default="src/jinja2/nativetypes.py", help="the module given a one-line edit")
-    ap.add_argument("--no-variant", dest="variant", action="store_false",
-                    help="skip the plan with the issue's final gate (pytest without -x: no unit shared)")  # fmt: skip
+    ap.add_argument(
+        "--no-variant",
+        dest="variant",
+        action="store_false",
+        help="skip the plan with the issue's final gate (pytest without -x: no unit shared)",
+    )
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "milepost-bench-exact")
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
@@ -230,8 +264,10 @@ def main() -> None:
             suite.append(timed(suite_cmd, ws, suite_env))
             item = one_milestone(ws, env, n)
             fixed.append(timed(mp("drive", str(item)), ws, env))
-        log(f"suite: {', '.join(f'{x:.2f}' for x in suite)} s; one-milestone drive: "
-            f"{', '.join(f'{x:.2f}' for x in fixed)} s")  # fmt: skip
+        log(
+            f"suite: {', '.join(f'{x:.2f}' for x in suite)} s; one-milestone drive: "
+            f"{', '.join(f'{x:.2f}' for x in fixed)} s"
+        )
         test_files = sorted(p.relative_to(ws).as_posix() for p in (ws / "tests").glob("test_*.py"))
         per_file = sum(timed([*suite_cmd[:-1], t], ws, suite_env) for t in test_files)
         log(f"the suite one pytest process per test file, one after another: {per_file:.1f} s")
@@ -266,10 +302,12 @@ def main() -> None:
                 reproof_variant.append(timed(verify, ws_variant, env))
                 (ws_variant / args.edit).write_bytes(original)
                 timed(verify, ws_variant, env)
-        log(f"edit {args.edit}: affected units {len(affected)} ({', '.join(affected)}); re-proof "
+        log(
+            f"edit {args.edit}: affected units {len(affected)} ({', '.join(affected)}); re-proof "
             f"{', '.join(f'{x:.2f}' for x in reproof)} s; direct {', '.join(f'{x:.2f}' for x in direct)} s "
             f"(one process each: {', '.join(f'{x:.2f}' for x in direct_each)} s); "
-            f"verify after revert {', '.join(f'{x:.2f}' for x in revert)} s")  # fmt: skip
+            f"verify after revert {', '.join(f'{x:.2f}' for x in revert)} s"
+        )
 
         literal, files = literal_item(ws, env)
         timed(mp("drive", str(literal), "--max-parallel", "2"), ws, env)  # its gates' units are all kept
@@ -293,22 +331,34 @@ def main() -> None:
     log(f"jinja2 {VERSION}, medians ({args.repeat} samples; first drive {args.first_drives}; list {args.list_repeat}):")
     log(f"  suite, one pytest process               {s:6.2f} s")
     log(f"  one-milestone drive (fixed cost)        {f:6.2f} s")
-    log(f"  first drive --max-parallel 2            {d:6.2f} s; minus fixed {d - f:.2f} s = "
-        f"{(d - f) / s:.1f}x the suite (target <= 3x: {verdict(d - f <= 3 * s)})")  # fmt: skip
+    log(
+        f"  first drive --max-parallel 2            {d:6.2f} s; minus fixed {d - f:.2f} s = "
+        f"{(d - f) / s:.1f}x the suite (target <= 3x: {verdict(d - f <= 3 * s)})"
+    )
     if vfirst:
-        log(f"    the same, the issue's final gate (no -x) {vfirst:6.2f} s; minus fixed {vfirst - f:.2f} s = "
-            f"{(vfirst - f) / s:.1f}x the suite (for information)")  # fmt: skip
+        log(
+            f"    the same, the issue's final gate (no -x) {vfirst:6.2f} s; minus fixed {vfirst - f:.2f} s = "
+            f"{(vfirst - f) / s:.1f}x the suite (for information)"
+        )
     log(f"    the suite one process per test file, one after another: {per_file:.2f} s ({per_file / s:.1f}x)")
-    log(f"  re-proof after an edit (verify -j2)     {r:6.2f} s; affected files directly {dr:.2f} s: "
-        f"{r / dr:.1f}x (target <= 1.5x + 2 s = {1.5 * dr + 2:.2f} s: {verdict(r <= 1.5 * dr + 2)})")  # fmt: skip
+    log(
+        f"  re-proof after an edit (verify -j2)     {r:6.2f} s; affected files directly {dr:.2f} s: "
+        f"{r / dr:.1f}x (target <= 1.5x + 2 s = {1.5 * dr + 2:.2f} s: {verdict(r <= 1.5 * dr + 2)})"
+    )
     if reproof_variant:
-        log(f"    the same, the issue's final gate (no -x) {med(reproof_variant):6.2f} s: "
-            f"{med(reproof_variant) / dr:.1f}x (for information)")  # fmt: skip
-    log(f"    the affected files one process each, one after another: {med(direct_each):.2f} s "
-        f"({len(affected)} files: {', '.join(affected)})")  # fmt: skip
+        log(
+            f"    the same, the issue's final gate (no -x) {med(reproof_variant):6.2f} s: "
+            f"{med(reproof_variant) / dr:.1f}x (for information)"
+        )
+    log(
+        f"    the affected files one process each, one after another: {med(direct_each):.2f} s "
+        f"({len(affected)} files: {', '.join(affected)})"
+    )
     log(f"  verify after revert                     {rv:6.2f} s (target < 2 s: {verdict(rv < 2)})")
-    log(f"  --json list, module entries             {lm:6.2f} s; literal lists ({files} paths) {ll:.2f} s: "
-        f"{lm / ll:.2f}x (target <= 1.5x: {verdict(lm <= 1.5 * ll)})")  # fmt: skip
+    log(
+        f"  --json list, module entries             {lm:6.2f} s; literal lists ({files} paths) {ll:.2f} s: "
+        f"{lm / ll:.2f}x (target <= 1.5x: {verdict(lm <= 1.5 * ll)})"
+    )
     log(f"  load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if stale:
         log(f"  warning: stale at the end: {', '.join(stale)}")

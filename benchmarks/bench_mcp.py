@@ -37,8 +37,9 @@ def make_store(folder: Path, n: int) -> None:
         "milestones": [{"name": m.name, "deps": m.deps, "gate": "true"} for m in random_dag(n)],
     }
     (folder / "plan.json").write_text(json.dumps(plan))
-    subprocess.run([sys.executable, "-m", "milepost", "plan", "apply", "plan.json"], cwd=folder, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "milepost", "plan", "apply", "plan.json"], cwd=folder, check=True, capture_output=True
+    )
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -55,12 +55,16 @@ def describe(name: str, result: Any, times: list[float], repeat: int) -> None:
     edges = sum(len(m.get("deps", [])) for m in ms)
     inputs = sum(len(m.get("inputs", [])) for m in ms)
     tests = sum(1 for m in ms if isinstance(m.get("gate"), list))
-    print(f"plan scaffold {name}: {count(result.modules, 'module')} -> {count(len(ms), 'milestone')},"
-          f" {count(edges, 'dep')}, {count(len(result.cycles), 'import cycle')},"
-          f" {count(tests, 'milestone')} with tests, {count(inputs, 'input pattern')}")  # fmt: skip
+    print(
+        f"plan scaffold {name}: {count(result.modules, 'module')} -> {count(len(ms), 'milestone')},"
+        f" {count(edges, 'dep')}, {count(len(result.cycles), 'import cycle')},"
+        f" {count(tests, 'milestone')} with tests, {count(inputs, 'input pattern')}"
+    )
     median = statistics.median(times)
-    print(f"  scaffold (grimp, tests by imports, cycles, inputs, YAML, validation): median {median:.2f} s of {repeat}"
-          "   (target < 2 s)")  # fmt: skip
+    print(
+        f"  scaffold (grimp, tests by imports, cycles, inputs, YAML, validation): median {median:.2f} s of {repeat}"
+        "   (target < 2 s)"
+    )
 
 
 def main() -> None:
@@ -90,8 +94,10 @@ def main() -> None:
             assert len(item.milestones) == len(nx_plan.plan["milestones"])
             svc.close()
         size = len(nx_plan.text) // 1024
-        print(f"  the networkx plan ({size} KiB of YAML): parse_plan median {statistics.median(parse):.2f} s,"
-              f" apply to a fresh SQLite store {statistics.median(apply):.2f} s")  # fmt: skip
+        print(
+            f"  the networkx plan ({size} KiB of YAML): parse_plan median {statistics.median(parse):.2f} s,"
+            f" apply to a fresh SQLite store {statistics.median(apply):.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,9 @@ def env_for(checkout: Path | None) -> dict[str, str]:
 
 
 def milepost(ws: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "milepost", *args], cwd=ws, env=env or env_for(None),
-                          capture_output=True, text=True)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "milepost", *args], cwd=ws, env=env or env_for(None), capture_output=True, text=True
+    )
 
 
 def must(p: subprocess.CompletedProcess[str]) -> str:
@@ -68,8 +69,13 @@ def drive(ws: Path, item: int, env: dict[str, str]) -> tuple[float, float]:
     stamp = ws / "started"
     stamp.unlink(missing_ok=True)
     t0 = time.time()
-    p = subprocess.run([sys.executable, "-m", "milepost", "drive", "--item", str(item)], cwd=ws, env=env,
-                       capture_output=True, text=True)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "milepost", "drive", "--item", str(item)],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     end = time.time() - t0
     must(p)
     return float(stamp.read_text()) - t0, end
@@ -99,8 +105,10 @@ def main() -> None:
         must(milepost(ws, "init"))
         t0 = time.time()
         first, end = drive(ws, new_item(ws, 0), versions["this"])
-        print(f"first drive (starts the workspace's server in the background): first gate {first:.2f} s,"
-              f" whole {end:.2f} s ({time.time() - t0:.1f} s)")  # fmt: skip
+        print(
+            f"first drive (starts the workspace's server in the background): first gate {first:.2f} s,"
+            f" whole {end:.2f} s ({time.time() - t0:.1f} s)"
+        )
         gate: dict[str, list[float]] = {v: [] for v in versions}
         ends: dict[str, list[float]] = {v: [] for v in versions}
         imports: list[float] = []
@@ -117,10 +125,14 @@ def main() -> None:
         for name in versions:
             g, e = statistics.median(gate[name]), statistics.median(ends[name])
             verdict = "met" if g <= TARGET else "NOT met"
-            print(f"  {name:9s} first gate {g:5.2f} s (min {min(gate[name]):.2f}, max {max(gate[name]):.2f};"
-                  f" target {TARGET} s: {verdict}), whole drive {e:5.2f} s")  # fmt: skip
-        print(f"  for scale: python -c 'import prefect' {statistics.median(imports):.2f} s,"
-              f" milepost --json next {statistics.median(nexts):.2f} s")  # fmt: skip
+            print(
+                f"  {name:9s} first gate {g:5.2f} s (min {min(gate[name]):.2f}, max {max(gate[name]):.2f};"
+                f" target {TARGET} s: {verdict}), whole drive {e:5.2f} s"
+            )
+        print(
+            f"  for scale: python -c 'import prefect' {statistics.median(imports):.2f} s,"
+            f" milepost --json next {statistics.median(nexts):.2f} s"
+        )
     finally:
         milepost(ws, "server", "stop")
         shutil.rmtree(ws, ignore_errors=True)

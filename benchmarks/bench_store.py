@@ -113,8 +113,11 @@ def transitions(svc: Service, sizes: list[int], samples: int, db: Path) -> dict[
             dones.append(t2 - t1)
             plains.append(t3 - t2)
         out[n] = (ms(starts), ms(dones), ms(plains))
-        print(f"  {n:>7} milestones   start {ms(starts):6.3f}   done {ms(dones):6.3f}   plain {ms(plains):6.3f}"
-              f"   start / plain {ms(starts) / ms(plains):5.1f}x   ({samples} each)", flush=True)  # fmt: skip
+        print(
+            f"  {n:>7} milestones   start {ms(starts):6.3f}   done {ms(dones):6.3f}   plain {ms(plains):6.3f}"
+            f"   start / plain {ms(starts) / ms(plains):5.1f}x   ({samples} each)",
+            flush=True,
+        )
     con.close()
     return out
 

@@ -136,8 +136,11 @@ def main() -> None:
     subprocess.run([*mp, "init"], cwd=server_ws, env=env, check=True, capture_output=True)
     try:
         print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
-        info = json.loads(subprocess.run([*mp, "--json", "server", "start"], cwd=server_ws, env=env, check=True,
-                                         capture_output=True, text=True).stdout)  # fmt: skip
+        info = json.loads(
+            subprocess.run(
+                [*mp, "--json", "server", "start"], cwd=server_ws, env=env, check=True, capture_output=True, text=True
+            ).stdout
+        )
         env_mp = {**env, "PREFECT_API_URL": info["api_url"]}
         for par in (int(x) for x in args.parallel.split(",")):
             figures: dict[str, dict[str, list[tuple[float, float]]]] = {
@@ -150,8 +153,9 @@ def main() -> None:
                     if tool == "milepost":
                         subprocess.run([*mp, "init"], cwd=ws, env=env, check=True, capture_output=True)
                         (ws / "plan.yaml").write_text(plan_yaml())
-                        subprocess.run([*mp, "plan", "apply", "plan.yaml"], cwd=ws, env=env, check=True,
-                                       capture_output=True)  # fmt: skip
+                        subprocess.run(
+                            [*mp, "plan", "apply", "plan.yaml"], cwd=ws, env=env, check=True, capture_output=True
+                        )
                         cmd = [*mp, "drive", "--max-parallel", str(par)]
                     else:
                         (ws / "dodo.py").write_text(dodo_py())
@@ -170,8 +174,11 @@ def main() -> None:
                 for tool in ("milepost", "doit"):
                     fixed = statistics.median(f for f, _ in figures[tool][k]) if k != "none" else 0.0
                     whole = statistics.median(e for _, e in figures[tool][k])
-                    row[tool] = (whole, fixed, statistics.median(e - f for f, e in figures[tool][k]) if k != "none"
-                                 else whole)  # fmt: skip
+                    row[tool] = (
+                        whole,
+                        fixed,
+                        statistics.median(e - f for f, e in figures[tool][k]) if k != "none" else whole,
+                    )
                 line = f"  {what:22s}"
                 for tool in ("milepost", "doit"):
                     whole, fixed, rest = row[tool]

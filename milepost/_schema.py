@@ -68,10 +68,18 @@ def _id() -> Column[int]:
     return Column("id", Integer, primary_key=True)
 
 
-def _fk(name: str, target: str, *, ondelete: str | None = "CASCADE", index: bool = False,
-        nullable: bool = False, primary_key: bool = False) -> Column[int]:  # fmt: skip
-    return Column(name, Integer, ForeignKey(target, ondelete=ondelete), index=index, nullable=nullable,
-                  primary_key=primary_key)  # fmt: skip
+def _fk(
+    name: str,
+    target: str,
+    *,
+    ondelete: str | None = "CASCADE",
+    index: bool = False,
+    nullable: bool = False,
+    primary_key: bool = False,
+) -> Column[int]:
+    return Column(
+        name, Integer, ForeignKey(target, ondelete=ondelete), index=index, nullable=nullable, primary_key=primary_key
+    )
 
 
 ITEMS = Table(

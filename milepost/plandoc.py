@@ -18,8 +18,21 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-__all__ = ["MAX_ALIAS_NODES", "TYPED_FIRST", "DuplicateKey", "Loc", "Problem", "build", "compose", "duplicate_line",
-           "json_lines", "line_map", "no_duplicates", "plain_scalar", "yaml_problem"]  # fmt: skip
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "TYPED_FIRST",
+    "DuplicateKey",
+    "Loc",
+    "Problem",
+    "build",
+    "compose",
+    "duplicate_line",
+    "json_lines",
+    "line_map",
+    "no_duplicates",
+    "plain_scalar",
+    "yaml_problem",
+]
 
 # Aliases may add at most this many nodes to a document (a shared gate list
 # in each of 100,000 milestones fits; a "billion laughs" does not).

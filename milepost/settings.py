@@ -37,8 +37,9 @@ MAX_WAIT = 3600.0
 
 def _wait(default: float, description: str, *, positive: bool = False) -> Any:
     """A fault bound in seconds: at least 0 (above 0 when ``positive``), at most :data:`MAX_WAIT`."""
-    return Field(default=default, gt=0 if positive else None, ge=None if positive else 0, le=MAX_WAIT,
-                 description=description)  # fmt: skip
+    return Field(
+        default=default, gt=0 if positive else None, ge=None if positive else 0, le=MAX_WAIT, description=description
+    )
 
 
 class Settings(BaseModel):

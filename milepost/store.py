@@ -68,8 +68,9 @@ class Store:
     store's identity, written when it was created: the evidence on disk is
     filed under it, so two stores never mix their logs."""
 
-    def __init__(self, url: str, home: Path, root: Path, *, busy_timeout: float | None = None,
-                 retry_for: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, url: str, home: Path, root: Path, *, busy_timeout: float | None = None, retry_for: float | None = None
+    ) -> None:
         if busy_timeout is None or retry_for is None:
             from milepost.settings import load_settings
 

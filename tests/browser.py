@@ -24,9 +24,16 @@ from typing import Any
 from websockets.sync.client import ClientConnection, connect
 
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 
 def chromium_path() -> str | None:
@@ -107,10 +114,17 @@ def browser(width: int = 1500, height: int = 950) -> Iterator[Page]:
     port = _free_port()
     profile = tempfile.mkdtemp(prefix="milepost-chromium-")
     proc = subprocess.Popen(
-        [exe, *FLAGS, f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
-         f"--window-size={width},{height}", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            exe,
+            *FLAGS,
+            f"--remote-debugging-port={port}",
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         targets: list[dict[str, Any]] = []
@@ -128,8 +142,9 @@ def browser(width: int = 1500, height: int = 950) -> Iterator[Page]:
             page = Page(ws)
             page.send("Page.enable")
             page.send("Runtime.enable")
-            page.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                      mobile=False)  # fmt: skip
+            page.send(
+                "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False
+            )
             yield page
     finally:
         proc.terminate()

@@ -190,8 +190,14 @@ class InProcessCLI(CLI):
         return r
 
 
-def wait_until(check: Callable[[], object], timeout: float = 30, what: str = "the condition", *,
-               step: float = 0.05, output: Callable[[], str] | None = None) -> float:  # fmt: skip
+def wait_until(
+    check: Callable[[], object],
+    timeout: float = 30,
+    what: str = "the condition",
+    *,
+    step: float = 0.05,
+    output: Callable[[], str] | None = None,
+) -> float:
     """Poll ``check`` every ``step`` seconds until it holds; the seconds it
     took. Fails after ``timeout`` naming ``what``; ``output`` (called on
     every poll, and free to fail itself, e.g. when a process it watches has
@@ -357,8 +363,12 @@ class PgCluster:
 
     def _ctl(self, *args: str, check: bool = True) -> None:
         # Not captured: a server it starts would hold the pipe open (its output goes to the -l log).
-        subprocess.run([*self.run_as, str(self.bindir / "pg_ctl"), "-D", str(self.data), *args], check=check,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [*self.run_as, str(self.bindir / "pg_ctl"), "-D", str(self.data), *args],
+            check=check,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     @property
     def _server_args(self) -> list[str]:

@@ -334,13 +334,43 @@ def test_version_and_help(bare_cli: CLI) -> None:
     rows = h.out.split("Commands:", 1)[1].splitlines()
     listed = {line.split()[0] for line in rows if line.startswith("  ") and not line.startswith("   ")}
     assert listed == {
-        "add", "approve", "confirm", "deploy", "done", "drive", "graph", "history", "init", "inputs", "item", "list",
-        "lock", "log", "mcp", "needs-fix", "next", "plan", "prime", "ref", "reject", "remove", "reset", "runs",
-        "serve", "server", "start", "tick", "unlock", "verify",
-    }  # fmt: skip
-    groups = {"item": {"cancel", "complete", "create", "list", "pick", "show", "update", "wait", "wake"},
-              "plan": {"apply", "cycles", "export", "scaffold", "schema"}, "ref": {"add", "list"},
-              "server": {"start", "status", "stop"}}  # fmt: skip
+        "add",
+        "approve",
+        "confirm",
+        "deploy",
+        "done",
+        "drive",
+        "graph",
+        "history",
+        "init",
+        "inputs",
+        "item",
+        "list",
+        "lock",
+        "log",
+        "mcp",
+        "needs-fix",
+        "next",
+        "plan",
+        "prime",
+        "ref",
+        "reject",
+        "remove",
+        "reset",
+        "runs",
+        "serve",
+        "server",
+        "start",
+        "tick",
+        "unlock",
+        "verify",
+    }
+    groups = {
+        "item": {"cancel", "complete", "create", "list", "pick", "show", "update", "wait", "wake"},
+        "plan": {"apply", "cycles", "export", "scaffold", "schema"},
+        "ref": {"add", "list"},
+        "server": {"start", "status", "stop"},
+    }
     for group, subs in groups.items():
         sub = bare_cli(group, "--help").out.split("Commands:", 1)[1].splitlines()
         assert {line.split()[0] for line in sub if line.startswith("  ") and not line.startswith("   ")} == subs

@@ -17,9 +17,22 @@ from tests.conftest import CLI
 
 # Commands that act on no existing work item: they make one, or none at all.
 NO_ITEM = {
-    "init", "item create", "item list", "item wake", "plan apply", "plan scaffold", "plan cycles", "plan schema",
-    "tick", "serve", "deploy", "server start", "server stop", "server status", "mcp",
-}  # fmt: skip
+    "init",
+    "item create",
+    "item list",
+    "item wake",
+    "plan apply",
+    "plan scaffold",
+    "plan cycles",
+    "plan schema",
+    "tick",
+    "serve",
+    "deploy",
+    "server start",
+    "server stop",
+    "server status",
+    "mcp",
+}
 GLOBAL = {"--db", "--agent", "--json", "--operator", "--debug", "--help", "--version"}
 
 

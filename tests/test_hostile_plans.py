@@ -19,9 +19,25 @@ __all__ = ["template"]  # the workspace fixture this module copies
 
 
 KEYS = [
-    "objective", "milestones", "defaults", "plan_status", "name", "deps", "gate", "retries", "timeout",
-    "acceptance", "review", "fix", "retry_delay", "hypothesis", "run", "env", "cwd", "x",
-]  # fmt: skip
+    "objective",
+    "milestones",
+    "defaults",
+    "plan_status",
+    "name",
+    "deps",
+    "gate",
+    "retries",
+    "timeout",
+    "acceptance",
+    "review",
+    "fix",
+    "retry_delay",
+    "hypothesis",
+    "run",
+    "env",
+    "cwd",
+    "x",
+]
 scalars = (
     st.none()
     | st.booleans()

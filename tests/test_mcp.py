@@ -203,9 +203,20 @@ def test_prime_and_plan_schema_from_the_cli(refactor: Path) -> None:
     milestone = schema["$defs"]["PlanMilestone"]["properties"]
     assert "retry budget" in milestone["retries"]["description"]
     assert set(milestone) == {
-        "name", "deps", "acceptance", "gate", "retries", "timeout", "review", "fix", "retry_delay", "hypothesis",
-        "inputs", "cache", "flaky",
-    }  # fmt: skip
+        "name",
+        "deps",
+        "acceptance",
+        "gate",
+        "retries",
+        "timeout",
+        "review",
+        "fix",
+        "retry_delay",
+        "hypothesis",
+        "inputs",
+        "cache",
+        "flaky",
+    }
     assert "gitignore-style" in milestone["inputs"]["description"]
     assert "inputs" in schema["$defs"]["PlanDefaults"]["properties"]
 

@@ -82,10 +82,17 @@ async def afn():
     assert found is not None
     kinds = {(s.module or "") + ",".join(s.names): s.kind for s in found}
     assert kinds == {
-        "a": MODULE_LEVEL, "typingTYPE_CHECKING": MODULE_LEVEL, "b": TYPE_CHECKING, "c": MODULE_LEVEL,
-        "d": MODULE_LEVEL, "e": MODULE_LEVEL, "f": MODULE_LEVEL, "g": MODULE_LEVEL, "h": IN_FUNCTION,
+        "a": MODULE_LEVEL,
+        "typingTYPE_CHECKING": MODULE_LEVEL,
+        "b": TYPE_CHECKING,
+        "c": MODULE_LEVEL,
+        "d": MODULE_LEVEL,
+        "e": MODULE_LEVEL,
+        "f": MODULE_LEVEL,
+        "g": MODULE_LEVEL,
+        "h": IN_FUNCTION,
         "i": IN_FUNCTION,
-    }  # fmt: skip
+    }
     assert parse_imports(b"def (:") is None
 
 
@@ -96,39 +103,54 @@ def test_a_module_entry_is_the_module_and_what_it_imports_at_run_time(pkg: Path)
     assert files_of(pkg, "module:shop.typed") == ["src/shop/__init__.py", "src/shop/typed.py"]
     # An import inside a function runs when it is called: an input (and what it imports).
     assert files_of(pkg, "module:shop.lazy") == [
-        "src/shop/__init__.py", "src/shop/cart.py", "src/shop/lazy.py", "src/shop/prices.py"
-    ]  # fmt: skip
+        "src/shop/__init__.py",
+        "src/shop/cart.py",
+        "src/shop/lazy.py",
+        "src/shop/prices.py",
+    ]
     # The enclosing package's __init__ counts as content; its own imports are not followed.
     assert files_of(pkg, "module:shop.uses_pkg") == [
-        "src/shop/__init__.py", "src/shop/prices.py", "src/shop/uses_pkg.py"
-    ]  # fmt: skip
+        "src/shop/__init__.py",
+        "src/shop/prices.py",
+        "src/shop/uses_pkg.py",
+    ]
     # The file form names the same module.
     assert files_of(pkg, "module:src/shop/cart.py") == files_of(pkg, "module:shop.cart")
 
 
 def test_a_test_file_entry_reads_its_conftest_and_follows_the_package_it_imports(pkg: Path) -> None:
     assert files_of(pkg, "module:tests/test_cart.py") == [
-        "src/shop/__init__.py", "src/shop/cart.py", "src/shop/prices.py",
-        "tests/conftest.py", "tests/helpers.py", "tests/test_cart.py",
-    ]  # fmt: skip
+        "src/shop/__init__.py",
+        "src/shop/cart.py",
+        "src/shop/prices.py",
+        "tests/conftest.py",
+        "tests/helpers.py",
+        "tests/test_cart.py",
+    ]
 
 
 def test_relative_imports_inside_a_namespace_package_are_followed(pkg: Path) -> None:
     # src/ns has no __init__.py: ns.mod's 'from . import helper' is ns.helper, and
     # ns.sub.deep's 'from .. import mod' reaches ns.mod through a regular package.
-    write(pkg, {
-        "src/ns/mod.py": "from . import helper\nfrom .helper import X\n",
-        "src/ns/helper.py": "X = 1\n",
-        "src/ns/sub/__init__.py": "",
-        "src/ns/sub/deep.py": "from .. import mod\n",
-        "tools/ns2/run.py": "from . import util\n",
-        "tools/ns2/util.py": "",
-    })  # fmt: skip
+    write(
+        pkg,
+        {
+            "src/ns/mod.py": "from . import helper\nfrom .helper import X\n",
+            "src/ns/helper.py": "X = 1\n",
+            "src/ns/sub/__init__.py": "",
+            "src/ns/sub/deep.py": "from .. import mod\n",
+            "tools/ns2/run.py": "from . import util\n",
+            "tools/ns2/util.py": "",
+        },
+    )
     assert files_of(pkg, "module:ns.mod") == ["src/ns/helper.py", "src/ns/mod.py"]
     assert files_of(pkg, "module:src/ns/mod.py") == files_of(pkg, "module:ns.mod")
     assert files_of(pkg, "module:ns.sub.deep") == [
-        "src/ns/helper.py", "src/ns/mod.py", "src/ns/sub/__init__.py", "src/ns/sub/deep.py"
-    ]  # fmt: skip
+        "src/ns/helper.py",
+        "src/ns/mod.py",
+        "src/ns/sub/__init__.py",
+        "src/ns/sub/deep.py",
+    ]
     # A namespace package at the workspace root, named by its file.
     assert files_of(pkg, "module:tools/ns2/run.py") == ["tools/ns2/run.py", "tools/ns2/util.py"]
 
@@ -223,8 +245,11 @@ def test_a_new_imported_module_that_breaks_makes_every_importer_stale(proven: Se
     write(pkg, {"src/shop/prices.py": PACKAGE["src/shop/prices.py"] + "import shop.orphan\n"})
     by = {v.name: v for v in proven.milestone_views()[1]}
     assert {n: v.view for n, v in by.items()} == {
-        "prices": "stale", "cart": "stale", "typed": "done", "everything": "stale"
-    }  # fmt: skip
+        "prices": "stale",
+        "cart": "stale",
+        "typed": "done",
+        "everything": "stale",
+    }
     assert by["cart"].stale is not None
     assert by["cart"].stale.changed == ["src/shop/orphan.py", "src/shop/prices.py"]
     # A same-size edit: content decides, not size or time.

@@ -15,8 +15,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DIRS = ["flows", "gates", "milepost/service"]
-MUTATORS = {"append", "extend", "insert", "pop", "popitem", "remove", "discard", "add", "clear", "update",
-            "setdefault", "__setitem__", "__delitem__"}  # fmt: skip
+MUTATORS = {
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "popitem",
+    "remove",
+    "discard",
+    "add",
+    "clear",
+    "update",
+    "setdefault",
+    "__setitem__",
+    "__delitem__",
+}
 CONTAINERS = (ast.Dict, ast.Set, ast.List, ast.DictComp, ast.SetComp, ast.ListComp)
 CONSTRUCTORS = {"dict", "set", "list", "defaultdict", "OrderedDict", "deque", "Counter"}
 

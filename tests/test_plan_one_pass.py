@@ -37,8 +37,13 @@ def test_fields_unknown_deps_duplicates_and_cycles_come_in_one_error(cli: CLI, w
     assert "milestone 'd': unknown field 'bogus'" in segments[4]
     j = cli("--json", "plan", "apply", "p.yaml")
     kinds = [p["field"] for p in j.data["error"]["problems"]]
-    assert kinds == ["milestones.0.deps.0", "milestones.0.retries", "milestones.1.deps.1", "milestones.3.name",
-                     "milestones.4.bogus"]  # fmt: skip
+    assert kinds == [
+        "milestones.0.deps.0",
+        "milestones.0.retries",
+        "milestones.1.deps.1",
+        "milestones.3.name",
+        "milestones.4.bogus",
+    ]
     assert cli("--json", "item", "list").data["items"] == []  # nothing was created
 
 

@@ -89,8 +89,11 @@ def test_names_deps_and_duplicates_reported_together_at_their_lines() -> None:
     assert len(segments) == 4
     assert e.kind == "invalid_name"  # the first problem's kind, as a lone problem would be
     assert [p["field"] for p in e.details["problems"]] == [
-        "milestones.1.name", "milestones.2.deps.1", "milestones.3.name", "milestones.4.gate.0.name",
-    ]  # fmt: skip
+        "milestones.1.name",
+        "milestones.2.deps.1",
+        "milestones.3.name",
+        "milestones.4.gate.0.name",
+    ]
 
 
 def test_a_cycle_alone_is_still_reported_as_a_path() -> None:

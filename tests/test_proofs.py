@@ -128,8 +128,10 @@ def test_verify_reruns_exactly_the_stale_ones_and_nothing_when_nothing_is_stale(
     # A passing re-proof spends no budget; its runs are attempts like any other.
     item = svc.get_item()
     assert [(m.name, m.status, m.attempts) for m in item.milestones] == [
-        ("leaf", S.DONE, 1), ("user", S.DONE, 1), ("ship", S.DONE, 1)
-    ]  # fmt: skip
+        ("leaf", S.DONE, 1),
+        ("user", S.DONE, 1),
+        ("ship", S.DONE, 1),
+    ]
     assert [x.attempt for x in svc.runs("leaf")] == [1, 2]
     assert views(svc) == {"leaf": "done", "user": "done", "ship": "done"}
     # --all re-runs every done gate, stale or not; never from the cache.
@@ -157,8 +159,10 @@ def test_a_failing_reproof_is_the_second_verification_and_a_fix_is_proven_by_ver
     assert runs_of(ledger)[3:] == ["leaf"]  # one execution per change
     item = svc.get_item()
     assert [(m.name, m.status, m.attempts) for m in item.milestones] == [
-        ("leaf", S.NEEDS_FIX, 1), ("user", S.PENDING, 0), ("ship", S.PENDING, 0)
-    ]  # fmt: skip
+        ("leaf", S.NEEDS_FIX, 1),
+        ("user", S.PENDING, 0),
+        ("ship", S.PENDING, 0),
+    ]
     # (the failing re-proof is the first attempt of a fresh budget: the work is open again)
     assert views(svc) == {"leaf": "needs_fix", "user": "blocked", "ship": "blocked"}
     # Its inputs did not change since it failed: not retried blindly, and CI stays red.

@@ -18,8 +18,19 @@ def proven(cli: CLI, workspace: Path) -> CLI:
     (workspace / "src/b.py").write_text("ok = 2\n")
     cli("item", "create", "inputs by hand", check=True)
     cli("add", "a", "--gate", "grep -q ok src/a.py", "--inputs", "src/a.py", check=True)
-    cli("add", "b", "--deps", "a", "--gate", "grep -q ok src/b.py", "--inputs", "src/b.py,src/a.py",
-        "--inputs", "./README", check=True)  # fmt: skip
+    cli(
+        "add",
+        "b",
+        "--deps",
+        "a",
+        "--gate",
+        "grep -q ok src/b.py",
+        "--inputs",
+        "src/b.py,src/a.py",
+        "--inputs",
+        "./README",
+        check=True,
+    )
     for n in ("a", "b"):
         cli("start", n, check=True)
         cli("done", n, check=True)
@@ -59,8 +70,10 @@ def test_list_shows_inputs_and_the_stale_view(proven: CLI, workspace: Path) -> N
     shown = {m["name"]: m for m in proven.json("list")["milestones"]}
     assert (shown["a"]["view"], shown["b"]["view"]) == ("stale", "stale")
     assert shown["b"]["stale"] == {
-        "changed": ["src/a.py"], "changed_count": 1, "reason": "changed since proven: src/a.py"
-    }  # fmt: skip
+        "changed": ["src/a.py"],
+        "changed_count": 1,
+        "reason": "changed since proven: src/a.py",
+    }
     table = proven("list").out
     assert "stale" in table and "changed since proven: src/a.py" in table and "src/b.py +2" in table
     assert "stale" in proven("graph").out and '"view": "stale"' in proven("graph", "--format", "json").out

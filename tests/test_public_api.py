@@ -107,8 +107,15 @@ def test_the_layer_order_is_stated_where_people_read_it() -> None:
     layers = _contracts()["layers"]
     order = layers["name"]
     assert [layer.split(" : ")[0] for layer in layers["layers"]] == [
-        "__main__", "flows", "present", "service", "store", "errors", "gates", "graph",
-    ]  # fmt: skip
+        "__main__",
+        "flows",
+        "present",
+        "service",
+        "store",
+        "errors",
+        "gates",
+        "graph",
+    ]
     assert order.startswith("graph < gates < store and service < presentation < flows")
     for text in ((ROOT / "README.md").read_text(), (ROOT / "docs/architecture.md").read_text(), milepost.__doc__):
         assert order in " ".join((text or "").split()), order
@@ -144,8 +151,13 @@ def test_no_module_is_over_450_lines() -> None:
 def test_no_tracked_file_is_ignored() -> None:
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
-    p = subprocess.run(["git", "ls-files", "--cached", "--ignored", "--exclude-standard"], cwd=ROOT,
-                       capture_output=True, text=True, check=True)  # fmt: skip
+    p = subprocess.run(
+        ["git", "ls-files", "--cached", "--ignored", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert p.stdout == ""
 
 

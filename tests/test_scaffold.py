@@ -71,10 +71,20 @@ def example(tmp_path: Path) -> CLI:
 
 def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> None:
     r = example(
-        "plan", "scaffold", "kv", "--path", "src",
-        "--gate", "python3 -m compileall -q {path}", "--gate", "python3 -m unittest -q {tests}",
-        "--final", "all-tests", "--final-gate", "python3 -m unittest discover -q -s tests -t .",
-    )  # fmt: skip
+        "plan",
+        "scaffold",
+        "kv",
+        "--path",
+        "src",
+        "--gate",
+        "python3 -m compileall -q {path}",
+        "--gate",
+        "python3 -m unittest -q {tests}",
+        "--final",
+        "all-tests",
+        "--final-gate",
+        "python3 -m unittest discover -q -s tests -t .",
+    )
     assert r.code == 0, r.err
     assert r.out.startswith("# scaffolded by `milepost plan scaffold kv`") and "# import cycles: none" in r.out
     assert "(5 modules of kv, read from src/kv)" in r.out.splitlines()[0]
@@ -85,9 +95,13 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
     assert names == ["kv", "kv.interfaces", "kv.mod_a", "kv.mod_b", "kv.mod_c", "all-tests"]  # leaves first
     deps = {m["name"]: m.get("deps", []) for m in plan["milestones"]}
     assert deps == {
-        "kv": [], "kv.interfaces": [], "kv.mod_a": ["kv.interfaces"], "kv.mod_b": ["kv.interfaces"],
-        "kv.mod_c": ["kv.interfaces", "kv.mod_b"], "all-tests": ["kv", "kv.mod_a", "kv.mod_c"],
-    }  # fmt: skip
+        "kv": [],
+        "kv.interfaces": [],
+        "kv.mod_a": ["kv.interfaces"],
+        "kv.mod_b": ["kv.interfaces"],
+        "kv.mod_c": ["kv.interfaces", "kv.mod_b"],
+        "all-tests": ["kv", "kv.mod_a", "kv.mod_c"],
+    }
     ms = by_name(plan)
     # A test named after a module tests that module (test_mod_c imports kv.mod_b too: not kv.mod_b's test).
     assert ms["kv.mod_b"]["gate"] == [
@@ -120,9 +134,18 @@ def test_a_re_proof_after_an_edit_compiles_only_the_modules_it_reaches(example: 
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
     compile_gate = f"echo {{path}} >> {ledger} && python3 -m compileall -q {{path}}"
     example(
-        "plan", "scaffold", "kv", "--path", "src", "--gate", compile_gate,
-        "--gate", "python3 -m unittest -q {tests}", "--apply", check=True,
-    )  # fmt: skip
+        "plan",
+        "scaffold",
+        "kv",
+        "--path",
+        "src",
+        "--gate",
+        compile_gate,
+        "--gate",
+        "python3 -m unittest -q {tests}",
+        "--apply",
+        check=True,
+    )
     example("item", "update", "1", "--plan-status", "ready", check=True)
     for name in ["kv", "kv.interfaces", "kv.mod_a", "kv.mod_b", "kv.mod_c"]:
         example("start", name, check=True)
@@ -153,15 +176,27 @@ def test_a_re_proof_after_an_edit_compiles_only_the_modules_it_reaches(example: 
 
 def test_the_final_gate_defaults_to_the_modules_test_command_over_every_test_file(example: CLI) -> None:
     r = example(
-        "plan", "scaffold", "kv", "--path", "src", "--gate", "python3 -m compileall -q {path}",
-        "--gate", "python3 -m unittest -q {tests}", "--final", "all-tests",
-    )  # fmt: skip
+        "plan",
+        "scaffold",
+        "kv",
+        "--path",
+        "src",
+        "--gate",
+        "python3 -m compileall -q {path}",
+        "--gate",
+        "python3 -m unittest -q {tests}",
+        "--final",
+        "all-tests",
+    )
     assert r.code == 0, r.err
     final = by_name(plan_of(r.out))["all-tests"]
-    assert final["gate"] == [{
-        "name": "unittest", "run": "python3 -m unittest -q {file}",
-        "each": ["tests/test_mod_a.py", "tests/test_mod_b.py", "tests/test_mod_c.py"],
-    }]  # fmt: skip
+    assert final["gate"] == [
+        {
+            "name": "unittest",
+            "run": "python3 -m unittest -q {file}",
+            "each": ["tests/test_mod_a.py", "tests/test_mod_b.py", "tests/test_mod_c.py"],
+        }
+    ]
     assert "differs from the modules'" not in r.err  # the same units: nothing to note
     # No --gate with {tests}: the final milestone has no gate (as before).
     bare = example("plan", "scaffold", "kv", "--path", "src", "--final", "all-tests")
@@ -203,22 +238,41 @@ def test_apply_creates_the_item_at_once(example: CLI) -> None:
 def test_editing_a_leaf_makes_exactly_it_and_its_importers_stale(tmp_path: Path) -> None:
     """Issue 16, item 8: the scaffolded inputs bind each proof to its module,
     what it imports (transitively) and its tests."""
-    make_package(tmp_path, "app", {
-        "": "",
-        "leaf": "X = 1\n",
-        "mid": "from app.leaf import X\n",
-        "top": "from app import mid\n",
-        "other": "Y = 2\n",
-    })  # fmt: skip
-    write(tmp_path, {
-        "tests/test_mid.py": "from app.mid import X\n\ndef test_x():\n    assert X == 1\n",
-        "tests/test_other.py": "from app import other\n\ndef test_y():\n    assert other.Y == 2\n",
-        "tests/conftest.py": "",
-    })  # fmt: skip
+    make_package(
+        tmp_path,
+        "app",
+        {
+            "": "",
+            "leaf": "X = 1\n",
+            "mid": "from app.leaf import X\n",
+            "top": "from app import mid\n",
+            "other": "Y = 2\n",
+        },
+    )
+    write(
+        tmp_path,
+        {
+            "tests/test_mid.py": "from app.mid import X\n\ndef test_x():\n    assert X == 1\n",
+            "tests/test_other.py": "from app import other\n\ndef test_y():\n    assert other.Y == 2\n",
+            "tests/conftest.py": "",
+        },
+    )
     cli = InProcessCLI(tmp_path)
     cli("init", check=True)
-    cli("plan", "scaffold", "app", "--path", "src", "--gate", "python3 -m compileall -q {path}",
-        "--gate", "python3 -m compileall -q {tests}", "-o", "plan.yaml", check=True)  # fmt: skip
+    cli(
+        "plan",
+        "scaffold",
+        "app",
+        "--path",
+        "src",
+        "--gate",
+        "python3 -m compileall -q {path}",
+        "--gate",
+        "python3 -m compileall -q {tests}",
+        "-o",
+        "plan.yaml",
+        check=True,
+    )
     plan = plan_of((tmp_path / "plan.yaml").read_text())
     ms = by_name(plan)
     assert ms["app.top"]["inputs"] == ["module:app.top"]
@@ -241,19 +295,25 @@ def test_editing_a_leaf_makes_exactly_it_and_its_importers_stale(tmp_path: Path)
 
 
 def test_level_package_groups_modules_by_package(tmp_path: Path) -> None:
-    make_package(tmp_path, "app", {
-        "": "",
-        "core.models": "",
-        "core.rules": "from app.core import models\n",
-        "web.views": "from app.core.rules import x\n",
-        "web.urls": "from app.web import views\n",
-        "cli": "from app.web import urls\n",
-    })  # fmt: skip
+    make_package(
+        tmp_path,
+        "app",
+        {
+            "": "",
+            "core.models": "",
+            "core.rules": "from app.core import models\n",
+            "web.views": "from app.core.rules import x\n",
+            "web.urls": "from app.web import views\n",
+            "cli": "from app.web import urls\n",
+        },
+    )
     r = InProcessCLI(tmp_path)("plan", "scaffold", "app", "--path", "src", "--level", "package", check=True)
     plan = plan_of(r.out)
     assert {m["name"]: m.get("deps", []) for m in plan["milestones"]} == {
-        "app.core": [], "app.web": ["app.core"], "app": ["app.web"],
-    }  # fmt: skip
+        "app.core": [],
+        "app.web": ["app.core"],
+        "app": ["app.web"],
+    }
     assert plan["objective"] == "Refactor app package by package, leaves first (3 packages)"
     gate = by_name(plan)["app.core"]["gate"]
     assert gate == "python3 -m compileall -q src/app/core"
@@ -288,10 +348,13 @@ def test_affected_by_keeps_changed_modules_and_their_importers(tmp_path: Path) -
 
 def test_affected_by_counts_untracked_modules_and_test_only_changes(tmp_path: Path) -> None:
     make_package(tmp_path, "shop", SHOP)
-    write(tmp_path, {
-        "tests/test_tax.py": "from shop.tax import x\n\ndef test_tax():\n    pass\n",
-        "tests/test_users.py": "from shop import users\n\ndef test_users():\n    pass\n",
-    })  # fmt: skip
+    write(
+        tmp_path,
+        {
+            "tests/test_tax.py": "from shop.tax import x\n\ndef test_tax():\n    pass\n",
+            "tests/test_users.py": "from shop import users\n\ndef test_users():\n    pass\n",
+        },
+    )
     commit_all(tmp_path)
     cli = InProcessCLI(tmp_path)
     args = ["plan", "scaffold", "shop", "--path", "src", "--gate", "pytest -q {tests}", "--affected-by", "HEAD"]
@@ -309,28 +372,45 @@ def test_affected_by_counts_untracked_modules_and_test_only_changes(tmp_path: Pa
 
 def test_affected_by_outside_git_is_one_line(tmp_path: Path) -> None:
     make_package(tmp_path, "shop", SHOP)
-    r = InProcessCLI(tmp_path)("plan", "scaffold", "shop", "--path", "src", "--affected-by", "HEAD",
-                               GIT_CEILING_DIRECTORIES=str(tmp_path.parent))  # fmt: skip
+    r = InProcessCLI(tmp_path)(
+        "plan",
+        "scaffold",
+        "shop",
+        "--path",
+        "src",
+        "--affected-by",
+        "HEAD",
+        GIT_CEILING_DIRECTORIES=str(tmp_path.parent),
+    )
     assert r.code == 2 and r.err.count("\n") == 1, r.err
     assert "is not in a git work tree" in r.err and "usage" not in r.err.lower()
 
 
 def test_tests_are_mapped_by_imports_when_the_tests_folder_is_not_a_package(tmp_path: Path) -> None:
-    make_package(tmp_path, "lib", {
-        "": "from lib.text import shout\nfrom lib.nums import add\n",
-        "text": "def shout(s):\n    return s.upper()\n",
-        "nums": "def add(a, b):\n    return a + b\n",
-        "calc": "from lib.nums import add\n",
-        "lonely": "",
-    })  # fmt: skip
-    write(tmp_path, {
-        "tests/conftest.py": "import pytest\n",
-        "tests/helpers.py": "def check(x):\n    assert x\n",
-        "tests/test_api.py": "import lib\nfrom helpers import check\n\ndef test_shout():\n    check(lib.shout('a'))\n",
-        "tests/test_calc.py": "from lib import calc\n\ndef test_calc():\n    pass\n",
-        "tests/unit/test_lonely.py": "def test_nothing():\n    pass\n",  # imports nothing: the name rule
-        "tests/strategies_test.py": "X = 1\n",  # a test's name, but no test in it
-    })  # fmt: skip
+    make_package(
+        tmp_path,
+        "lib",
+        {
+            "": "from lib.text import shout\nfrom lib.nums import add\n",
+            "text": "def shout(s):\n    return s.upper()\n",
+            "nums": "def add(a, b):\n    return a + b\n",
+            "calc": "from lib.nums import add\n",
+            "lonely": "",
+        },
+    )
+    write(
+        tmp_path,
+        {
+            "tests/conftest.py": "import pytest\n",
+            "tests/helpers.py": "def check(x):\n    assert x\n",
+            "tests/test_api.py": (
+                "import lib\nfrom helpers import check\n\ndef test_shout():\n    check(lib.shout('a'))\n"
+            ),
+            "tests/test_calc.py": "from lib import calc\n\ndef test_calc():\n    pass\n",
+            "tests/unit/test_lonely.py": "def test_nothing():\n    pass\n",  # imports nothing: the name rule
+            "tests/strategies_test.py": "X = 1\n",  # a test's name, but no test in it
+        },
+    )
     data = InProcessCLI(tmp_path).json("plan", "scaffold", "lib", "--path", "src", "--gate", "pytest {tests}")
     ms = by_name(data["plan"])
     gate = {name: units(m.get("gate", "")) for name, m in ms.items()}
@@ -368,8 +448,17 @@ def test_gate_steps_are_named_after_the_tool(template: str, tool: str) -> None:
 
 
 def test_gate_step_names_reach_the_plan(example: CLI) -> None:
-    data = example.json("plan", "scaffold", "kv", "--path", "src", "--gate", "/venv/bin/python -m pytest -q {tests}",
-                        "--gate", "/venv/bin/python -m mypy {path}")  # fmt: skip
+    data = example.json(
+        "plan",
+        "scaffold",
+        "kv",
+        "--path",
+        "src",
+        "--gate",
+        "/venv/bin/python -m pytest -q {tests}",
+        "--gate",
+        "/venv/bin/python -m mypy {path}",
+    )
     gate = by_name(data["plan"])["kv.mod_a"]["gate"]
     assert [g["name"] for g in gate] == ["pytest", "mypy"]
 
@@ -414,16 +503,22 @@ def test_without_path_the_copy_read_is_named(example: CLI) -> None:
 
 
 def test_imports_of_an_enclosing_package_are_not_dependencies_unless_asked(tmp_path: Path) -> None:
-    make_package(tmp_path, "lib", {
-        "": "from lib import one, two\n",  # the package aggregates its modules
-        "one": "",
-        "two": "import lib\n",  # reaches `one` through the package's namespace
-    })  # fmt: skip
+    make_package(
+        tmp_path,
+        "lib",
+        {
+            "": "from lib import one, two\n",  # the package aggregates its modules
+            "one": "",
+            "two": "import lib\n",  # reaches `one` through the package's namespace
+        },
+    )
     cli = InProcessCLI(tmp_path)
     plain = cli.json("plan", "scaffold", "lib", "--path", "src")
     assert {m["name"]: m.get("deps", []) for m in plain["plan"]["milestones"]} == {
-        "lib.one": [], "lib.two": [], "lib": ["lib.one", "lib.two"],
-    }  # fmt: skip
+        "lib.one": [],
+        "lib.two": [],
+        "lib": ["lib.one", "lib.two"],
+    }
     counted = cli.json("plan", "scaffold", "lib", "--path", "src", "--package-imports")
     assert [c["path"] for c in counted["cycles"]] == ["lib -> lib.two -> lib"]
 

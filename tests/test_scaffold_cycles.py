@@ -21,13 +21,17 @@ from tests.test_scaffold_real import checkout
 
 
 def test_an_import_cycle_is_named_after_its_most_imported_module_and_explained(tmp_path: Path) -> None:
-    make_package(tmp_path, "loop", {
-        "": "",
-        "a": "from loop import b\n",
-        "b": "import loop.a\n",
-        "c": "from loop.a import x\n",
-        "leaf": "",
-    })  # fmt: skip
+    make_package(
+        tmp_path,
+        "loop",
+        {
+            "": "",
+            "a": "from loop import b\n",
+            "b": "import loop.a\n",
+            "c": "from loop.a import x\n",
+            "leaf": "",
+        },
+    )
     cli = InProcessCLI(tmp_path)
     r = cli("plan", "scaffold", "loop", "--path", "src")
     assert r.code == 0, r.err
@@ -197,13 +201,17 @@ def test_split_cycles_cuts_only_the_import_time_imports_then_one_milestone_per_m
 
 
 def test_the_cut_milestones_gate_fails_until_the_cycle_is_cut_in_the_files(tmp_path: Path, milepost_bin: Path) -> None:
-    pkg = make_package(tmp_path, "loop", {
-        "": "",
-        "a": "from loop import b\n\ndef f():\n    return b\n",
-        "b": "import loop.a\n",
-        "other": "import loop.more\n",
-        "more": "import loop.other\n",  # a second cycle, not the one the milestone cuts
-    })  # fmt: skip
+    pkg = make_package(
+        tmp_path,
+        "loop",
+        {
+            "": "",
+            "a": "from loop import b\n\ndef f():\n    return b\n",
+            "b": "import loop.a\n",
+            "other": "import loop.more\n",
+            "more": "import loop.other\n",  # a second cycle, not the one the milestone cuts
+        },
+    )
     cli = InProcessCLI(tmp_path)
     cli.extra["PATH"] = f"{milepost_bin}:{cli.env['PATH']}"
     cli("init", check=True)
@@ -240,8 +248,13 @@ def test_plan_cycles_reports_as_json_and_imports_neither_prefect_nor_a_store(tmp
     script = "import sys\nfrom milepost.cli import main\nmain(['plan', 'cycles', 'cyc', '--path', 'src', '--check'])\n"
     p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "import-time cycle remains in cyc: cut src/cyc/model.py:4" in p.stderr
-    q = subprocess.run([sys.executable, "-c", script.replace(", '--check'", "") + "print(sorted(sys.modules))"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    q = subprocess.run(
+        [sys.executable, "-c", script.replace(", '--check'", "") + "print(sorted(sys.modules))"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert q.returncode == 0, q.stderr
     loaded = q.stdout.splitlines()[-1]
     assert "'networkx'" in loaded and "'prefect'" not in loaded and "'sqlalchemy'" not in loaded

@@ -321,8 +321,14 @@ def test_two_processes_give_byte_identical_plans(tmp_path: Path) -> None:
         env = {**os.environ, "PYTHONHASHSEED": seed}
         runs = []
         for args in (["click", "--split-cycles"], ["zict", "--gate", "python3 -m pytest {tests}"]):
-            p = subprocess.run([sys.executable, "-m", "milepost", "plan", "scaffold", *args, "--path", "src"],
-                               cwd=root, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+            p = subprocess.run(
+                [sys.executable, "-m", "milepost", "plan", "scaffold", *args, "--path", "src"],
+                cwd=root,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert p.returncode == 0, p.stderr
             runs.append((p.stdout, p.stderr))
         outs.append(runs)

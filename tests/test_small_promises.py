@@ -74,8 +74,25 @@ def test_a_short_output_is_whole(tmp_path: Path) -> None:
 # -- counts agree in number --------------------------------------------------------------
 
 # (one, many) of every word a count is shown with; a verb agrees the same way.
-FORMS = [(w, w + "s") for w in ("milestone", "file", "command", "unit", "gate run", "ref", "problem", "attempt",
-                                 "item", "module", "row", "line", "test file", "import-time cycle")]  # fmt: skip
+FORMS = [
+    (w, w + "s")
+    for w in (
+        "milestone",
+        "file",
+        "command",
+        "unit",
+        "gate run",
+        "ref",
+        "problem",
+        "attempt",
+        "item",
+        "module",
+        "row",
+        "line",
+        "test file",
+        "import-time cycle",
+    )
+]
 FORMS += [("entry", "entries"), ("depends", "depend")]
 
 
@@ -126,8 +143,19 @@ def test_counts_agree_in_number_in_the_cli_outputs(cli: CLI, workspace: Path) ->
     run("ref", "add", "pr", "https://example.org/pr/1")
     run("item", "show")  # evidence: 1 ref (a gate run adds one)
     work("solo")
-    for cmd in (["list"], ["next"], ["graph"], ["history"], ["item", "show"], ["item", "list"], ["prime"],
-                ["inputs", "solo"], ["runs", "solo"], ["log", "solo"], ["verify"]):  # fmt: skip
+    for cmd in (
+        ["list"],
+        ["next"],
+        ["graph"],
+        ["history"],
+        ["item", "show"],
+        ["item", "list"],
+        ["prime"],
+        ["inputs", "solo"],
+        ["runs", "solo"],
+        ["log", "solo"],
+        ["verify"],
+    ):
         run(*cmd)
     pair = (
         "  - {name: a, inputs: [one.py, two.py], gate: [{name: c1, run: 'true'}, {name: c2, run: 'true'}]}\n"
@@ -147,10 +175,25 @@ def test_counts_agree_in_number_in_the_cli_outputs(cli: CLI, workspace: Path) ->
     run("plan", "apply", _plan(workspace, "bad51.yaml", many), code=2)  # 50 shown, 1 more
     run("plan", "apply", _plan(workspace, "bad52.yaml", many + "  - {name: m51, bogus: 1}\n"), code=2)
     text = "\n".join(said)
-    for shown in ("1 milestone,", "3 milestones,", "1 entry", "2 entries", "evidence: 1 ref (", "evidence: 3 refs (",
-                  "1 file in all", "2 files in all", "2 commands", "a (2 depend on it)", "x (1 depends on it)",
-                  "and 1 more problem\n", "and 2 more problems", "1 proven milestone unchanged",
-                  "2 proven milestones unchanged", "inputs: 1 file,", "inputs: 2 files,"):  # fmt: skip
+    for shown in (
+        "1 milestone,",
+        "3 milestones,",
+        "1 entry",
+        "2 entries",
+        "evidence: 1 ref (",
+        "evidence: 3 refs (",
+        "1 file in all",
+        "2 files in all",
+        "2 commands",
+        "a (2 depend on it)",
+        "x (1 depends on it)",
+        "and 1 more problem\n",
+        "and 2 more problems",
+        "1 proven milestone unchanged",
+        "2 proven milestones unchanged",
+        "inputs: 1 file,",
+        "inputs: 2 files,",
+    ):
         assert shown in text, shown  # the counts were shown at all
     assert disagreements(text) == [], text
 
@@ -178,8 +221,14 @@ def test_counts_agree_in_the_flows_artifacts_and_task_logs(tmp_path: Path) -> No
         log = tmp_path / f"attempt-{n}.log"
         log.write_text("".join(f"line {i}\n" for i in range(2 + n)))
         claim = Claim.model_construct(item=1, pk=1, attempt=1, owner="x", log_path=str(log))
-        spec = GateSpec(claim=claim, commands=[GateCommand(run="true")], cwd=str(tmp_path), env={},
-                        log_path=str(log), stop_file=str(tmp_path / "stop"))  # fmt: skip
+        spec = GateSpec(
+            claim=claim,
+            commands=[GateCommand(run="true")],
+            cwd=str(tmp_path),
+            env={},
+            log_path=str(log),
+            stop_file=str(tmp_path / "stop"),
+        )
         _Watched(spec, Logger(), limit=2).finish(passed=False)
     lines += warned
     assert warned[0].startswith("1 more line not forwarded;") and warned[1].startswith("2 more lines not forwarded;")
@@ -197,8 +246,13 @@ def test_counts_are_worded_by_the_one_helper() -> None:
     root = ROOT
     idiom = re.compile(r"""\{\s*['"]s['"]\s*(?:\*\s*\(|if\s[^}]*(?:[!=]=|>)\s*1\s+else)""")
     found = {}
-    for path in [*root.glob("milepost/*.py"), *root.glob("milepost/[!gf]*/*.py"), *root.glob("graph/*.py"),
-                 *root.glob("gates/*.py"), *root.glob("flows/*.py")]:  # fmt: skip
+    for path in [
+        *root.glob("milepost/*.py"),
+        *root.glob("milepost/[!gf]*/*.py"),
+        *root.glob("graph/*.py"),
+        *root.glob("gates/*.py"),
+        *root.glob("flows/*.py"),
+    ]:
         n = len(idiom.findall(path.read_text()))
         if n:
             found[str(path.relative_to(root))] = n
@@ -325,11 +379,21 @@ def test_what_an_input_pattern_is_refused_for_matches_nothing_in_git_and_pathspe
     for n in names:
         (tmp_path / n).write_text(n)
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    for pattern, refused in [("[", True), ("a[b", True), ("[]", True), ("[!]", True), ("[[:alpha:]", True),
-                             ("a[b]", False), ("a[]]", False), ("\\[", False), ("[ab]", False)]:  # fmt: skip
+    for pattern, refused in [
+        ("[", True),
+        ("a[b", True),
+        ("[]", True),
+        ("[!]", True),
+        ("[[:alpha:]", True),
+        ("a[b]", False),
+        ("a[]]", False),
+        ("\\[", False),
+        ("[ab]", False),
+    ]:
         (tmp_path / ".gitignore").write_text(pattern + "\n")
-        listed = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=tmp_path, capture_output=True,
-                                text=True, check=True).stdout  # fmt: skip
+        listed = subprocess.run(
+            ["git", "status", "--porcelain", "--ignored"], cwd=tmp_path, capture_output=True, text=True, check=True
+        ).stdout
         by_git = sorted(line[3:].strip('"') for line in listed.splitlines() if line.startswith("!! "))
         with warnings.catch_warnings():  # '[[:alpha:]' reads to re as a nested set
             warnings.simplefilter("ignore", FutureWarning)
@@ -360,9 +424,10 @@ def test_agents_md_lists_every_mcp_action_and_every_cli_command() -> None:
         assert set(actions) <= shown, (tool, set(actions) - shown)
     named = set(re.findall(r"`([a-z-]+(?: [a-z-]+)?)(?: [A-Z]+)?`", text))
     leaves = [
-        (name, sub) for name, cmd in root.commands.items()
+        (name, sub)
+        for name, cmd in root.commands.items()
         for sub in (sorted(cmd.commands) if isinstance(cmd, click.Group) and name != "server" else [None])
-    ]  # fmt: skip
+    ]
     missing = [f"{n} {s}" if s else n for n, s in leaves if (f"{n} {s}" if s else n) not in named]
     assert len(leaves) > 40 and missing == []
 

@@ -319,8 +319,9 @@ def test_a_claim_never_takes_a_live_lease(any_service: Service) -> None:
         after = svc.get_item(item)
         assert after.revision == before.revision and after.milestones[0].status is S.NEEDS_FIX
     now = datetime.now(UTC)
-    done = first.record(a, GateResult(outcome=Outcome.PASSED, reason="exit 0", log_path=a.log_path,
-                                      started_at=now, finished_at=now))  # fmt: skip
+    done = first.record(
+        a, GateResult(outcome=Outcome.PASSED, reason="exit 0", log_path=a.log_path, started_at=now, finished_at=now)
+    )
     assert done.note is not None and "became needs_fix while its gate ran" in done.note
     assert [r.outcome for r in svc.runs("a", item)] == [Outcome.PASSED]
     again = svc.drive_session(item, "driver-3").claim_next()  # the lease is free now

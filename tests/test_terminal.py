@@ -50,9 +50,16 @@ def test_the_milestone_list_is_aligned_columns_with_long_cells_cut() -> None:
     many = [f"dep-number-{i}" for i in range(30)]
     views = [
         MilestoneView(id=1, name="a", view=DisplayStatus.READY, gate=[GateCommand(run="echo " + "y" * 80)]),
-        MilestoneView(id=2, name="b", deps=many, view=DisplayStatus.BLOCKED, inputs=["src/**", "tests/**"],
-                      status=MilestoneStatus.PENDING, reason="[red]not markup[/] \x1b[2J"),
-    ]  # fmt: skip
+        MilestoneView(
+            id=2,
+            name="b",
+            deps=many,
+            view=DisplayStatus.BLOCKED,
+            inputs=["src/**", "tests/**"],
+            status=MilestoneStatus.PENDING,
+            reason="[red]not markup[/] \x1b[2J",
+        ),
+    ]
     out = io.StringIO()
     milestone_table(Console(file=out, width=120, soft_wrap=True, highlight=False, color_system=None), views)
     head, first, second = out.getvalue().splitlines()

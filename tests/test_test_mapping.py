@@ -104,21 +104,58 @@ def test_a_final_gate_with_empty_tests_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_final_gate_runs_every_test_file_as_units(ws: InProcessCLI) -> None:
-    r = ws("plan", "scaffold", "lib", "--path", "src", "--gate", "python3 -m pytest -q {tests}", "--final", "all",
-           "--final-gate", "python3 -m pytest -q {tests}", check=True)  # fmt: skip
+    r = ws(
+        "plan",
+        "scaffold",
+        "lib",
+        "--path",
+        "src",
+        "--gate",
+        "python3 -m pytest -q {tests}",
+        "--final",
+        "all",
+        "--final-gate",
+        "python3 -m pytest -q {tests}",
+        check=True,
+    )
     plan = yaml.safe_load(r.out)
     final = plan["milestones"][-1]
     assert final["gate"] == [
-        {"name": "pytest", "run": "python3 -m pytest -q {file}",
-         "each": ["tests/test_filters.py", "tests/test_regression.py", "tests/test_things.py"]}
-    ]  # fmt: skip
+        {
+            "name": "pytest",
+            "run": "python3 -m pytest -q {file}",
+            "each": ["tests/test_filters.py", "tests/test_regression.py", "tests/test_things.py"],
+        }
+    ]
 
 
 def test_a_final_gate_whose_tests_command_differs_is_noted(ws: InProcessCLI) -> None:
-    same = ws.json("plan", "scaffold", "lib", "--path", "src", "--gate", "pytest -q {tests}", "--final", "all",
-                   "--final-gate", "pytest -q {tests}")  # fmt: skip
+    same = ws.json(
+        "plan",
+        "scaffold",
+        "lib",
+        "--path",
+        "src",
+        "--gate",
+        "pytest -q {tests}",
+        "--final",
+        "all",
+        "--final-gate",
+        "pytest -q {tests}",
+    )
     assert not [n for n in same["notes"] if "final gate" in n]
-    other = ws.json("plan", "scaffold", "lib", "--path", "src", "--gate", "pytest -q -x {tests}", "--final", "all",
-                    "--final-gate", "pytest -q {tests}")  # fmt: skip
+    other = ws.json(
+        "plan",
+        "scaffold",
+        "lib",
+        "--path",
+        "src",
+        "--gate",
+        "pytest -q -x {tests}",
+        "--final",
+        "all",
+        "--final-gate",
+        "pytest -q {tests}",
+    )
     [note] = [n for n in other["notes"] if "final gate" in n]
     assert "differs from the modules' ('pytest -q -x {tests}')" in note and "runs every test file again" in note

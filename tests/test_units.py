@@ -96,11 +96,13 @@ def test_a_unit_runs_once_per_state_whichever_gates_include_it(any_service: Serv
     finish(svc, "prices", "cart", "all")
     assert ran(ledger) == ["tests/test_prices.py", "tests/test_cart.py"]
     assert units_of(svc, "cart") == [
-        ("tests/test_cart.py", "passed", None), ("tests/test_prices.py", "cached", "prices")
-    ]  # fmt: skip
+        ("tests/test_cart.py", "passed", None),
+        ("tests/test_prices.py", "cached", "prices"),
+    ]
     assert units_of(svc, "all") == [
-        ("tests/test_cart.py", "cached", "cart"), ("tests/test_prices.py", "cached", "prices")
-    ]  # fmt: skip
+        ("tests/test_cart.py", "cached", "cart"),
+        ("tests/test_prices.py", "cached", "prices"),
+    ]
     last = svc.runs("all")[-1]
     assert last.reason == "all passed: 2 units (2 cached)"
     # An edit re-runs exactly the units whose inputs it touches.
@@ -110,8 +112,9 @@ def test_a_unit_runs_once_per_state_whichever_gates_include_it(any_service: Serv
     assert r.ok, r.message
     assert ran(ledger)[2:] == ["tests/test_cart.py"]
     assert units_of(svc, "all") == [
-        ("tests/test_cart.py", "cached", "cart"), ("tests/test_prices.py", "cached", "prices")
-    ]  # fmt: skip
+        ("tests/test_cart.py", "cached", "cart"),
+        ("tests/test_prices.py", "cached", "prices"),
+    ]
 
 
 def test_a_changed_command_or_env_is_a_new_unit(any_service: Service, pkg: Path, ledger: Path) -> None:
@@ -159,9 +162,10 @@ def test_every_unit_of_a_command_runs_and_the_next_commands_are_skipped(pkg: Pat
     ]
     r = run_gate(cmds, tmp_path / "a.log", default_cwd=pkg)
     assert [(c.name, c.file, c.outcome) for c in r.commands] == [
-        ("t", "tests/test_cart.py", Outcome.FAILED), ("t", "tests/test_prices.py", Outcome.PASSED),
+        ("t", "tests/test_cart.py", Outcome.FAILED),
+        ("t", "tests/test_prices.py", Outcome.PASSED),
         ("after", None, Outcome.SKIPPED),
-    ]  # fmt: skip
+    ]
     assert r.reason == "t tests/test_cart.py: exit 1"
 
 
@@ -171,8 +175,13 @@ def test_gates_of_one_book_share_a_unit_running_in_another_thread(pkg: Path, tmp
     results = {}
 
     def gate(name: str) -> None:
-        results[name] = run_gate([cmd], tmp_path / f"{name}.log", default_cwd=pkg, units=book,
-                                 origin=CachedFrom(item=1, milestone=name, attempt=1))  # fmt: skip
+        results[name] = run_gate(
+            [cmd],
+            tmp_path / f"{name}.log",
+            default_cwd=pkg,
+            units=book,
+            origin=CachedFrom(item=1, milestone=name, attempt=1),
+        )
 
     threads = [threading.Thread(target=gate, args=(n,)) for n in ("a", "b")]
     for t in threads:
@@ -232,9 +241,10 @@ def test_units_of_one_step_run_side_by_side_within_the_books_workers(pkg: Path, 
         (tmp_path / f"x{n}").mkdir()
     trace = tmp_path / "trace.txt"
     cmd = GateCommand(
-        name="t", run=f"echo start >> {trace}; echo out-{{file}}; sleep 0.5; echo more-{{file}}; echo end >> {trace}",
+        name="t",
+        run=f"echo start >> {trace}; echo out-{{file}}; sleep 0.5; echo more-{{file}}; echo end >> {trace}",
         each=files,
-    )  # fmt: skip
+    )
 
     def most_at_once() -> int:
         at, top = 0, 0
@@ -278,8 +288,14 @@ def test_an_interrupted_step_stops_every_unit_running_side_by_side(pkg: Path, tm
     stop = threading.Event()
     cmd = GateCommand(name="t", run="sleep 30", each=["tests/test_cart.py", "tests/test_prices.py", "src/shop/cart.py"])
     threading.Timer(1.0, stop.set).start()
-    r = run_gate([cmd], tmp_path / "a.log", default_cwd=pkg, units=UnitBook(workers=2), stop=stop,
-                 origin=CachedFrom(item=1, milestone="m", attempt=1))  # fmt: skip
+    r = run_gate(
+        [cmd],
+        tmp_path / "a.log",
+        default_cwd=pkg,
+        units=UnitBook(workers=2),
+        stop=stop,
+        origin=CachedFrom(item=1, milestone="m", attempt=1),
+    )
     assert r.outcome is Outcome.INTERRUPTED and r.duration < 15
     assert sorted(c.outcome.value for c in r.commands) == ["interrupted", "interrupted", "skipped"]
 
@@ -317,13 +333,24 @@ def test_an_idle_worker_runs_a_later_gates_unit_ahead_and_that_gate_takes_it(
     busy = GateCommand(name="slow", run=f"sleep 1 && test -s {ledger}", each=["tests/test_cart.py"])
     with book.ahead(ahead_jobs(later, "b"), ahead.digest, ahead.run):
         # A gate holds one worker for 1 s; the other runs b's unit meanwhile (the gate sees it in the ledger).
-        first = run_gate([busy], tmp_path / "a.log", default_cwd=pkg, units=book,
-                         origin=CachedFrom(item=1, milestone="a", attempt=1))  # fmt: skip
+        first = run_gate(
+            [busy], tmp_path / "a.log", default_cwd=pkg, units=book, origin=CachedFrom(item=1, milestone="a", attempt=1)
+        )
         assert first.passed, first.reason
-        taken = run_gate([later], tmp_path / "b.log", default_cwd=pkg, units=book,
-                         origin=CachedFrom(item=1, milestone="b", attempt=1))  # fmt: skip
-        again = run_gate([later], tmp_path / "c.log", default_cwd=pkg, units=book,
-                         origin=CachedFrom(item=1, milestone="c", attempt=1))  # fmt: skip
+        taken = run_gate(
+            [later],
+            tmp_path / "b.log",
+            default_cwd=pkg,
+            units=book,
+            origin=CachedFrom(item=1, milestone="b", attempt=1),
+        )
+        again = run_gate(
+            [later],
+            tmp_path / "c.log",
+            default_cwd=pkg,
+            units=book,
+            origin=CachedFrom(item=1, milestone="c", attempt=1),
+        )
     assert ran(ledger) == ["tests/test_prices.py"]  # once, ahead
     unit = taken.commands[0]
     assert unit.outcome is Outcome.PASSED and unit.cached_from is None and "ran ahead of its gate" in unit.reason
@@ -344,8 +371,9 @@ def test_a_unit_that_fails_ahead_is_run_again_by_its_gate(service: Service, pkg:
         while book.ran_ahead == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         marker.touch()
-        r = run_gate([cmd], tmp_path / "b.log", default_cwd=pkg, units=book,
-                     origin=CachedFrom(item=1, milestone="b", attempt=1))  # fmt: skip
+        r = run_gate(
+            [cmd], tmp_path / "b.log", default_cwd=pkg, units=book, origin=CachedFrom(item=1, milestone="b", attempt=1)
+        )
     assert book.ran_ahead == 1
     assert r.passed and "ran ahead" not in r.commands[0].reason
 
@@ -368,8 +396,9 @@ def test_nothing_runs_ahead_with_one_worker_and_a_unit_running_ahead_stops_with_
     assert book.ran_ahead == 1 and book.begin("x" * 64) is None  # dropped: nothing kept for a gate
 
 
-def test_a_drives_jobs_are_its_milestones_yet_to_run_with_their_cache_on(any_service: Service, pkg: Path,
-                                                                         ledger: Path) -> None:  # fmt: skip
+def test_a_drives_jobs_are_its_milestones_yet_to_run_with_their_cache_on(
+    any_service: Service, pkg: Path, ledger: Path
+) -> None:
     svc = any_service
     svc.apply_plan(parse_plan(plan(ledger)))
     finish(svc, "prices")
@@ -382,5 +411,6 @@ def test_a_drives_jobs_are_its_milestones_yet_to_run_with_their_cache_on(any_ser
     item = svc.apply_plan(parse_plan(uncached))
     _, g2 = svc.graph(item.id)  # prices ready; cart's cache off: all's units
     assert [(j.milestone, j.path) for j in Ahead.jobs(g2, None)] == [
-        ("all", "tests/test_cart.py"), ("all", "tests/test_prices.py")
-    ]  # fmt: skip
+        ("all", "tests/test_cart.py"),
+        ("all", "tests/test_prices.py"),
+    ]

@@ -108,8 +108,11 @@ def test_a_revert_to_a_proven_state_runs_nothing_and_is_cached(chain: Service, w
     run = last_run(svc, "leaf")
     assert (run.attempt, run.outcome, run.cached_from) == (3, Outcome.CACHED, leaf.cached_from)
     assert [(m.name, m.status, m.attempts) for m in svc.get_item().milestones] == [
-        ("leaf", S.DONE, 1), ("user", S.DONE, 1), ("ship", S.DONE, 1), ("other", S.DONE, 1)
-    ]  # fmt: skip
+        ("leaf", S.DONE, 1),
+        ("user", S.DONE, 1),
+        ("ship", S.DONE, 1),
+        ("other", S.DONE, 1),
+    ]
     assert views(svc) == {"leaf": "done", "user": "done", "ship": "done", "other": "done"}
     assert svc.verify().message == "nothing to re-prove: 3 proven milestones unchanged since proven"
 
@@ -121,15 +124,19 @@ def test_fresh_runs_every_gate_it_checks(chain: Service, workspace: Path, ledger
     code(workspace, leaf="ok = 1\n")  # a state that passed before
     r = svc.verify(fresh=True, max_parallel=2)
     assert r.ok and [(v.milestone, v.outcome, v.cached_from) for v in r.verified] == [
-        ("leaf", Outcome.PASSED, None), ("user", Outcome.PASSED, None)
-    ]  # fmt: skip
+        ("leaf", Outcome.PASSED, None),
+        ("user", Outcome.PASSED, None),
+    ]
     assert runs_of(ledger)[6:] == ["leaf", "user"]
     assert r.message == "proven again: leaf, user"
     # --all re-runs every done gate, stale or not, and never from the cache either.
     r = svc.verify(all_=True)
     assert [v.outcome for v in r.verified] == [Outcome.PASSED] * 4 and runs_of(ledger)[8:] == [
-        "leaf", "user", "ship", "other"
-    ]  # fmt: skip
+        "leaf",
+        "user",
+        "ship",
+        "other",
+    ]
 
 
 def test_a_failing_reproof_still_reopens_what_is_built_on_it(chain: Service, workspace: Path, ledger: Path) -> None:
@@ -153,8 +160,10 @@ def test_a_failing_reproof_still_reopens_what_is_built_on_it(chain: Service, wor
     r = svc.verify(max_parallel=2)
     assert r.ok, r.message
     assert [(v.milestone, v.outcome) for v in r.verified] == [
-        ("leaf", "cached"), ("user", "cached"), ("ship", "passed")  # ship has no inputs: never cached
-    ]  # fmt: skip
+        ("leaf", "cached"),
+        ("user", "cached"),
+        ("ship", "passed"),  # ship has no inputs: never cached
+    ]
     assert runs_of(ledger)[6:] == ["ship"]
 
 
@@ -248,7 +257,7 @@ def test_a_changed_gate_spec_is_run_not_taken_from_the_cache(
     r = svc.verify(item=second)
     assert [(v.outcome, v.cached_from) for v in r.verified] == [
         (Outcome.CACHED, CachedFrom(item=second, milestone="leaf", attempt=1))
-    ]  # fmt: skip
+    ]
     assert runs_of(ledger) == ["leaf"] * 3
 
 
@@ -329,8 +338,9 @@ def test_sigterm_stops_every_running_gate_and_records_each_attempt(real_cli: CLI
     (workspace / "slow").unlink()
     r = cli("--json", "verify", "--max-parallel", "2")
     assert r.code == 0 and [(v["milestone"], v["outcome"]) for v in r.data["verified"]] == [
-        ("a", "passed"), ("b", "passed")
-    ]  # fmt: skip
+        ("a", "passed"),
+        ("b", "passed"),
+    ]
 
 
 def test_the_mcp_tool_names_the_cached_run(chain: Service, workspace: Path) -> None:

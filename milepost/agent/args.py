@@ -42,9 +42,20 @@ class MilestoneArgs(ToolArgs):
     needs_fix, reset, approve, reject, lock, unlock, confirm."""
 
     action: Literal[
-        "next", "list", "add", "start", "done", "verify", "needs_fix", "reset", "approve", "reject", "lock",
-        "unlock", "confirm",
-    ]  # fmt: skip
+        "next",
+        "list",
+        "add",
+        "start",
+        "done",
+        "verify",
+        "needs_fix",
+        "reset",
+        "approve",
+        "reject",
+        "lock",
+        "unlock",
+        "confirm",
+    ]
     name: str | None = None
     item: Id | None = Field(None, description="default: the focused item")
     deps: list[str] | None = None

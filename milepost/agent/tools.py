@@ -102,11 +102,17 @@ def work_item(svc: Service, a: WorkItemArgs) -> dict[str, Any]:
         items = svc.list_items((a.filter or ItemFilter.OPEN).value)
         return {
             "items": [
-                {"id": i.id, "objective": i.objective, "readiness": i.readiness, "why": i.readiness_reason,
-                 "current": i.current, "revision": i.revision}
+                {
+                    "id": i.id,
+                    "objective": i.objective,
+                    "readiness": i.readiness,
+                    "why": i.readiness_reason,
+                    "current": i.current,
+                    "revision": i.revision,
+                }
                 for i in items
             ]
-        }  # fmt: skip
+        }
     if a.action == "pick":
         it = svc.pick(_need(a.id, "id", "pick"), clear_blocker=a.clear_blocker, reason=a.reason, expect_revision=rev)
         return _item(it, svc)
@@ -136,18 +142,31 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
             "ok": r.ok,
             "message": r.message,
             "verified": [
-                {"name": v.milestone, "outcome": v.outcome.value if v.outcome else "skipped", "status": v.status.value,
-                 "reason": v.reason, **({"reopened": v.reopened} if v.reopened else {}),
-                 **({"cached_from": v.cached_from.model_dump()} if v.cached_from else {})}
+                {
+                    "name": v.milestone,
+                    "outcome": v.outcome.value if v.outcome else "skipped",
+                    "status": v.status.value,
+                    "reason": v.reason,
+                    **({"reopened": v.reopened} if v.reopened else {}),
+                    **({"cached_from": v.cached_from.model_dump()} if v.cached_from else {}),
+                }
                 for v in r.verified
             ],
-        }  # fmt: skip
+        }
     name = _need(a.name, "name", a.action)
     if a.action == "add":
         added = svc.add_milestone(
-            name, a.deps, acceptance=a.acceptance or "", gate=a.gate, retries=a.retries, timeout=a.timeout,
-            review=a.review, inputs=a.inputs, item=a.item, expect_revision=rev,
-        )  # fmt: skip
+            name,
+            a.deps,
+            acceptance=a.acceptance or "",
+            gate=a.gate,
+            retries=a.retries,
+            timeout=a.timeout,
+            review=a.review,
+            inputs=a.inputs,
+            item=a.item,
+            expect_revision=rev,
+        )
         return _change(added)
     if a.action == "done":
         d = svc.done(name, verdict=a.verdict, item=a.item, expect_revision=rev)
@@ -155,8 +174,12 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
         out["milestone"] = _milestone(d.milestone, "in_review" if d.milestone.awaiting_review else None)
         if d.gate_run is not None:
             run = d.gate_run
-            out["gate"] = {"attempt": run.attempt, "outcome": run.outcome.value, "reason": run.reason,
-                           "seconds": round(run.duration, 2)}  # fmt: skip
+            out["gate"] = {
+                "attempt": run.attempt,
+                "outcome": run.outcome.value,
+                "reason": run.reason,
+                "seconds": round(run.duration, 2),
+            }
             if not d.passed:
                 out["gate"]["tail"] = "\n".join(run.tail.rstrip().splitlines()[-15:])
                 out["gate"]["log"] = run.log_path
@@ -172,9 +195,13 @@ def wait(svc: Service, a: WaitArgs) -> dict[str, Any]:
     if a.action == "wake":
         return {"woken": svc.wake(_need(a.resource, "resource", "wake"))}
     it = svc.wait_item(
-        _need(a.kind, "kind", "wait").value, _need(a.reason, "reason", "wait"), resource=a.resource, until=a.until,
-        item=a.item, expect_revision=a.expect_revision,
-    )  # fmt: skip
+        _need(a.kind, "kind", "wait").value,
+        _need(a.reason, "reason", "wait"),
+        resource=a.resource,
+        until=a.until,
+        item=a.item,
+        expect_revision=a.expect_revision,
+    )
     return _item(it, svc, milestones=False)
 
 
@@ -229,8 +256,17 @@ def _out(**props: str) -> dict[str, Any]:
     return {"type": "object", "properties": {k: {"type": v.split("|") if "|" in v else v} for k, v in props.items()}}
 
 
-_ITEM = {"id": "integer", "objective": "string", "state": "string", "plan_status": "string", "readiness": "string",
-         "why": "string", "revision": "integer", "todo": "array", "milestones": "array"}  # fmt: skip
+_ITEM = {
+    "id": "integer",
+    "objective": "string",
+    "state": "string",
+    "plan_status": "string",
+    "readiness": "string",
+    "why": "string",
+    "revision": "integer",
+    "todo": "array",
+    "milestones": "array",
+}
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,13 @@ def init(c: Ctx, path: Path) -> None:
     url = c.db or ws.url
     store = Store.open(url, ws.home, ws.root, create=True)
     store.close()
-    data = {"home": str(ws.home), "root": str(ws.root), "db": mask_url(url), "created": store.created,
-            "store_id": store.id}  # fmt: skip
+    data = {
+        "home": str(ws.home),
+        "root": str(ws.root),
+        "db": mask_url(url),
+        "created": store.created,
+        "store_id": store.id,
+    }
     verb = "initialized" if store.created else "already initialized:"
     c.emit(data, lambda con: con.print(f"{verb} milepost store {store.id} in {ws.home} (db {mask_url(url)})"))
 
@@ -74,8 +79,9 @@ def item() -> None:
 @click.option("--timeout", type=SECONDS, default=None, help="Default gate timeout (s).")
 @click.option("--after", type=ID, default=None, metavar="ID", help="Wait until work item ID is completed.")
 @pass_ctx
-def item_create(c: Ctx, objective: str, plan_status: str, retries: int | None, timeout: float | None,
-                after: int | None) -> None:  # fmt: skip
+def item_create(
+    c: Ctx, objective: str, plan_status: str, retries: int | None, timeout: float | None, after: int | None
+) -> None:
     """Create a work item (with its plan.md) and make it this agent's current item."""
     from milepost.graph.models import DEFAULT_RETRIES, ItemDefaults
 
@@ -88,9 +94,12 @@ def item_create(c: Ctx, objective: str, plan_status: str, retries: int | None, t
 
 @item.command("list")
 @click.option(
-    "--filter", "filter_", default="all", show_default=True,
+    "--filter",
+    "filter_",
+    default="all",
+    show_default=True,
     type=choice(ItemFilter),
-)  # fmt: skip
+)
 @click.option("--limit", type=ID, default=None)
 @pass_ctx
 def item_list(c: Ctx, filter_: str, limit: int | None) -> None:
@@ -223,9 +232,18 @@ def _time(value: str | None, flag: str) -> Any:
 @revision_option
 @item_synonym()
 @pass_ctx
-def item_update(c: Ctx, item_id: int | None, objective: str | None, plan_status: str | None, todo: tuple[str, ...],
-                clear_todo: bool, blocked_by: str | None, clear_blocked_by: bool, recheck_at: str | None,
-                expect_revision: int | None) -> None:  # fmt: skip
+def item_update(
+    c: Ctx,
+    item_id: int | None,
+    objective: str | None,
+    plan_status: str | None,
+    todo: tuple[str, ...],
+    clear_todo: bool,
+    blocked_by: str | None,
+    clear_blocked_by: bool,
+    recheck_at: str | None,
+    expect_revision: int | None,
+) -> None:
     """Change a work item (default: the current one): objective, plan status, todo list, blocker, recheck time."""
     if todo and clear_todo:
         raise InvalidValueError("--todo and --clear-todo contradict each other: use one")
@@ -263,17 +281,22 @@ def item_pick(c: Ctx, item_id: int, clear_blocker: bool, reason: str | None, exp
 
 @item.command("wait")
 @click.argument("item_id", type=ID, required=False)
-@click.option("--wake", "kind", required=True,
-              type=choice(WaitKind),
-              help="What wakes the item.")  # fmt: skip
+@click.option("--wake", "kind", required=True, type=choice(WaitKind), help="What wakes the item.")
 @click.option("--resource", default=None, help="The task id or outside object (PR, CI run, URL) it waits on.")
 @click.option("--until", default=None, metavar="TIME", help="Timer deadline, ISO 8601 with a zone.")
 @click.option("--reason", required=True, help="Why it waits.")
 @revision_option
 @item_synonym()
 @pass_ctx
-def item_wait(c: Ctx, item_id: int | None, kind: str, resource: str | None, until: str | None, reason: str,
-              expect_revision: int | None) -> None:  # fmt: skip
+def item_wait(
+    c: Ctx,
+    item_id: int | None,
+    kind: str,
+    resource: str | None,
+    until: str | None,
+    reason: str,
+    expect_revision: int | None,
+) -> None:
     """Record that a work item waits (replaces its earlier wait)."""
     it = c.service.wait_item(
         kind, reason, resource=resource, until=_time(until, "--until"), item=item_id, expect_revision=expect_revision
@@ -298,8 +321,9 @@ def item_wake(c: Ctx, resource: str) -> None:
 @revision_option
 @item_synonym()
 @pass_ctx
-def item_complete(c: Ctx, item_id: int | None, report: str | None, report_file: Path | None,
-                  expect_revision: int | None) -> None:  # fmt: skip
+def item_complete(
+    c: Ctx, item_id: int | None, report: str | None, report_file: Path | None, expect_revision: int | None
+) -> None:
     """Close a work item with its report (every milestone must be done)."""
     if report_file is not None:
         if report is not None:

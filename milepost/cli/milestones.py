@@ -69,10 +69,24 @@ from milepost.present.terminal import (
 @item_option
 @revision_option
 @pass_ctx
-def add(c: Ctx, name: str, deps: str | None, acceptance: str, gate: str | None, retries: int | None,
-        timeout: float | None, review: bool, fix: str | None, retry_delay: float | None, hypothesis: bool,
-        inputs: tuple[str, ...], no_cache: bool, flaky: bool, item: int | None,
-        expect_revision: int | None) -> None:  # fmt: skip
+def add(
+    c: Ctx,
+    name: str,
+    deps: str | None,
+    acceptance: str,
+    gate: str | None,
+    retries: int | None,
+    timeout: float | None,
+    review: bool,
+    fix: str | None,
+    retry_delay: float | None,
+    hypothesis: bool,
+    inputs: tuple[str, ...],
+    no_cache: bool,
+    flaky: bool,
+    item: int | None,
+    expect_revision: int | None,
+) -> None:
     """Add a milestone to the current work item (its plan must be a draft)."""
     patterns = [p for value in inputs for p in split_list(value, "--inputs", "patterns")] if inputs else None
     r = c.service.add_milestone(
@@ -167,8 +181,7 @@ def reject(c: Ctx, name: str, reason: str, item: int | None, expect_revision: in
 @item_option
 @revision_option
 @pass_ctx
-def done(c: Ctx, name: str, verdict: str | None, no_cache: bool, item: int | None,
-         expect_revision: int | None) -> None:  # fmt: skip
+def done(c: Ctx, name: str, verdict: str | None, no_cache: bool, item: int | None, expect_revision: int | None) -> None:
     """Finish an in-progress milestone: runs its gate here, no Prefect.
 
     Pass -> done. Fail -> needs_fix (exit 1), or stuck when its retry budget
@@ -198,8 +211,9 @@ def done(c: Ctx, name: str, verdict: str | None, no_cache: bool, item: int | Non
 @click.option("--no-cache", is_flag=True, help="The same as --fresh (as drive's and done's).")
 @item_option
 @pass_ctx
-def verify(c: Ctx, names: tuple[str, ...], all_: bool, max_parallel: int, fresh: bool, no_cache: bool,
-           item: int | None) -> None:  # fmt: skip
+def verify(
+    c: Ctx, names: tuple[str, ...], all_: bool, max_parallel: int, fresh: bool, no_cache: bool, item: int | None
+) -> None:
     """Prove again what was proven: here (no Prefect), lowest id first, the
     gates of the stale milestones (done, but their inputs changed since), of
     failed ones whose inputs changed since they failed, and of those that

@@ -105,8 +105,11 @@ def plan_apply(c: Ctx, file: Path) -> None:
     help="Only the milestones whose inputs changed since GIT_REF (committed, uncommitted and untracked files):"
     " changed modules, every module importing them, and the modules whose tests changed.",
 )
-@click.option("--split-cycles", is_flag=True, help="Split each import cycle: a milestone cutting the fewest imports,"
-              " then one milestone per module.")  # fmt: skip
+@click.option(
+    "--split-cycles",
+    is_flag=True,
+    help="Split each import cycle: a milestone cutting the fewest imports, then one milestone per module.",
+)
 @click.option("--objective", default=None, help="The work item's objective.")
 @click.option(
     "--package-imports",
@@ -137,10 +140,25 @@ def plan_apply(c: Ctx, file: Path) -> None:
 )
 @click.option("--apply", "apply_", is_flag=True, help="Also create the work item from it (plan apply).")
 @pass_ctx
-def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gates: tuple[str, ...],
-                  acceptance: str | None, tests_dirs: tuple[Path, ...], final: str | None, final_gate: str | None,
-                  affected_by: str | None, split_cycles: bool, objective: str | None, package_imports: bool,
-                  output: Path | None, map_with: str, python: str | None, apply_: bool) -> None:  # fmt: skip
+def plan_scaffold(
+    c: Ctx,
+    package: str,
+    paths: tuple[Path, ...],
+    level: str,
+    gates: tuple[str, ...],
+    acceptance: str | None,
+    tests_dirs: tuple[Path, ...],
+    final: str | None,
+    final_gate: str | None,
+    affected_by: str | None,
+    split_cycles: bool,
+    objective: str | None,
+    package_imports: bool,
+    output: Path | None,
+    map_with: str,
+    python: str | None,
+    apply_: bool,
+) -> None:
     """Write a refactor plan for PACKAGE from its import graph: a milestone per
     module (or package) depending on what it imports, leaves first, with the
     files its proof depends on as inputs; import cycles are named, explained
@@ -153,11 +171,22 @@ def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gat
     if not tests_dirs and (base / "tests").is_dir():
         tests_dirs = (base / "tests",)
     result = scaffold(
-        package, paths=paths, level=level, gates=gates, acceptance=acceptance,  # type: ignore[arg-type]
-        tests=tests_dirs, final=final, final_gate=final_gate, affected_by=affected_by, objective=objective,
-        package_imports=package_imports, split_cycles=split_cycles, base=base, map_with=map_with,  # type: ignore[arg-type]
+        package,
+        paths=paths,
+        level=level,  # type: ignore[arg-type]
+        gates=gates,
+        acceptance=acceptance,
+        tests=tests_dirs,
+        final=final,
+        final_gate=final_gate,
+        affected_by=affected_by,
+        objective=objective,
+        package_imports=package_imports,
+        split_cycles=split_cycles,
+        base=base,
+        map_with=map_with,  # type: ignore[arg-type]
         python=python,
-    )  # fmt: skip
+    )
     if output is not None:
         write_file(output, result.text)
     item = None
@@ -166,10 +195,16 @@ def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gat
 
         item = c.service.apply_plan(Plan.model_validate(result.plan))  # validated as it was written
     data = {
-        "milestones": len(result.plan["milestones"]), "modules": result.modules, "source": result.source,
-        "cycles": result.cycles, "left_out": result.left_out, "notes": result.notes,
-        "output": str(output) if output else None, "item": item.id if item else None, "plan": result.plan,
-    }  # fmt: skip
+        "milestones": len(result.plan["milestones"]),
+        "modules": result.modules,
+        "source": result.source,
+        "cycles": result.cycles,
+        "left_out": result.left_out,
+        "notes": result.notes,
+        "output": str(output) if output else None,
+        "item": item.id if item else None,
+        "plan": result.plan,
+    }
     if c.json:
         click.echo(json.dumps(data))
         return
@@ -196,8 +231,13 @@ def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gat
     help="The folder holding PACKAGE (e.g. src), as for plan scaffold. Default: the workspace root, its src/,"
     " then where Python finds it.",
 )
-@click.option("--level", type=click.Choice(["module", "package"]), default="module", show_default=True,
-              help="Cycles between modules, or between packages.")  # fmt: skip
+@click.option(
+    "--level",
+    type=click.Choice(["module", "package"]),
+    default="module",
+    show_default=True,
+    help="Cycles between modules, or between packages.",
+)
 @click.option("--package-imports", is_flag=True, help="Count a module's import of an enclosing package.")
 @click.option("--check", is_flag=True, help="Exit 1 while an import-time cycle remains (through --through).")
 @click.option(
@@ -208,8 +248,9 @@ def plan_scaffold(c: Ctx, package: str, paths: tuple[Path, ...], level: str, gat
     " comma-separated: a cut milestone's gate names its cycle's modules.",
 )
 @pass_ctx
-def plan_cycles(c: Ctx, package: str, paths: tuple[Path, ...], level: str, package_imports: bool, check: bool,
-                through: str | None) -> None:  # fmt: skip
+def plan_cycles(
+    c: Ctx, package: str, paths: tuple[Path, ...], level: str, package_imports: bool, check: bool, through: str | None
+) -> None:
     """Show PACKAGE's import cycles: those that exist at import time, with the
     module-level imports (file:line) whose cut breaks each, and those that
     close only through imports under TYPE_CHECKING or in a function (no
@@ -241,16 +282,24 @@ def plan_cycles(c: Ctx, package: str, paths: tuple[Path, ...], level: str, packa
     real = found.real if wanted is None else found.through(wanted)
     deferred = found.deferred if wanted is None else [d for d in found.deferred if set(wanted) & set(d.members)]
     if c.json:
-        click.echo(json.dumps({
-            "package": package, "source": where, "level": level, "units": len(result.units), "through": wanted,
-            "import_time": len(real), "cycles": [x.as_dict() for x in real] + [d.as_dict() for d in deferred],
-        }))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "package": package,
+                    "source": where,
+                    "level": level,
+                    "units": len(result.units),
+                    "through": wanted,
+                    "import_time": len(real),
+                    "cycles": [x.as_dict() for x in real] + [d.as_dict() for d in deferred],
+                }
+            )
+        )
     else:
         n = count(len(real), "import-time cycle") if real else "no import-time cycle"
         click.echo(f"{package} ({count(len(result.units), level)}, read from {where}): {n}{scope}")
         for x in real:
-            click.echo(f"import-time cycle at {x.head} ({count(len(x.members), level)}): {x.path_text};"
-                       f" {x.summary()}:")  # fmt: skip
+            click.echo(f"import-time cycle at {x.head} ({count(len(x.members), level)}): {x.path_text}; {x.summary()}:")
             for i in x.imports:
                 click.echo(f"  {i.shown()}")
         for d in deferred:
@@ -304,8 +353,14 @@ def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> N
 # -- graph, runs, logs -------------------------------------------------------
 
 
-MEDIA_TYPES = {"json": "application/json", "mermaid": "text/vnd.mermaid", "dot": "text/vnd.graphviz",
-               "svg": "image/svg+xml", "html": "text/html", "png": "image/png"}  # fmt: skip
+MEDIA_TYPES = {
+    "json": "application/json",
+    "mermaid": "text/vnd.mermaid",
+    "dot": "text/vnd.graphviz",
+    "svg": "image/svg+xml",
+    "html": "text/html",
+    "png": "image/png",
+}
 
 
 @cli.command()
@@ -320,8 +375,13 @@ MEDIA_TYPES = {"json": "application/json", "mermaid": "text/vnd.mermaid", "dot":
     " With --json, one JSON document holds the drawing: {item, revision, format, media_type, text}"
     " (png: base64 instead of text), or with -o {item, revision, format, media_type, output, bytes}.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write to this file (default: stdout).")  # fmt: skip
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write to this file (default: stdout).",
+)
 @item_synonym()
 @pass_ctx
 def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:

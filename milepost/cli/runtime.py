@@ -77,8 +77,10 @@ def drive_server(home: Path, say: bool = True, *, quiet: bool = True, by: str = 
         from milepost.flows.server import server_status
 
         info = server_status(home)
-        tell(f"Prefect server up in the background: UI {info.ui_url} (pid {info.pid}); it stops itself after"
-             f" {_duration(settings.server_idle)} unused, `milepost server stop` stops it now")  # fmt: skip
+        tell(
+            f"Prefect server up in the background: UI {info.ui_url} (pid {info.pid}); it stops itself after"
+            f" {_duration(settings.server_idle)} unused, `milepost server stop` stops it now"
+        )
     elif how == "temporary":
         tell("using a temporary Prefect server (MILEPOST_SERVER=temporary): no UI, it stops with this drive")
     return api, how
@@ -105,18 +107,36 @@ def _duration(seconds: float) -> str:
 @click.option("--dask-address", default=None, metavar="ADDR", help="Dask scheduler (default: a LocalCluster).")
 @click.option("--until", default=None, metavar="NAME", help="Drive only NAME and what it depends on.")
 @click.option("--dry-run", is_flag=True, help="Print the order a drive would take; run nothing.")
-@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="Write a JUnit XML report: a test case per milestone (for CI).")  # fmt: skip
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Write a JUnit XML report: a test case per milestone (for CI).",
+)
 @click.option("--no-cache", is_flag=True, help="Run every gate, even where a passed run on the same inputs exists.")
-@click.option("--wait-recorded", is_flag=True,
-              help="Before exiting, wait until the Prefect server has recorded every task run of the drive"
-                   " (always so with Prefect's temporary server; use it before `milepost server stop`).")  # fmt: skip
+@click.option(
+    "--wait-recorded",
+    is_flag=True,
+    help="Before exiting, wait until the Prefect server has recorded every task run of the drive"
+    " (always so with Prefect's temporary server; use it before `milepost server stop`).",
+)
 @revision_option
 @item_synonym()
 @pass_ctx
-def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask_address: str | None,
-          until: str | None, dry_run: bool, junit: Path | None, no_cache: bool, wait_recorded: bool,
-          expect_revision: int | None) -> None:  # fmt: skip
+def drive(
+    c: Ctx,
+    item_id: int | None,
+    max_parallel: int,
+    task_runner: str,
+    dask_address: str | None,
+    until: str | None,
+    dry_run: bool,
+    junit: Path | None,
+    no_cache: bool,
+    wait_recorded: bool,
+    expect_revision: int | None,
+) -> None:
     """Drive a work item through its DAG as a Prefect flow.
 
     Each gate runs as a Prefect task named after its milestone; failed gates
@@ -154,11 +174,29 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
         # the API PREFECT_API_URL names does not answer (the drive then ends with exit 3, having run nothing).
         early = None
         if how != "env" or healthy(api, timeout=5):
-            early = start_first_gate(svc, item, max_parallel=max_parallel, task_runner=task_runner, until=until,
-                                     expect_revision=expect_revision, use_cache=not no_cache)  # fmt: skip
+            early = start_first_gate(
+                svc,
+                item,
+                max_parallel=max_parallel,
+                task_runner=task_runner,
+                until=until,
+                expect_revision=expect_revision,
+                use_cache=not no_cache,
+            )
         try:
-            summary = _run_drive(c, svc, item, max_parallel, until, task_runner, dask_address, expect_revision,
-                                 not no_cache, wait_recorded or how == "temporary", early)  # fmt: skip
+            summary = _run_drive(
+                c,
+                svc,
+                item,
+                max_parallel,
+                until,
+                task_runner,
+                dask_address,
+                expect_revision,
+                not no_cache,
+                wait_recorded or how == "temporary",
+                early,
+            )
         except BaseException as e:
             if early is not None:  # (before the loop took it over: while Prefect was imported, say)
                 early.settle(interrupt=not isinstance(e, Exception))
@@ -173,9 +211,19 @@ def drive(c: Ctx, item_id: int | None, max_parallel: int, task_runner: str, dask
     raise SystemExit(0 if summary.ok else 1)
 
 
-def _run_drive(c: Ctx, svc: Service, item: int, max_parallel: int, until: str | None, task_runner: str,
-               dask_address: str | None, expect_revision: int | None, use_cache: bool, wait_recorded: bool,
-               early: EarlyStart | None) -> DriveSummary:  # fmt: skip
+def _run_drive(
+    c: Ctx,
+    svc: Service,
+    item: int,
+    max_parallel: int,
+    until: str | None,
+    task_runner: str,
+    dask_address: str | None,
+    expect_revision: int | None,
+    use_cache: bool,
+    wait_recorded: bool,
+    early: EarlyStart | None,
+) -> DriveSummary:
     from milepost.events import JsonLinesReporter, LineReporter
 
     reporter: Reporter
@@ -192,11 +240,18 @@ def _run_drive(c: Ctx, svc: Service, item: int, max_parallel: int, until: str | 
 
     try:
         summary = run_drive(
-            svc, item, max_parallel=max_parallel, until=until, task_runner=task_runner, dask_address=dask_address,
-            reporter=reporter, expect_revision=expect_revision, use_cache=use_cache,
+            svc,
+            item,
+            max_parallel=max_parallel,
+            until=until,
+            task_runner=task_runner,
+            dask_address=dask_address,
+            reporter=reporter,
+            expect_revision=expect_revision,
+            use_cache=use_cache,
             wait_recorded=wait_recorded,  # (always with the temporary server: it stops with this process)
             early=early,
-        )  # fmt: skip
+        )
     finally:
         if live is not None:
             live.stop()
@@ -250,8 +305,9 @@ def tick(c: Ctx) -> None:
 
 
 @cli.command()
-@click.option("--interval", type=Seconds(1, open_min=False), default=60, show_default=True,
-              help="Seconds between ticks.")  # fmt: skip
+@click.option(
+    "--interval", type=Seconds(1, open_min=False), default=60, show_default=True, help="Seconds between ticks."
+)
 @click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
 @pass_ctx
 def serve(c: Ctx, interval: float, name: str) -> None:
@@ -306,10 +362,16 @@ def deploy(c: Ctx, pool: str, name: str, interval: float | None, working_dir: Pa
     dep = deploy_tick(pool, name, interval, env, folder)
     hint = "" if env else " (the URL has a password: set MILEPOST_DB on the workers)"
     c.emit(
-        {"deployment_id": dep, "pool": pool, "name": f"milepost-tick/{name}", "interval": interval,
-         "working_dir": folder, "db_in_deployment": bool(env)},
+        {
+            "deployment_id": dep,
+            "pool": pool,
+            "name": f"milepost-tick/{name}",
+            "interval": interval,
+            "working_dir": folder,
+            "db_in_deployment": bool(env),
+        },
         lambda con: con.print(f"deployed milepost-tick/{name} on pool {pool!r} ({dep}), working dir {folder}{hint}"),
-    )  # fmt: skip
+    )
 
 
 @cli.group()
@@ -319,8 +381,13 @@ def server() -> None:
 
 @server.command("start")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: a free one).")
-@click.option("--idle", type=Seconds(1, open_min=False), default=None, metavar="SECONDS",
-              help="Stop by itself once unused for SECONDS (default: run until `milepost server stop`).")  # fmt: skip
+@click.option(
+    "--idle",
+    type=Seconds(1, open_min=False),
+    default=None,
+    metavar="SECONDS",
+    help="Stop by itself once unused for SECONDS (default: run until `milepost server stop`).",
+)
 @pass_ctx
 def server_start(c: Ctx, port: int | None, idle: float | None) -> None:
     """Start `prefect server start` for this workspace, in the background,

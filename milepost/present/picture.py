@@ -30,8 +30,19 @@ from milepost.results import MilestoneView
 __all__ = ["LEGEND", "Drawing", "layout", "svg_data_uri", "to_html", "to_png", "to_svg"]
 
 # The statuses a drawing can show, in legend order.
-LEGEND = ["done", "stale", "ready", "running", "in_progress", "in_review", "needs_fix", "stuck", "blocked",
-          "locked", "hypothesis"]  # fmt: skip
+LEGEND = [
+    "done",
+    "stale",
+    "ready",
+    "running",
+    "in_progress",
+    "in_review",
+    "needs_fix",
+    "stuck",
+    "blocked",
+    "locked",
+    "hypothesis",
+]
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 CHAR_W = 7.2  # px per character at 12 px
 NODE_H = 40
@@ -317,12 +328,23 @@ def to_png(svg: str) -> bytes:
         if tool := shutil.which("rsvg-convert"):
             candidates.append([tool, "-f", "png", "-o", str(dst), str(src)])
         if browser := (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
-            candidates.append([
-                browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                f"--user-data-dir={Path(tmp) / 'profile'}", f"--window-size={width},{height}",
-                f"--screenshot={dst}", src.as_uri(),
-            ])  # fmt: skip
+            candidates.append(
+                [
+                    browser,
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--no-first-run",
+                    "--hide-scrollbars",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                    f"--user-data-dir={Path(tmp) / 'profile'}",
+                    f"--window-size={width},{height}",
+                    f"--screenshot={dst}",
+                    src.as_uri(),
+                ]
+            )
         if tool := (shutil.which("magick") or shutil.which("convert")):
             candidates.append([tool, str(src), str(dst)])
         failures = []

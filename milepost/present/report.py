@@ -61,8 +61,12 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
         ]
         if ms.cached_from is not None:
             src = ms.cached_from
-            props_ += [("outcome", "cached"), ("cached_from_item", src.item), ("cached_from_milestone", src.milestone),
-                       ("cached_from_attempt", src.attempt)]  # fmt: skip
+            props_ += [
+                ("outcome", "cached"),
+                ("cached_from_item", src.item),
+                ("cached_from_milestone", src.milestone),
+                ("cached_from_attempt", src.attempt),
+            ]
         for key, value in props_:
             ET.SubElement(props, "property", name=str(key), value=_xml_text(str(value)))
         if ms.cached_from is not None:
@@ -90,17 +94,34 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
             ET.SubElement(case, "skipped", message=_xml_text(_held_by(g, ms.name, view)))
         cases.append(case)
     root = ET.Element(
-        "testsuites", name="milepost", tests=str(len(cases)), failures=str(failures), errors="0",
-        skipped=str(skipped), time=f"{total_time:.3f}",
-    )  # fmt: skip
+        "testsuites",
+        name="milepost",
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        time=f"{total_time:.3f}",
+    )
     suite = ET.SubElement(
-        root, "testsuite", name=suite_name, tests=str(len(cases)), failures=str(failures), errors="0",
-        skipped=str(skipped), time=f"{total_time:.3f}", timestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-    )  # fmt: skip
+        root,
+        "testsuite",
+        name=suite_name,
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        time=f"{total_time:.3f}",
+        timestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+    )
     props = ET.SubElement(suite, "properties")
-    for key, value in (("item", summary.item), ("ok", summary.ok), ("message", summary.message),
-                       ("flow_run", summary.flow_run_url or summary.flow_run_id or ""),
-                       ("gate_runs", summary.gate_runs), ("cached", summary.cached)):  # fmt: skip
+    for key, value in (
+        ("item", summary.item),
+        ("ok", summary.ok),
+        ("message", summary.message),
+        ("flow_run", summary.flow_run_url or summary.flow_run_id or ""),
+        ("gate_runs", summary.gate_runs),
+        ("cached", summary.cached),
+    ):
         ET.SubElement(props, "property", name=key, value=_xml_text(str(value)))
     suite.extend(cases)
     ET.indent(root)

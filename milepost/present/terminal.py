@@ -130,8 +130,18 @@ def milestone_table(con: Console, views: list[MilestoneView]) -> None:
             note = v.stale.reason
         elif v.waiting_for_change:
             note = v.waiting_for_change
-        rows.append([str(v.id), v.name, ", ".join(_shown(v)), f"{v.attempts}/{v.max_attempts}", _deps(v.deps), gate,
-                     _inputs(v.inputs), note])  # fmt: skip
+        rows.append(
+            [
+                str(v.id),
+                v.name,
+                ", ".join(_shown(v)),
+                f"{v.attempts}/{v.max_attempts}",
+                _deps(v.deps),
+                gate,
+                _inputs(v.inputs),
+                note,
+            ]
+        )
     head = ["id", "name", "status", "budget", "deps", "gate", "inputs", "note"]
     columns(con, head, rows, {2: [", ".join(styled(s) for s in _shown(v)) for v in views]})
 
@@ -256,8 +266,18 @@ def show_summary(con: Console, summary: Any) -> None:
         took = f"{m.duration:.1f} s"
         if m.cached_from is not None:  # not run in this drive: a passed run on the same gate and inputs stood in
             took, reason = "cached", f"cached from {cached_text(m.cached_from)}"
-        rows.append([str(m.id), m.name, str(m.view), f"{m.attempts}/{m.max_attempts}", str(m.last_attempt or "-"),
-                     took, f"{m.total_duration:.1f} s", reason])  # fmt: skip
+        rows.append(
+            [
+                str(m.id),
+                m.name,
+                str(m.view),
+                f"{m.attempts}/{m.max_attempts}",
+                str(m.last_attempt or "-"),
+                took,
+                f"{m.total_duration:.1f} s",
+                reason,
+            ]
+        )
     columns(con, head, rows, {2: [styled(m.view) for m in summary.milestones]})
     verdict = "[green]ok[/]" if summary.ok else "[red]not done[/]"
     runs = count(summary.gate_runs, "gate run")

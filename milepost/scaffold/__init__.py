@@ -299,8 +299,16 @@ def scaffold(
 
     Plan.model_validate(plan).to_milestones()  # validated like any other plan (the text is its dump)
     reports = [_cycle_report(c, heads[id(c)]) for c in cycles] + [_cycle_report(c, None) for c in found.deferred]
-    return Scaffold(plan=plan, text=text, cycles=reports, modules=len(code), left_out=left_out, notes=notes,
-                    source=where, cycle_lines=cycle_lines)  # fmt: skip
+    return Scaffold(
+        plan=plan,
+        text=text,
+        cycles=reports,
+        modules=len(code),
+        left_out=left_out,
+        notes=notes,
+        source=where,
+        cycle_lines=cycle_lines,
+    )
 
 
 def _enclosing(module: str) -> list[str]:
@@ -386,9 +394,11 @@ def _cycle_lines(found: Cycles, heads: dict[int, str]) -> list[str]:
 def _cycle_header(found: Cycles, lines: list[str], split: bool) -> list[str]:
     if not found.real:
         return ["# import cycles: none at import time", *(f"#   {line}" for line in lines)]
-    how = "each split: a milestone cuts its imports, then one per module" if split else (
-        "one milestone each, named after its most-imported module; --split-cycles cuts them"
-    )  # fmt: skip
+    how = (
+        "each split: a milestone cuts its imports, then one per module"
+        if split
+        else ("one milestone each, named after its most-imported module; --split-cycles cuts them")
+    )
     return [f"# import cycles ({how}):", *(f"#   {line}" for line in lines)]
 
 

@@ -55,14 +55,31 @@ def executed_by(python: str, folder: Path, tests: Sequence[Path], base: Path) ->
         plugin = Path(tmp) / "milepost_covctx.py"
         plugin.write_text(_PLUGIN)
         data = Path(tmp) / "coverage.data"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tmp, str(folder.parent),
-                                                                         os.environ.get("PYTHONPATH")]))}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [tmp, str(folder.parent), os.environ.get("PYTHONPATH")])),
+        }
         env.pop("COVERAGE_PROCESS_START", None)
-        cmd = [python, "-m", "coverage", "run", f"--data-file={data}", f"--source={folder}", "-m", "pytest", "-q",
-               "-p", "milepost_covctx", "-p", "no:cacheprovider", *map(str, tests)]  # fmt: skip
+        cmd = [
+            python,
+            "-m",
+            "coverage",
+            "run",
+            f"--data-file={data}",
+            f"--source={folder}",
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "milepost_covctx",
+            "-p",
+            "no:cacheprovider",
+            *map(str, tests),
+        ]
         try:
-            run = subprocess.run(cmd, cwd=base, env=env, capture_output=True, text=True, timeout=TIMEOUT_SECONDS,
-                                 check=False)  # fmt: skip
+            run = subprocess.run(
+                cmd, cwd=base, env=env, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, check=False
+            )
         except subprocess.TimeoutExpired:
             raise EnvironmentProblem(f"--map-tests coverage: the suite ran over {TIMEOUT_SECONDS} s") from None
         if run.returncode not in (0, 1) or not data.exists():  # 1: some tests failed (their code still ran)

@@ -110,8 +110,15 @@ class Cycle:
 
     def as_dict(self) -> dict[str, Any]:
         """``cut``: the module-level imports to cut."""
-        return {"modules": self.members, "head": self.head, "path": self.path_text, "import_time": True,
-                "summary": self.summary(), "cut": [i.as_dict() for i in self.imports], "deferred": []}  # fmt: skip
+        return {
+            "modules": self.members,
+            "head": self.head,
+            "path": self.path_text,
+            "import_time": True,
+            "summary": self.summary(),
+            "cut": [i.as_dict() for i in self.imports],
+            "deferred": [],
+        }
 
 
 @dataclass
@@ -141,8 +148,15 @@ class DeferredCycle:
 
     def as_dict(self) -> dict[str, Any]:
         """``deferred``: the imports that close it, none of which runs at import time."""
-        return {"modules": self.members, "head": self.head, "path": self.path_text, "import_time": False,
-                "summary": self.summary(), "cut": [], "deferred": [i.as_dict() for i in self.imports]}  # fmt: skip
+        return {
+            "modules": self.members,
+            "head": self.head,
+            "path": self.path_text,
+            "import_time": False,
+            "summary": self.summary(),
+            "cut": [],
+            "deferred": [i.as_dict() for i in self.imports],
+        }
 
 
 @dataclass

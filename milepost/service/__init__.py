@@ -165,9 +165,15 @@ class Service:
         """``item``, or this agent's current item; raises when there is none."""
         return items.resolve(self.ctx, item)
 
-    def create_item(self, objective: str, *, plan_status: PlanStatus = PlanStatus.DRAFT,
-                    defaults: ItemDefaults | None = None, milestones: list[Milestone] | None = None,
-                    after: int | None = None) -> WorkItem:  # fmt: skip
+    def create_item(
+        self,
+        objective: str,
+        *,
+        plan_status: PlanStatus = PlanStatus.DRAFT,
+        defaults: ItemDefaults | None = None,
+        milestones: list[Milestone] | None = None,
+        after: int | None = None,
+    ) -> WorkItem:
         return items.create_item(
             self.ctx, objective, plan_status=plan_status, defaults=defaults, milestones=milestones, after=after
         )
@@ -191,8 +197,9 @@ class Service:
     def check_can_drive(self, item: int, expect_revision: int | None = None, *, until: str | None = None) -> str:
         return items.check_can_drive(self.ctx, item, expect_revision, until=until)
 
-    def pick(self, item: int, *, clear_blocker: bool = False, reason: str | None = None,
-             expect_revision: int | None = None) -> WorkItem:  # fmt: skip
+    def pick(
+        self, item: int, *, clear_blocker: bool = False, reason: str | None = None, expect_revision: int | None = None
+    ) -> WorkItem:
         return items.pick(self.ctx, item, clear_blocker=clear_blocker, reason=reason, expect_revision=expect_revision)
 
     def update_item(
@@ -209,19 +216,26 @@ class Service:
     ) -> WorkItem:
         """Change a work item; ``todo`` replaces the whole todo list."""
         return items.update_item(
-            self.ctx, item, objective=objective, plan_status=plan_status, todo=todo, blocked_by=blocked_by,
-            clear_blocked_by=clear_blocked_by, recheck_at=recheck_at, expect_revision=expect_revision,
-        )  # fmt: skip
+            self.ctx,
+            item,
+            objective=objective,
+            plan_status=plan_status,
+            todo=todo,
+            blocked_by=blocked_by,
+            clear_blocked_by=clear_blocked_by,
+            recheck_at=recheck_at,
+            expect_revision=expect_revision,
+        )
 
-    def complete(self, report: str, *, item: int | None = None,
-                 expect_revision: int | None = None) -> CompletionResult:  # fmt: skip
+    def complete(self, report: str, *, item: int | None = None, expect_revision: int | None = None) -> CompletionResult:
         return items.complete(self.ctx, report, item=item, expect_revision=expect_revision)
 
     def cancel(self, reason: str, *, item: int | None = None, expect_revision: int | None = None) -> WorkItem:
         return items.cancel(self.ctx, reason, item=item, expect_revision=expect_revision)
 
-    def add_ref(self, kind: str, ref: str, reason: str = "", *, item: int | None = None,
-                expect_revision: int | None = None) -> WorkRef:  # fmt: skip
+    def add_ref(
+        self, kind: str, ref: str, reason: str = "", *, item: int | None = None, expect_revision: int | None = None
+    ) -> WorkRef:
         return evidence.add_ref(self.ctx, kind, ref, reason, item=item, expect_revision=expect_revision)
 
     def refs(self, item: int | None = None) -> list[WorkRef]:
@@ -238,8 +252,16 @@ class Service:
 
     # -- waits ----------------------------------------------------------------------
 
-    def wait_item(self, kind: str, reason: str, *, resource: str | None = None, until: datetime | None = None,
-                  item: int | None = None, expect_revision: int | None = None) -> WorkItem:  # fmt: skip
+    def wait_item(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        resource: str | None = None,
+        until: datetime | None = None,
+        item: int | None = None,
+        expect_revision: int | None = None,
+    ) -> WorkItem:
         """Record the item's active wait, replacing an earlier one, and the blocker it establishes."""
         return waits.wait_item(
             self.ctx, kind, reason, resource=resource, until=until, item=item, expect_revision=expect_revision
@@ -286,36 +308,78 @@ class Service:
         """Add a milestone to a draft plan; unset fields take the item's defaults
         (see :func:`milepost.service.milestones.add_milestone`)."""
         return milestones.add_milestone(
-            self.ctx, name, deps, gate=gate, acceptance=acceptance, retries=retries, timeout=timeout, review=review,
-            fix=fix, retry_delay=retry_delay, hypothesis=hypothesis, inputs=inputs, cache=cache, flaky=flaky,
-            item=item, expect_revision=expect_revision,
-        )  # fmt: skip
+            self.ctx,
+            name,
+            deps,
+            gate=gate,
+            acceptance=acceptance,
+            retries=retries,
+            timeout=timeout,
+            review=review,
+            fix=fix,
+            retry_delay=retry_delay,
+            hypothesis=hypothesis,
+            inputs=inputs,
+            cache=cache,
+            flaky=flaky,
+            item=item,
+            expect_revision=expect_revision,
+        )
 
-    def remove_milestone(self, name: str, *, item: int | None = None,
-                         expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+    def remove_milestone(
+        self, name: str, *, item: int | None = None, expect_revision: int | None = None
+    ) -> ActionResult:
         return milestones.remove_milestone(self.ctx, name, item=item, expect_revision=expect_revision)
 
-    def act(self, name: str, action: Action, *, reason: str | None = None, item: int | None = None,
-            expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+    def act(
+        self,
+        name: str,
+        action: Action,
+        *,
+        reason: str | None = None,
+        item: int | None = None,
+        expect_revision: int | None = None,
+    ) -> ActionResult:
         return milestones.act(self.ctx, name, action, reason=reason, item=item, expect_revision=expect_revision)
 
     def start(self, name: str, *, item: int | None = None, expect_revision: int | None = None) -> ActionResult:
         return self.act(name, Action.START, item=item, expect_revision=expect_revision)
 
-    def review(self, name: str, approve: bool, *, reason: str | None = None, item: int | None = None,
-               expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+    def review(
+        self,
+        name: str,
+        approve: bool,
+        *,
+        reason: str | None = None,
+        item: int | None = None,
+        expect_revision: int | None = None,
+    ) -> ActionResult:
         return milestones.review(self.ctx, name, approve, reason=reason, item=item, expect_revision=expect_revision)
 
-    def done(self, name: str, *, verdict: str | None = None, item: int | None = None,
-             expect_revision: int | None = None, use_cache: bool = True) -> DoneResult:  # fmt: skip
+    def done(
+        self,
+        name: str,
+        *,
+        verdict: str | None = None,
+        item: int | None = None,
+        expect_revision: int | None = None,
+        use_cache: bool = True,
+    ) -> DoneResult:
         from milepost.service import run_here
 
         return run_here.done(
             self.ctx, name, verdict=verdict, item=item, expect_revision=expect_revision, use_cache=use_cache
         )
 
-    def verify(self, names: list[str] | None = None, *, all_: bool = False, item: int | None = None,
-               fresh: bool = False, max_parallel: int = 1) -> VerifyResult:  # fmt: skip
+    def verify(
+        self,
+        names: list[str] | None = None,
+        *,
+        all_: bool = False,
+        item: int | None = None,
+        fresh: bool = False,
+        max_parallel: int = 1,
+    ) -> VerifyResult:
         """Prove again what was proven, here, up to ``max_parallel`` gates at
         once; a state that passed before is ``cached`` unless ``fresh`` (see
         :mod:`milepost.service.verify`)."""
@@ -367,8 +431,9 @@ class Service:
 
     # -- gates, claims and drives -----------------------------------------------------
 
-    def drive_session(self, item: int, owner: str, *, use_cache: bool = True,
-                      scope: set[str] | None = None) -> DriveSession:  # fmt: skip
+    def drive_session(
+        self, item: int, owner: str, *, use_cache: bool = True, scope: set[str] | None = None
+    ) -> DriveSession:
         """What a drive loop of ``item`` keeps while it runs (see :class:`DriveSession`)."""
         from milepost.service.drive import DriveSession
 
@@ -385,8 +450,9 @@ class Service:
 
         return claims.gate_env(self.ctx, claim)
 
-    def record(self, claim: Claim, result: GateResult, *, verdict: str | None = None,
-               release: bool = False) -> DoneResult:  # fmt: skip
+    def record(
+        self, claim: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False
+    ) -> DoneResult:
         """Store a gate run and apply its outcome (see :func:`milepost.service.claims.record`)."""
         from milepost.service import claims
 

@@ -139,12 +139,16 @@ READY_RETRY = Prepared(
 # When none is ready: the ones that say why (neither done nor pending), and the counts.
 HOLDING = Prepared(
     select(
-        MILESTONES.c.seq, MILESTONES.c.name, MILESTONES.c.status, MILESTONES.c.attempts, MILESTONES.c.retries,
+        MILESTONES.c.seq,
+        MILESTONES.c.name,
+        MILESTONES.c.status,
+        MILESTONES.c.attempts,
+        MILESTONES.c.retries,
         MILESTONES.c.awaiting_review,
     )
     .where(MILESTONES.c.item_id == bindparam("item"), MILESTONES.c.status != "done", MILESTONES.c.status != "pending")
     .order_by(MILESTONES.c.seq)
-)  # fmt: skip
+)
 WITH_INPUTS = Prepared(
     select(MILESTONES.c.id)
     .where(MILESTONES.c.item_id == bindparam("item"), func.json_array_length(MILESTONES.c.inputs) > 0)
@@ -165,8 +169,10 @@ LAST_ATTEMPT_OF = Prepared(select(func.max(RUNS.c.attempt).label("last")).where(
 # row write, and only where no lease at all is held.
 _FREE = (MILESTONES.c.lease_owner.is_(None)) | (MILESTONES.c.lease_owner == bindparam("owner"))
 _LEASE_VALUES: dict[str, Any] = {
-    "lease_owner": bindparam("owner"), "lease_expires": bindparam("expires"), "lease_info": bindparam("info"),
-}  # fmt: skip
+    "lease_owner": bindparam("owner"),
+    "lease_expires": bindparam("expires"),
+    "lease_info": bindparam("info"),
+}
 TAKE_LEASE = Prepared(update(MILESTONES).where(MILESTONES.c.id == bindparam("pk"), _FREE).values(_LEASE_VALUES))
 START_LEASED = Prepared(  # (a milestone not in progress holds no lease of its own: only a free one is taken)
     update(MILESTONES)
@@ -209,8 +215,23 @@ def milestone_state(m: Milestone) -> dict[str, Any]:
 
 # The values of a new milestone's row, in this order (:func:`milestone_row`):
 # the fields of NEW_MILESTONE_FIELDS but those all the milestones of an item share.
-MILESTONE_ROW_FIELDS = ("acceptance", "attempts", "awaiting_review", "cache", "fix", "flaky", "gate", "inputs",
-                        "name", "retries", "retry_delay", "review", "status", "timeout", "seq")  # fmt: skip
+MILESTONE_ROW_FIELDS = (
+    "acceptance",
+    "attempts",
+    "awaiting_review",
+    "cache",
+    "fix",
+    "flaky",
+    "gate",
+    "inputs",
+    "name",
+    "retries",
+    "retry_delay",
+    "review",
+    "status",
+    "timeout",
+    "seq",
+)
 
 
 def milestone_row(m: Milestone) -> tuple[Any, ...]:
@@ -249,15 +270,23 @@ def item(row: Row[Any], milestones: list[Milestone], *, revision: int, current: 
     return WorkItem.model_validate(data)
 
 
-def gate_run(row: Row[Any], item_id: int, name: str, log_path: str | None,
-             cached_from: dict[str, Any] | None = None) -> GateRun:  # fmt: skip
+def gate_run(
+    row: Row[Any], item_id: int, name: str, log_path: str | None, cached_from: dict[str, Any] | None = None
+) -> GateRun:
     data = {**row._mapping, "item": item_id, "milestone": name, "log_path": log_path, "cached_from": cached_from}
     data["rewrote"] = data.get("rewrote") or []
     return GateRun.model_validate(data)
 
 
-def run_row(item_id: int, pk: int, attempt: int, result: GateResult, log_path: str | None,
-            verdict: str | None, source_run_id: int | None = None) -> dict[str, Any]:  # fmt: skip
+def run_row(
+    item_id: int,
+    pk: int,
+    attempt: int,
+    result: GateResult,
+    log_path: str | None,
+    verdict: str | None,
+    source_run_id: int | None = None,
+) -> dict[str, Any]:
     """A gate run's row: the result's fields, the log path relative to the workspace."""
     data = result.model_dump(exclude={"log_path", "commands", "cached_from"})
     return {

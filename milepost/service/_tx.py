@@ -227,8 +227,14 @@ class Tx:
     def check_revision(self, expect_revision: int | None) -> None:
         check_revision(self.id, self.revision, expect_revision)
 
-    def emit(self, kind: Action | ItemEvent, milestone: str | None = None, before: str | None = None,
-             after: str | None = None, reason: str | None = None) -> None:  # fmt: skip
+    def emit(
+        self,
+        kind: Action | ItemEvent,
+        milestone: str | None = None,
+        before: str | None = None,
+        after: str | None = None,
+        reason: str | None = None,
+    ) -> None:
         """Log an event; the transaction bumps the revision."""
         self.events.append(Event(kind, milestone, before, after, reason))
         self.dirty = True
@@ -279,8 +285,9 @@ class Tx:
             self.find_pk(pk, m.name)
         return [d for d in self._deps[pk] if d.status is not MilestoneStatus.DONE]
 
-    def save(self, pk: int, changes: Iterable[Change], *, applied: bool = False,
-             written: int = 0) -> list[MilestoneChange]:  # fmt: skip
+    def save(
+        self, pk: int, changes: Iterable[Change], *, applied: bool = False, written: int = 0
+    ) -> list[MilestoneChange]:
         """Write what ``changes`` changed (one row each) and log them. Unless
         ``applied`` (made on :meth:`graph` already), the graph at hand gets them too.
         The first ``written`` rows the caller wrote itself (a claim: with its lease)."""

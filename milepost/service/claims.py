@@ -35,8 +35,16 @@ from milepost.service import proofs
 from milepost.service._rows import MILESTONES, REFS, RUNS
 from milepost.service._tx import Context, GraphCache, ItemEvent, Tx, write
 
-__all__ = ["already_recorded", "cached_result", "gate_env", "interrupted_result", "owner_here", "record", "record_fix",
-           "record_step"]  # fmt: skip
+__all__ = [
+    "already_recorded",
+    "cached_result",
+    "gate_env",
+    "interrupted_result",
+    "owner_here",
+    "record",
+    "record_fix",
+    "record_step",
+]
 
 
 def owner_here() -> str:
@@ -85,24 +93,48 @@ def cached_result(ctx: Context, claim: Claim, fp: Fingerprint | None = None) -> 
     source = CachedFrom(item=hit.item, milestone=hit.milestone, attempt=hit.attempt)
     reason = f"cached: passed as item {hit.item} {hit.milestone!r} attempt {hit.attempt} on the same gate and inputs"
     result = GateResult(
-        outcome=Outcome.CACHED, reason=reason, tail=reason, started_at=now, finished_at=now, host=socket.gethostname(),
-        fingerprint=fp.digest, inputs_digest=fp.inputs_digest, inputs_files=len(fp.files), cached_from=source,
-    )  # fmt: skip
+        outcome=Outcome.CACHED,
+        reason=reason,
+        tail=reason,
+        started_at=now,
+        finished_at=now,
+        host=socket.gethostname(),
+        fingerprint=fp.digest,
+        inputs_digest=fp.inputs_digest,
+        inputs_files=len(fp.files),
+        cached_from=source,
+    )
     return result, fp
 
 
 # -- recording ------------------------------------------------------------------------
 
 
-def record(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False,
-           cache: GraphCache | None = None, manifest: dict[str, str] | None = None) -> DoneResult:  # fmt: skip
+def record(
+    ctx: Context,
+    c: Claim,
+    result: GateResult,
+    *,
+    verdict: str | None = None,
+    release: bool = False,
+    cache: GraphCache | None = None,
+    manifest: dict[str, str] | None = None,
+) -> DoneResult:
     """:func:`record_step` in a write transaction of its own."""
-    return write(ctx, c.item, record_step(ctx, c, result, verdict=verdict, release=release, manifest=manifest),
-                 cache=cache)  # fmt: skip
+    return write(
+        ctx, c.item, record_step(ctx, c, result, verdict=verdict, release=release, manifest=manifest), cache=cache
+    )
 
 
-def record_step(ctx: Context, c: Claim, result: GateResult, *, verdict: str | None = None, release: bool = False,
-                manifest: dict[str, str] | None = None) -> Callable[[Tx], DoneResult]:  # fmt: skip
+def record_step(
+    ctx: Context,
+    c: Claim,
+    result: GateResult,
+    *,
+    verdict: str | None = None,
+    release: bool = False,
+    manifest: dict[str, str] | None = None,
+) -> Callable[[Tx], DoneResult]:
     """The step of a write transaction that stores a gate run (always: evidence is never dropped), frees
     the lease and applies the outcome while the milestone is still in progress: pass -> done (or in review),
     fail -> needs_fix (ready again after the retry delay) or stuck. An interrupted run spends no budget; with
@@ -124,9 +156,13 @@ def record_step(ctx: Context, c: Claim, result: GateResult, *, verdict: str | No
             holder = rows.LEASE_ROW.rows(tx.conn, pk=c.pk)[0].lease_owner
         if holder is None and already_recorded(tx.conn, c):
             # Recorded by whoever the lease passed to, or by this very write before its connection dropped.
-            return DoneResult(item=tx.id, revision=tx.revision, milestone=m, passed=result.passed,
-                              note=f"attempt {c.attempt} of {m.name!r} is in the store already;"
-                                   " this outcome is not applied again")  # fmt: skip
+            return DoneResult(
+                item=tx.id,
+                revision=tx.revision,
+                milestone=m,
+                passed=result.passed,
+                note=f"attempt {c.attempt} of {m.name!r} is in the store already; this outcome is not applied again",
+            )
         if holder != c.owner:
             return DoneResult(
                 item=tx.id,

@@ -40,8 +40,9 @@ class DriveSession:
     """One drive of one work item by one ``owner`` (a lease holder's name).
     ``scope``: the milestones it may run (``--until``); None: all."""
 
-    def __init__(self, ctx: Context, item: int, owner: str, *, use_cache: bool = True,
-                 scope: Iterable[str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, ctx: Context, item: int, owner: str, *, use_cache: bool = True, scope: Iterable[str] | None = None
+    ) -> None:
         self.ctx = ctx
         self.item = item
         self.owner = owner
@@ -173,8 +174,7 @@ class DriveSession:
             if reproof:
                 self.to_reprove.discard(m.name)
             try:
-                claim = take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=reproof,
-                                          start=changes)  # fmt: skip
+                claim = take_lease(tx, loaded.pks[m.name], changes[0].after, self.owner, reproof=reproof, start=changes)
             except (TransitionError, ExpiredLease) as e:
                 g.put(changes[0].before)  # the refused claim wrote nothing
                 if reproof:
@@ -189,8 +189,9 @@ class DriveSession:
             crash_point("claim")
             return claim
 
-    def record(self, claim: Claim, result: GateResult, *, release: bool = False,
-               manifest: dict[str, str] | None = None) -> DoneResult:  # fmt: skip
+    def record(
+        self, claim: Claim, result: GateResult, *, release: bool = False, manifest: dict[str, str] | None = None
+    ) -> DoneResult:
         return claims.record(self.ctx, claim, result, release=release, cache=self.cache, manifest=manifest)
 
     def record_fix(self, claim: Claim, result: GateResult) -> None:
@@ -271,10 +272,20 @@ def nothing_to_run(svc: Service, item: int, until: str | None = None) -> DriveSu
     return summarize(svc, it, g, scope=scope, until=until, check=check)
 
 
-def summarize(svc: Service, it: WorkItem, g: WorkGraph, *, scope: set[str] | None = None, until: str | None = None,
-              durations: dict[str, float] | None = None, flow_run_id: str | None = None, interrupted: bool = False,
-              held: dict[str, str] | None = None, cached: dict[str, CachedFrom | None] | None = None,
-              check: proofs.Check | None = None) -> DriveSummary:  # fmt: skip
+def summarize(
+    svc: Service,
+    it: WorkItem,
+    g: WorkGraph,
+    *,
+    scope: set[str] | None = None,
+    until: str | None = None,
+    durations: dict[str, float] | None = None,
+    flow_run_id: str | None = None,
+    interrupted: bool = False,
+    held: dict[str, str] | None = None,
+    cached: dict[str, CachedFrom | None] | None = None,
+    check: proofs.Check | None = None,
+) -> DriveSummary:
     """The drive's verdict: ok when every milestone of its scope (all, or
     ``--until``'s target and its deps) is done and none is stale; else one
     message naming, by view, what is not done and why."""

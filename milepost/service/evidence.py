@@ -70,8 +70,9 @@ def plan_artifact(ctx: Context, item_id: int, preview_bytes: int = 1024) -> Plan
 # -- evidence ------------------------------------------------------------------
 
 
-def add_ref(ctx: Context, kind: str, ref: str, reason: str = "", *, item: int | None = None,
-            expect_revision: int | None = None) -> WorkRef:  # fmt: skip
+def add_ref(
+    ctx: Context, kind: str, ref: str, reason: str = "", *, item: int | None = None, expect_revision: int | None = None
+) -> WorkRef:
     for value, what in ((kind, "the ref's kind"), (ref, "the ref"), (reason, "the ref's reason")):
         check_text(value, what)
     if not kind.strip() or not ref.strip():

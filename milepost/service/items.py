@@ -115,8 +115,7 @@ def get_item(ctx: Context, item: int | None = None) -> WorkItem:
     return read(ctx, resolve(ctx, item))[0]
 
 
-def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = None, *,
-                    until: str | None = None) -> str:  # fmt: skip
+def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = None, *, until: str | None = None) -> str:
     """Refuse (before any Prefect start-up) to drive an item that is not
     open, belongs to another agent, or is no longer at ``expect_revision``,
     or up to a milestone (``until``) it does not have. Returns its objective
@@ -234,8 +233,14 @@ def set_focus(conn: Connection, agent: str, item_id: int | None) -> None:
 # -- changing ----------------------------------------------------------------
 
 
-def pick(ctx: Context, item: int, *, clear_blocker: bool = False, reason: str | None = None,
-         expect_revision: int | None = None) -> WorkItem:  # fmt: skip
+def pick(
+    ctx: Context,
+    item: int,
+    *,
+    clear_blocker: bool = False,
+    reason: str | None = None,
+    expect_revision: int | None = None,
+) -> WorkItem:
     """Make ``item`` this agent's current item. A blocked item is focused
     for inspection without becoming runnable; ``clear_blocker`` (with a
     reason) also clears its blocker and its waits."""
@@ -321,8 +326,9 @@ def update_item(
     return get_item(ctx, item_id)
 
 
-def complete(ctx: Context, report: str, *, item: int | None = None,
-             expect_revision: int | None = None) -> CompletionResult:  # fmt: skip
+def complete(
+    ctx: Context, report: str, *, item: int | None = None, expect_revision: int | None = None
+) -> CompletionResult:
     """Close an item with its report: refused while a milestone is not
     done, or is stale (done, but its inputs changed since: not proven on the
     code as it is), or the report is empty; clears focus and waits; warns

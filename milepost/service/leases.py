@@ -46,8 +46,9 @@ def expired(lease: Any, now: datetime) -> bool:
     return lease.lease_expires is None or lease.lease_expires <= now
 
 
-def take_lease(tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = False,
-               start: Sequence[Change] = ()) -> Claim:  # fmt: skip
+def take_lease(
+    tx: Tx, pk: int, m: Milestone, owner: str, *, reproof: bool = False, start: Sequence[Change] = ()
+) -> Claim:
     """Lease an in-progress milestone's gate to ``owner`` and number its
     attempt; the lease records where the attempt runs (host, boot, pid, log)
     and whether it re-proves a done milestone, so a driver that reclaims it

@@ -129,8 +129,9 @@ def add_milestone(
     return write(ctx, resolve(ctx, item), fn, expect_revision)
 
 
-def remove_milestone(ctx: Context, name: str, *, item: int | None = None,
-                     expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+def remove_milestone(
+    ctx: Context, name: str, *, item: int | None = None, expect_revision: int | None = None
+) -> ActionResult:
     def fn(tx: Tx) -> ActionResult:
         check_structure_editable(tx.id, tx.state, tx.plan_status, f"remove milestone {name!r}")
         pk, m = tx.find(name)
@@ -156,8 +157,15 @@ def remove_milestone(ctx: Context, name: str, *, item: int | None = None,
     return write(ctx, resolve(ctx, item), fn, expect_revision)
 
 
-def act(ctx: Context, name: str, action: Action, *, reason: str | None = None, item: int | None = None,
-        expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+def act(
+    ctx: Context,
+    name: str,
+    action: Action,
+    *,
+    reason: str | None = None,
+    item: int | None = None,
+    expect_revision: int | None = None,
+) -> ActionResult:
     """Apply one user action (start, needs_fix, reset, lock, unlock, confirm)."""
     if action is Action.DONE:
         raise InputError("use Service.done() for done: it runs the gate")
@@ -206,8 +214,15 @@ def held_by(tx: Tx, pk: int, m: Milestone, e: TransitionError) -> TransitionErro
     )
 
 
-def review(ctx: Context, name: str, approve: bool, *, reason: str | None = None, item: int | None = None,
-           expect_revision: int | None = None) -> ActionResult:  # fmt: skip
+def review(
+    ctx: Context,
+    name: str,
+    approve: bool,
+    *,
+    reason: str | None = None,
+    item: int | None = None,
+    expect_revision: int | None = None,
+) -> ActionResult:
     """``approve``/``reject``: an operator's verdict on a milestone in review."""
     if reason is not None:
         check_text(reason, "the reason")
@@ -232,8 +247,9 @@ def apply_plan(ctx: Context, plan: Plan) -> WorkItem:
 
     check_module_entries(ctx.store.root, milestones)
     defaults = ItemDefaults.model_validate(plan.defaults.model_dump())
-    return create_item(ctx, plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones,
-                       validated=True)  # fmt: skip
+    return create_item(
+        ctx, plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones, validated=True
+    )
 
 
 def export_plan(ctx: Context, item: int | None = None) -> dict[str, Any]:

@@ -123,8 +123,9 @@ def _wants_check(m: Milestone) -> bool:
     return m.status is S.NEEDS_FIX and m.fingerprint is not None and not m.flaky and not m.fix
 
 
-def check(ctx: Context, item_id: int, g: WorkGraph, names: Iterable[str] | None = None,
-          snap: Snapshot | None = None) -> Check:  # fmt: skip
+def check(
+    ctx: Context, item_id: int, g: WorkGraph, names: Iterable[str] | None = None, snap: Snapshot | None = None
+) -> Check:
     """Fingerprint the done (and needs_fix) milestones with inputs (or just
     ``names``) and compare with what their attempts recorded; marks the
     graph's stale milestones. One pass over the workspace's files."""
@@ -290,11 +291,18 @@ def store_unit_passes(conn: Connection, item_id: int, milestone: str, attempt: i
     """Keep the units this attempt ran and passed (a unit kept already stays as it was)."""
     now = utcnow()
     values = [
-        {"digest": c.unit, "item_id": item_id, "milestone": milestone, "attempt": attempt, "file": c.file or "",
-         "duration": c.duration, "created_at": now}
+        {
+            "digest": c.unit,
+            "item_id": item_id,
+            "milestone": milestone,
+            "attempt": attempt,
+            "file": c.file or "",
+            "duration": c.duration,
+            "created_at": now,
+        }
         for c in result.commands
         if c.unit and c.outcome is Outcome.PASSED
-    ]  # fmt: skip
+    ]
     if not values:
         return
     if conn.dialect.name == "postgresql":

@@ -78,8 +78,15 @@ def proven_once(ctx: Context, item_id: int) -> set[str]:
         )
 
 
-def verify(ctx: Context, names: Sequence[str] = (), *, all_: bool = False, item: int | None = None,
-           fresh: bool = False, max_parallel: int = 1) -> VerifyResult:  # fmt: skip
+def verify(
+    ctx: Context,
+    names: Sequence[str] = (),
+    *,
+    all_: bool = False,
+    item: int | None = None,
+    fresh: bool = False,
+    max_parallel: int = 1,
+) -> VerifyResult:
     """See the module's docstring."""
     if max_parallel < 1:
         raise ValueError(f"max_parallel must be at least 1, not {max_parallel}")
@@ -203,8 +210,9 @@ class _Run:
             return
         self._start(name, keeper, pool, reproof=False, stale=None)
 
-    def _start(self, name: str, keeper: LeaseKeeper, pool: ThreadPoolExecutor, *, reproof: bool,
-               stale: StaleInfo | None) -> None:  # fmt: skip
+    def _start(
+        self, name: str, keeper: LeaseKeeper, pool: ThreadPoolExecutor, *, reproof: bool, stale: StaleInfo | None
+    ) -> None:
         claim = _claim(self.ctx, self.item, name, self.owner, reproof=reproof)
         if isinstance(claim, Verified):
             self.out[name] = claim
@@ -248,9 +256,18 @@ class _Run:
         m = claim.milestone
         root = self.ctx.store.root
         origin = CachedFrom(item=claim.item, milestone=m.name, attempt=claim.attempt)
-        return run_gate(m.gate, Path(claim.log_path), default_cwd=root, env=gate_env(self.ctx, claim),
-                        default_timeout=m.timeout, stop=self.stop, inputs=m.inputs if m.has_inputs else (),
-                        root=root, units=self.units if self.use_cache else None, origin=origin)  # fmt: skip
+        return run_gate(
+            m.gate,
+            Path(claim.log_path),
+            default_cwd=root,
+            env=gate_env(self.ctx, claim),
+            default_timeout=m.timeout,
+            stop=self.stop,
+            inputs=m.inputs if m.has_inputs else (),
+            root=root,
+            units=self.units if self.use_cache else None,
+            origin=origin,
+        )
 
     def _finish(self, f: Future[GateResult], keeper: LeaseKeeper) -> None:
         job = self.running.pop(f)

@@ -119,8 +119,9 @@ def served(cli: CLI, *args: str, log: Path) -> Iterator[Callable[[], str]]:
     up and stop it); yields a check that it still runs, which returns the
     output's tail for a failure message (``wait_until(..., output=alive)``)."""
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "milepost", *args], cwd=cli.cwd, env=cli.env,
-                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "milepost", *args], cwd=cli.cwd, env=cli.env, stdout=out, stderr=subprocess.STDOUT
+        )
 
     def alive() -> str:
         tail = log.read_text(errors="replace")[-4000:]

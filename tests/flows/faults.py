@@ -82,8 +82,7 @@ def plan(cli: CLI, seconds: float, text: str = PLAN) -> tuple[str, Ledger]:
 class Driver:
     """A real ``milepost drive`` process, its output in a file beside the workspace."""
 
-    def __init__(self, cli: CLI, item: str, *args: str, preexec: Callable[[], None] | None = None,
-                 **env: str) -> None:  # fmt: skip
+    def __init__(self, cli: CLI, item: str, *args: str, preexec: Callable[[], None] | None = None, **env: str) -> None:
         self.log = cli.cwd.parent / f"drive-{time.monotonic_ns()}.out"
         self.started = time.monotonic()
         with open(self.log, "w") as out:

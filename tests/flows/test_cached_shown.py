@@ -77,11 +77,15 @@ def test_a_cached_attempt_is_named_with_the_run_it_reused_everywhere(
     case = next(iter(suite))
     assert case.is_passed and case.name == "lint"
     assert {k: v for k, v in props(case).items() if k.startswith(("outcome", "cached"))} == {
-        "outcome": "cached", "cached_from_item": str(first), "cached_from_milestone": "lint",
+        "outcome": "cached",
+        "cached_from_item": str(first),
+        "cached_from_milestone": "lint",
         "cached_from_attempt": "1",
-    }  # fmt: skip
-    assert case.system_out == f"cached: not run; the passed run of item {first} 'lint' attempt 1 on the same gate" \
-        " and inputs stood in"  # fmt: skip
+    }
+    assert (
+        case.system_out == f"cached: not run; the passed run of item {first} 'lint' attempt 1 on the same gate"
+        " and inputs stood in"
+    )
     assert props(suite)["cached"] == "1" and props(suite)["gate_runs"] == "0"
     text = step.read_text()
     assert "(0 gate runs, 1 cached, " in text

@@ -45,8 +45,13 @@ class Driver:
     def __init__(self, cli: CLI, log: Path, *args: str) -> None:
         self.log = log
         with log.open("w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "milepost", *args], cwd=cli.cwd, env=cli.env,
-                                         stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "milepost", *args],
+                cwd=cli.cwd,
+                env=cli.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     @property
     def out(self) -> str:
@@ -96,10 +101,13 @@ def test_a_second_and_third_driver_wait_take_up_what_is_unblocked_and_exit_0(
     and a waiting one takes ``y``. Every gate runs once, all three exit 0."""
     cli = shared
     go = workspace / "go"
-    apply(cli, workspace,
-          f"  - {{name: slow, gate: 'echo slow >> ran.txt; while [ ! -e {go} ]; do sleep 0.1; done'}}\n"
-          "  - {name: x, deps: [slow], gate: 'echo x >> ran.txt; sleep 1'}\n"
-          "  - {name: y, deps: [slow], gate: 'echo y >> ran.txt; sleep 1'}\n")  # fmt: skip
+    apply(
+        cli,
+        workspace,
+        f"  - {{name: slow, gate: 'echo slow >> ran.txt; while [ ! -e {go} ]; do sleep 0.1; done'}}\n"
+        "  - {name: x, deps: [slow], gate: 'echo x >> ran.txt; sleep 1'}\n"
+        "  - {name: y, deps: [slow], gate: 'echo y >> ran.txt; sleep 1'}\n",
+    )
     with drivers(cli, tmp_path, ["drive"]) as (first,):
         wait_until(lambda: ledger(workspace) == ["slow"], 120, "slow to start", step=0.1, output=lambda: first.out)
         with drivers(cli, tmp_path, ["--json", "drive", "--wait-recorded"], ["drive"]) as (second, third):
@@ -124,8 +132,10 @@ def test_a_second_and_third_driver_wait_take_up_what_is_unblocked_and_exit_0(
     assert finished["ok"] is True and finished["message"] == "all 3 milestones are done"
     assert "all 3 milestones are done" in third.out
     # The waiting driver's flow run: the gate it ran, and those another driver proved meanwhile.
-    states = {t["name"]: t["state"]["name"] for t in api_post(
-        prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [finished["flow_run_id"]]}}})}  # fmt: skip
+    states = {
+        t["name"]: t["state"]["name"]
+        for t in api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [finished["flow_run_id"]]}}})
+    }
     ran_here = {e["milestone"] for e in second.events("gate_finished")}  # y, or nothing (the third took it)
     assert states == {n: "Completed" if n in ran_here else "Done elsewhere" for n in ("slow", "x", "y")}
     assert {m["name"]: m["status"] for m in cli.json("list")["milestones"]} == dict.fromkeys(["slow", "x", "y"], "done")
@@ -139,9 +149,12 @@ def test_a_waiting_driver_ends_with_the_items_verdict_when_the_other_fails(
     driver ends too, exit 1 naming it stuck, and does not run it again."""
     cli = shared
     wait = f"while [ ! -e {workspace / 'go'} ]; do sleep 0.1; done"
-    apply(cli, workspace,
-          f"  - {{name: bad, retries: 0, gate: 'echo bad >> ran.txt; {wait}; exit 1'}}\n"
-          "  - {name: after, deps: [bad], gate: 'echo after >> ran.txt'}\n")  # fmt: skip
+    apply(
+        cli,
+        workspace,
+        f"  - {{name: bad, retries: 0, gate: 'echo bad >> ran.txt; {wait}; exit 1'}}\n"
+        "  - {name: after, deps: [bad], gate: 'echo after >> ran.txt'}\n",
+    )
     with drivers(cli, tmp_path, ["drive"]) as (first,):
         wait_until(lambda: ledger(workspace) == ["bad"], 120, "bad to start", step=0.1, output=lambda: first.out)
         with drivers(cli, tmp_path, ["--json", "drive"]) as (second,):
@@ -188,9 +201,12 @@ def test_a_waiting_driver_leaves_a_fix_and_its_retry_to_the_driver_that_failed(
     the waiting driver does not start the milestone's next attempt beside the
     fix; the driver that failed it retries it after its fix, once."""
     wait = f"while [ ! -e {workspace / 'go'} ]; do sleep 0.1; done"
-    apply(cli, workspace,
-          f"  - {{name: flaky, retries: 2, fix: 'sleep 2; touch fixed; echo fix >> ran.txt',"
-          f" gate: 'echo flaky >> ran.txt; {wait}; test -e fixed'}}\n")  # fmt: skip
+    apply(
+        cli,
+        workspace,
+        f"  - {{name: flaky, retries: 2, fix: 'sleep 2; touch fixed; echo fix >> ran.txt',"
+        f" gate: 'echo flaky >> ran.txt; {wait}; test -e fixed'}}\n",
+    )
     with drivers(cli, tmp_path, ["drive"]) as (first,):
         wait_until(lambda: ledger(workspace) == ["flaky"], 120, "flaky to start", step=0.1, output=lambda: first.out)
         with drivers(cli, tmp_path, ["--json", "drive"]) as (second,):
@@ -213,15 +229,19 @@ def test_a_driver_waits_only_for_work_of_its_until_scope(
     x is done, while that gate still runs); ``--until z`` waits for the gate
     z depends on, which the other driver runs, then runs z itself and ends 0."""
     go = workspace / "go"
-    apply(cli, workspace,
-          f"  - {{name: slow, gate: 'echo slow >> ran.txt; while [ ! -e {go} ]; do sleep 0.1; done'}}\n"
-          "  - {name: x, gate: 'echo x >> ran.txt'}\n"
-          "  - {name: z, deps: [slow], gate: 'echo z >> ran.txt; sleep 1'}\n")  # fmt: skip
+    apply(
+        cli,
+        workspace,
+        f"  - {{name: slow, gate: 'echo slow >> ran.txt; while [ ! -e {go} ]; do sleep 0.1; done'}}\n"
+        "  - {name: x, gate: 'echo x >> ran.txt'}\n"
+        "  - {name: z, deps: [slow], gate: 'echo z >> ran.txt; sleep 1'}\n",
+    )
     with drivers(cli, tmp_path, ["drive", "--until", "slow"]) as (first,):
         wait_until(lambda: ledger(workspace) == ["slow"], 120, "slow to start", step=0.1, output=lambda: first.out)
         with drivers(cli, tmp_path, ["--json", "drive", "--until", "x"], ["--json", "drive", "--until", "z"]) as (
-            only_x, to_z,
-        ):  # fmt: skip
+            only_x,
+            to_z,
+        ):
             assert only_x.wait() == 0, only_x.out
             assert first.proc.poll() is None and ledger(workspace) == ["slow", "x"]  # slow still runs
             assert only_x.events("waiting_for_drivers") == []

@@ -50,8 +50,16 @@ def test_sequential_drive_of_the_example_in_lowest_id_order(
     assert summary.ok and summary.message == "all 9 milestones are done"
     started = [e[1][0] for e in rec.events if e[0] == "gate_started"]
     assert started == [
-        "analyze-a", "analyze-b", "analyze-c", "extract-a", "extract-b", "extract-c", "merge", "test", "commit",
-    ]  # fmt: skip
+        "analyze-a",
+        "analyze-b",
+        "analyze-c",
+        "extract-a",
+        "extract-b",
+        "extract-c",
+        "merge",
+        "test",
+        "commit",
+    ]
     assert [n for n, _ in gate_order(service, item)] == started
     # The flow run: Completed, named after the item, its graph the DAG's edges.
     fr = api_get(prefect_api, f"/flow_runs/{summary.flow_run_id}")
@@ -219,8 +227,7 @@ def test_a_drive_does_not_start_a_gate_another_driver_runs(prefect_api: str, cli
     after ``done``'s run ended, never beside it."""
     marker, release = workspace / "started", workspace / "release"
     hold = f"touch {marker}; while [ ! -e {release} ]; do sleep 0.1; done"
-    plan = (f"objective: busy\nmilestones:\n  - {{name: slow, gate: '{hold}'}}\n"
-            "  - {name: other, gate: 'true'}\n")  # fmt: skip
+    plan = f"objective: busy\nmilestones:\n  - {{name: slow, gate: '{hold}'}}\n  - {{name: other, gate: 'true'}}\n"
     (workspace / "plan.yaml").write_text(plan)
     cli("plan", "apply", "plan.yaml", check=True)
     cli("start", "slow", check=True)

@@ -52,8 +52,9 @@ def test_the_first_gate_runs_before_prefect_is_imported(cli: CLI, workspace: Pat
                           "owner": early.session.owner}))
         """
     )
-    p = subprocess.run([sys.executable, "-c", script], cwd=workspace, env=cli.env, capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-c", script], cwd=workspace, env=cli.env, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["prefect"] is False and out["claimed"] == "first" and out["owner"].startswith("drive:")
@@ -81,8 +82,9 @@ def test_a_drive_adopts_its_early_gate(cli: CLI, workspace: Path, prefect_api: s
     assert cli.json("runs", "first")["runs"][0]["outcome"] == "passed"
     assert len(cli.json("runs", "first")["runs"]) == 1
     flow_run_id = started["flow_run_id"]
-    runs: list[dict[str, Any]] = api_post(prefect_api, "/task_runs/filter",
-                                          {"flow_runs": {"id": {"any_": [flow_run_id]}}})  # fmt: skip
+    runs: list[dict[str, Any]] = api_post(
+        prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}}
+    )
     by_name = {t["name"]: t for t in runs}
     assert by_name["first"]["state"]["type"] == "COMPLETED", by_name["first"]["state"]
     assert by_name["second"]["state"]["type"] == "COMPLETED"
@@ -96,9 +98,14 @@ def test_an_interrupt_while_prefect_loads_stops_the_early_gate(cli: CLI, workspa
     gate = f"echo $$ > {gatepid}; kill -INT $(cat {pidfile}); sleep 60"
     cli("item", "create", "early", check=True)
     cli("add", "first", "--gate", gate, "--retries", "0", check=True)
-    p = subprocess.Popen(["sh", "-c", f"echo $$ > {pidfile}; exec {sys.executable} -m milepost drive"],
-                         cwd=workspace, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)  # fmt: skip
+    p = subprocess.Popen(
+        ["sh", "-c", f"echo $$ > {pidfile}; exec {sys.executable} -m milepost drive"],
+        cwd=workspace,
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, (p.returncode, out, err)
     assert "Traceback" not in err, err

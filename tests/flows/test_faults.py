@@ -84,11 +84,17 @@ def test_a_sqlite_lock_held_past_the_busy_timeout_is_exit_3_and_changes_nothing(
     item, ledger = plan(cli, 0.2)
     before = cli.json("list", "--item", item)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sqlite3, sys, time\n"
-         "c = sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('BEGIN IMMEDIATE')\n"
-         "print('locked', flush=True); time.sleep(60)", str(workspace / ".milepost" / "milepost.db")],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            "c = sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('BEGIN IMMEDIATE')\n"
+            "print('locked', flush=True); time.sleep(60)",
+            str(workspace / ".milepost" / "milepost.db"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         t0 = time.monotonic()
@@ -186,8 +192,7 @@ def _mount_tmpfs(folder: Path) -> str | None:
     if os.geteuid() != 0 or shutil.which("mount") is None:
         return "mounting a tmpfs needs root (CI runs as root); the RLIMIT_FSIZE case covers the rest here"
     folder.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)], capture_output=True,
-                       text=True)  # fmt: skip
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)], capture_output=True, text=True)
     if p.returncode != 0:
         return f"no permission to mount a tmpfs here ({p.stderr.strip()}); CI's machine runs this case"
     return None
@@ -312,8 +317,10 @@ def test_a_frozen_driver_loses_its_milestone_writes_nothing_for_it_and_every_gat
     else:
         assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "passed")], runs
         assert "recovered from attempt-1.log" in runs[0]["reason"], runs
-    figure("frozen driver: the other took the gate over by killing it (1) or recovering it (0)",
-           float(runs[0]["outcome"] == "interrupted"))  # fmt: skip
+    figure(
+        "frozen driver: the other took the gate over by killing it (1) or recovering it (0)",
+        float(runs[0]["outcome"] == "interrupted"),
+    )
     check_exactly_once(cli, item, ledger, ["a1", "b1"])
 
 

@@ -19,8 +19,10 @@ from tests.flows.conftest import api_post
 
 
 def heartbeats(api: str, flow_run_id: str) -> list[dict[str, Any]]:
-    body = {"filter": {"event": {"name": [EVENT]}, "resource": {"id": [f"prefect.flow-run.{flow_run_id}"]}},
-            "limit": 50}  # fmt: skip
+    body = {
+        "filter": {"event": {"name": [EVENT]}, "resource": {"id": [f"prefect.flow-run.{flow_run_id}"]}},
+        "limit": 50,
+    }
     return list(api_post(api, "/events/filter", body)["events"])
 
 

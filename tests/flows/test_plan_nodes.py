@@ -14,8 +14,14 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 def chain_and_fan() -> list[Milestone]:
     """merge <- (test-a, test-b) <- docs <- ship, and a lone 'lint': dependency order."""
-    names = [("merge", []), ("lint", []), ("test-a", ["merge"]), ("test-b", ["merge"]),
-             ("docs", ["test-a", "test-b"]), ("ship", ["docs"])]  # fmt: skip
+    names = [
+        ("merge", []),
+        ("lint", []),
+        ("test-a", ["merge"]),
+        ("test-b", ["merge"]),
+        ("docs", ["test-a", "test-b"]),
+        ("ship", ["docs"]),
+    ]
     return [Milestone(id=i + 1, name=n, deps=d) for i, (n, d) in enumerate(names)]
 
 

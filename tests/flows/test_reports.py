@@ -34,8 +34,16 @@ def test_junit_report_and_step_summary_of_a_drive_with_a_stuck_milestone(
     assert suite.name.startswith("work item 1: Extract interfaces")
     cases = {c.name: c for c in suite}
     assert list(cases) == [
-        "analyze-a", "analyze-b", "analyze-c", "extract-a", "extract-b", "extract-c", "merge", "test", "commit",
-    ]  # fmt: skip
+        "analyze-a",
+        "analyze-b",
+        "analyze-c",
+        "extract-a",
+        "extract-b",
+        "extract-c",
+        "merge",
+        "test",
+        "commit",
+    ]
     # Module B is broken: analyze-b's gate (it compiles B) and extract-c's (its tests import B) get stuck.
     assert cases["analyze-a"].is_passed and cases["extract-a"].is_passed
     failure = cases["analyze-b"].result[0]

@@ -152,8 +152,12 @@ def test_mcp_answers_next_while_a_gate_runs(tmp_path: Path) -> None:
 
     async def go() -> None:
         async with server(ws, tmp_path / "mcp.log", PATH=os.environ["PATH"]) as s:
-            await call(s, "work_item", action="create", plan="objective: slow\nmilestones:\n"
-                       "  - {name: slow, gate: 'sleep 5'}\n  - {name: other}\n")  # fmt: skip
+            await call(
+                s,
+                "work_item",
+                action="create",
+                plan="objective: slow\nmilestones:\n  - {name: slow, gate: 'sleep 5'}\n  - {name: other}\n",
+            )
             await call(s, "milestone", action="start", name="slow")
 
             async def done() -> None:

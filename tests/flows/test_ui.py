@@ -109,9 +109,10 @@ def test_the_summary_artifact_shows_the_dag_as_an_svg_image(stuck_drive: dict[st
     _need_browser()
     api, summary = stuck_drive["api"], stuck_drive["summary"]
     arts = api_post(
-        api, "/artifacts/filter",
+        api,
+        "/artifacts/filter",
         {"artifacts": {"flow_run_id": {"any_": [summary.flow_run_id]}, "type": {"any_": ["markdown"]}}},
-    )  # fmt: skip
+    )
     ui = summary.flow_run_url.split("/runs/")[0]
     shots = _shots(tmp_path)
     with browser() as page:

@@ -24,11 +24,24 @@ def plan(ledger: Path, wait: float) -> str:
     slow += f" && for i in $(seq {int(wait * 10)}); do {seen} && break; sleep 0.1; done"
     slow += f" && echo first-end $(date +%s.%N) >> {ledger}"
     quick = f"test -f {{file}} && echo second $(date +%s.%N) >> {ledger}"
-    return json.dumps({"objective": "ahead", "milestones": [
-        {"name": "first", "gate": [{"name": "slow", "run": slow, "each": ["src/a.py"]}], "inputs": ["src/a.py"]},
-        {"name": "second", "deps": ["first"], "inputs": ["src/b.py"],
-         "gate": [{"name": "quick", "run": quick, "each": ["src/b.py"]}]},
-    ]})  # fmt: skip
+    return json.dumps(
+        {
+            "objective": "ahead",
+            "milestones": [
+                {
+                    "name": "first",
+                    "gate": [{"name": "slow", "run": slow, "each": ["src/a.py"]}],
+                    "inputs": ["src/a.py"],
+                },
+                {
+                    "name": "second",
+                    "deps": ["first"],
+                    "inputs": ["src/b.py"],
+                    "gate": [{"name": "quick", "run": quick, "each": ["src/b.py"]}],
+                },
+            ],
+        }
+    )
 
 
 def ledger_rows(ledger: Path) -> list[tuple[str, float]]:

@@ -77,9 +77,12 @@ def test_own_inputs_replace_the_defaults_and_gateless_milestones_take_none() -> 
 def test_export_writes_inputs_back_so_applying_again_gives_the_same() -> None:
     plan = parse_plan(PLAN)
     item = WorkItem(
-        id=1, agent="a", objective="inputs", defaults={"inputs": ["src/**", "tests/**"]},
+        id=1,
+        agent="a",
+        objective="inputs",
+        defaults={"inputs": ["src/**", "tests/**"]},
         milestones=plan.to_milestones(),
-    )  # fmt: skip
+    )
     data = plan_from_item(item)
     assert data["defaults"] == {"inputs": ["src/**", "tests/**"]}
     entries = {m["name"]: m for m in data["milestones"]}

@@ -77,8 +77,11 @@ def expected(state: str, wait: str | None, blocked: bool, after_open: bool, plan
     return DAG_EXPECT[d]
 
 
-CASES = list(itertools.product(["open", "completed", "cancelled"], WAITS, [False, True], [False, True],
-                               ["draft", "ready", "needs_input"], DAGS))  # fmt: skip
+CASES = list(
+    itertools.product(
+        ["open", "completed", "cancelled"], WAITS, [False, True], [False, True], ["draft", "ready", "needs_input"], DAGS
+    )
+)
 
 
 @pytest.mark.parametrize(("state", "wait", "blocked", "after_open", "plan", "d"), CASES)
