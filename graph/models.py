@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
 from milepost.graph.errors import InvalidNameError, InvalidValueError
 from milepost.graph.status import (
     ArtifactStatus,
+    Isolation,
     ItemState,
     MilestoneStatus,
     PlanStatus,
@@ -37,6 +38,7 @@ __all__ = [
     "NAME_RULE",
     "CommandText",
     "Delay",
+    "DoerSettings",
     "EnvMap",
     "GateCommand",
     "InputPattern",
@@ -341,7 +343,17 @@ class Milestone(_Read):
     cache: bool = True
     flaky: bool = False
     fingerprint: str | None = None
+    # Agents as doers (docs/doers.md): the command that does the milestone's work before its gate,
+    # the seconds it may take, and the dollars its attempts may cost (from MILEPOST_COST_FILE).
+    do: str | None = None
+    do_timeout: Annotated[float, Field(gt=0)] | None = None
+    do_budget_usd: Annotated[float, Field(ge=0)] | None = None
     updated_at: datetime | None = None
+
+    @property
+    def has_doer(self) -> bool:
+        """Whether a doer does its work before its gate proves it."""
+        return bool(self.do)
 
     @property
     def max_attempts(self) -> int:
@@ -375,6 +387,22 @@ class ItemDefaults(_Read):
     fix: str | None = None
     retry_delay: Annotated[float, Field(ge=0)] | None = None
     inputs: list[str] = Field(default_factory=list)
+
+
+class DoerSettings(_Read):
+    """An item's ``doer:`` block: how the milestones with a ``do:`` command
+    are worked (docs/doers.md)."""
+
+    isolate: Isolation = Isolation.WORKTREE  # (in a workspace that is not a git repository: none is needed)
+    base: str | None = None  # the integration branch (None: the branch checked out when the drive starts)
+    setup: str | None = None  # run in a fresh worktree before its doer (installing dependencies)
+    protect: list[str] = Field(default_factory=list)  # gitignore patterns a doer must not change
+    env: list[str] = Field(default_factory=list)  # names of variables passed on to doers (else scrubbed)
+    budget_usd: Annotated[float, Field(ge=0)] | None = None  # what the item's doers may cost in all
+
+    @property
+    def is_default(self) -> bool:
+        return self == DoerSettings()
 
 
 class TodoItem(_Read):
@@ -429,6 +457,7 @@ class WorkItem(_Read):
     report: str | None = None
     cancel_reason: str | None = None
     defaults: ItemDefaults = Field(default_factory=ItemDefaults)
+    doer: DoerSettings = Field(default_factory=DoerSettings)
     created_at: datetime | None = None
     updated_at: datetime | None = None
     completed_at: datetime | None = None

@@ -22,6 +22,7 @@ __all__ = [
     "Action",
     "ArtifactStatus",
     "DisplayStatus",
+    "Isolation",
     "ItemFilter",
     "ItemState",
     "MilestoneStatus",
@@ -246,6 +247,14 @@ class ArtifactStatus(StrEnum):
     AVAILABLE = "available"
     MISSING = "missing"
     UNREADABLE = "unreadable"
+
+
+class Isolation(StrEnum):
+    """Where a doer works (an item's ``doer.isolate``): a git worktree of its
+    own per milestone, or the workspace itself, one doer at a time."""
+
+    WORKTREE = "worktree"
+    NONE = "none"
 
 
 class ItemFilter(StrEnum):

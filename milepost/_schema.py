@@ -101,6 +101,7 @@ ITEMS = Table(
     Column("cancel_reason", Text),
     _fk("after_item_id", "work_items.id", ondelete=None, nullable=True),
     Column("defaults", JSON, nullable=False, default=dict),
+    Column("doer", JSON),  # the item's doer: block (graph.models.DoerSettings); NULL: its defaults
     Column("revision", Integer, nullable=False, default=1),
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
@@ -136,6 +137,10 @@ MILESTONES = Table(
     Column("cache", Boolean, nullable=False, default=True, server_default=true()),
     Column("flaky", Boolean, nullable=False, default=False, server_default=false()),
     Column("fingerprint", String(64)),
+    # Agents as doers (docs/doers.md): the command that does the work, its timeout and its budget.
+    Column("do", Text),
+    Column("do_timeout", Float),
+    Column("do_budget_usd", Float),
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
     UniqueConstraint("item_id", "seq", name="uq_milestones_item_seq"),
@@ -181,6 +186,37 @@ RUNS = Table(
     Column("rewrote", JSON),
     Column("source_run_id", Integer),
     UniqueConstraint("milestone_id", "attempt", name="uq_gate_runs_milestone_attempt"),
+)
+
+# What a doer did in an attempt (before the attempt's gate; its row in gate_runs
+# is the attempt's verdict): its command and end, the commits it started from and
+# left, what it changed, what it said it cost, and the merge its passed attempt made.
+DO_RUNS = Table(
+    "do_runs",
+    metadata,
+    _id(),
+    _fk("item_id", "work_items.id", index=True),
+    _fk("milestone_id", "milestones.id", index=True),
+    Column("attempt", Integer, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("exit_code", Integer),
+    Column("duration", Float, nullable=False, default=0.0),
+    Column("reason", Text, nullable=False, default=""),
+    Column("tail", Text, nullable=False, default=""),
+    Column("log_path", Text),  # relative to the workspace root
+    Column("host", String(255)),
+    Column("command", Text, nullable=False),
+    Column("worktree", Text),
+    Column("base_commit", String(64)),
+    Column("result_commit", String(64)),
+    Column("diff_stat", Text),
+    Column("diff_digest", String(64)),
+    Column("cost_usd", Float),
+    Column("tokens", Integer),
+    Column("merge_commit", String(64)),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=False),
+    UniqueConstraint("milestone_id", "attempt", name="uq_do_runs_milestone_attempt"),
 )
 
 # The file lists of proofs, by the digest of the list (shared by every run
