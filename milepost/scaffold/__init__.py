@@ -43,7 +43,7 @@ from milepost.scaffold.render import (
     slug,
     unique,
 )
-from milepost.scaffold.source import locate, read_imports
+from milepost.scaffold.source import Imports, Source, locate, read_imports
 from milepost.scaffold.testmap import TestMap, map_tests
 
 __all__ = ["DEFAULT_GATE", "Scaffold", "scaffold"]
@@ -79,6 +79,63 @@ class _Node:
     inputs: list[str] = field(default_factory=list)  # its input entries
 
 
+@dataclass
+class _Options:
+    """The options every step reads, checked."""
+
+    package: str
+    base: Path
+    level: Literal["module", "package"]
+    gates: list[str]
+    acceptance: str | None
+    roots: list[Path]
+    final: str | None
+    final_gate: str | None  # the final milestone's gate: --final-gate, else the first --gate with {tests}
+    chosen_final: bool  # --final-gate was given
+    affected_by: str | None
+    package_imports: bool
+    split_cycles: bool
+
+    @property
+    def unit_word(self) -> str:
+        return "module" if self.level == "module" else "package"
+
+    @property
+    def uses_tests(self) -> bool:
+        return any("{tests}" in t for t in self.gates)
+
+
+@dataclass
+class _Read:
+    """The package as read: its folder, files, test map and code modules."""
+
+    source: Source
+    imports: Imports
+    where: str  # the folder as shown in the plan
+    inside: bool  # the folder is inside the workspace: milestones get inputs
+    tm: TestMap
+    code: list[str]  # its modules that are not tests
+    notes: list[str]
+
+    @property
+    def files(self) -> dict[str, Path]:
+        return self.imports.files
+
+
+@dataclass
+class _Milestones:
+    """The milestones found: every one, those kept, and their order."""
+
+    units: list[str]
+    contents: dict[str, list[str]]  # unit -> its modules
+    found: Cycles
+    nodes: list[_Node]
+    kept: list[_Node]
+    left_out: int = 0
+    order: list[str] = field(default_factory=list)
+    node_tests: dict[str, list[Path]] = field(default_factory=dict)
+
+
 def scaffold(
     package: str,
     *,
@@ -105,9 +162,46 @@ def scaffold(
     an enclosing package as a dependency (off: such an import reaches
     siblings through the package's namespace, and would tie every module
     into one cycle with the package)."""
-    import networkx as nx
+    o = _options(
+        package,
+        base=(base or Path.cwd()).resolve(),
+        level=level,
+        gates=gates,
+        acceptance=acceptance,
+        tests=tests,
+        final=final,
+        final_gate=final_gate,
+        affected_by=affected_by,
+        package_imports=package_imports,
+        split_cycles=split_cycles,
+    )
+    r = _read(o, paths, map_with, python)
+    ms = _milestone_nodes(o, r)
+    _set_inputs(o, r, ms)
+    _keep_affected(o, ms)
+    _order(ms)
+    milestones, skipped = _unit_milestones(o, r, ms)
+    if o.final:
+        milestones.append(_final_milestone(o, r, ms))
+    notes = r.notes + _notes(o, r, skipped)
+    return _result(o, r, ms, milestones, notes, objective)
 
-    base = (base or Path.cwd()).resolve()
+
+def _options(
+    package: str,
+    *,
+    base: Path,
+    level: Literal["module", "package"],
+    gates: Sequence[str],
+    acceptance: str | None,
+    tests: Path | Sequence[Path] | None,
+    final: str | None,
+    final_gate: str | None,
+    affected_by: str | None,
+    package_imports: bool,
+    split_cycles: bool,
+) -> _Options:
+    """The options checked, with their defaults filled in."""
     if final_gate and not final:
         raise InvalidValueError("--final-gate needs --final NAME (the milestone that runs it)")
     if final:
@@ -119,42 +213,62 @@ def scaffold(
     if final and not final_gate:  # the modules' own test command over every test file: it shares their units
         final_gate = next((t for t in gates if "{tests}" in t), None)
     roots = [tests] if isinstance(tests, Path) else list(tests or [])
-    roots = [r.resolve() for r in roots]
-    source = locate(package, [Path(p) for p in paths], base)
+    return _Options(
+        package=package,
+        base=base,
+        level=level,
+        gates=gates,
+        acceptance=acceptance,
+        roots=[r.resolve() for r in roots],
+        final=final,
+        final_gate=final_gate,
+        chosen_final=chosen_final,
+        affected_by=affected_by,
+        package_imports=package_imports,
+        split_cycles=split_cycles,
+    )
+
+
+def _read(o: _Options, paths: Sequence[Path], map_with: str, python: str | None) -> _Read:
+    """Read the package's source and imports, and map its tests to its modules."""
+    source = locate(o.package, [Path(p) for p in paths], o.base)
     imports = read_imports(source)
     files = imports.files
     notes: list[str] = []
-    where = shown(source.folder, base)
+    where = shown(source.folder, o.base)
     if source.found != "--path":
         how = "found in this folder" if source.found == "this folder" else "found on sys.path"
-        notes.append(f"read {package} from {where} ({how}; --path DIR reads another copy)")
-    inside = where != str(source.folder)
+        notes.append(f"read {o.package} from {where} ({how}; --path DIR reads another copy)")
 
     # The import graph as the plan counts it.
     def counted(m: str, i: str) -> bool:
-        return package_imports or not m.startswith(i + ".")
+        return o.package_imports or not m.startswith(i + ".")
 
     deps_of = {m: [i for i in imports.imported_by[m] if counted(m, i)] for m in imports.modules}
-    tm = map_tests(package, source.folder, files, deps_of, roots, base)
+    tm = map_tests(o.package, source.folder, files, deps_of, o.roots, o.base)
     if map_with == "coverage":
-        map_by_coverage(tm, python or sys.executable, source.folder, files, base)
+        map_by_coverage(tm, python or sys.executable, source.folder, files, o.base)
     code = [m for m in imports.modules if m not in tm.in_package]
+    return _Read(source, imports, where, where != str(source.folder), tm, code, notes)
 
-    group = unit_of(files, level)
-    units = sorted({group(m) for m in code})
+
+def _milestone_nodes(o: _Options, r: _Read) -> _Milestones:
+    """The units, their import cycles, and a milestone per unit or cycle with its deps."""
+    group = unit_of(r.files, o.level)
+    units = sorted({group(m) for m in r.code})
     contents: dict[str, list[str]] = {u: [] for u in units}
-    for m in code:
+    for m in r.code:
         contents[group(m)].append(m)
     # Every import between units (deferred ones too); the plan's deps leave out the
     # deferred imports that close a cycle only they make (see .cycles).
-    g, lines = unit_graph(imports, code, group, package_imports, base)
+    g, lines = unit_graph(r.imports, r.code, group, o.package_imports, o.base)
 
     # Cycles and milestones: only import-time cycles get one.
     found = find_cycles(g, lines)
     cycles = found.real
-    nodes = _nodes(units, cycles, split_cycles)
+    nodes = _nodes(units, cycles, o.split_cycles)
     node_of = {u: n for n in nodes for u in n.units if n.kind != "cut"}
-    cut_edges = {e for c in cycles for e in c.cut} if split_cycles else set()
+    cut_edges = {e for c in cycles for e in c.cut} if o.split_cycles else set()
     for u, v in found.deps(g):
         a, b = node_of[u], node_of[v]
         if a is not b and (u, v) not in cut_edges:
@@ -165,148 +279,192 @@ def scaffold(
             for u in n.units:
                 n.deps |= node_of[u].deps - members
                 node_of[u].deps.add(n.name)
+    return _Milestones(units, contents, found, nodes, kept=nodes)
 
-    # What each milestone's proof reads: module entries (its modules, and its
-    # tests), which stand for what they import when they are checked.
-    uses_tests = any("{tests}" in t for t in gates)
-    node_tests = {n.name: _tests_of(n, contents, tm) for n in nodes}
-    entries = Entries(source, base, files)
-    for n in nodes:
-        n.inputs = [entries.module(m) for u in n.units for m in contents[u]]
-        if uses_tests:
-            n.inputs += [entries.file(t) for t in node_tests[n.name]]
-        if affected_by is not None:  # (what they stand for now is read only to pick the affected ones)
+
+def _set_inputs(o: _Options, r: _Read, ms: _Milestones) -> None:
+    """Each milestone's tests and input entries (its modules, and its tests), which
+    stand for what they import when they are checked; with --affected-by, what they read now."""
+    ms.node_tests = {n.name: _tests_of(n, ms.contents, r.tm) for n in ms.nodes}
+    entries = Entries(r.source, o.base, r.files)
+    for n in ms.nodes:
+        n.inputs = [entries.module(m) for u in n.units for m in ms.contents[u]]
+        if o.uses_tests:
+            n.inputs += [entries.file(t) for t in ms.node_tests[n.name]]
+        if o.affected_by is not None:  # (what they stand for now is read only to pick the affected ones)
             n.reads = entries.reads(n.inputs)
 
-    kept = nodes
-    left_out = 0
-    if affected_by is not None:
-        from milepost.scaffold.changes import changed_files
 
-        changed = changed_files(affected_by, base)
-        kept = [n for n in nodes if n.reads & changed]
-        left_out = len(nodes) - len(kept)
-        _deps_through_left_out(nodes, {n.name for n in kept})
+def _keep_affected(o: _Options, ms: _Milestones) -> None:
+    """With --affected-by, keep only the milestones whose proof reads a changed file."""
+    if o.affected_by is None:
+        return
+    from milepost.scaffold.changes import changed_files
+
+    changed = changed_files(o.affected_by, o.base)
+    ms.kept = [n for n in ms.nodes if n.reads & changed]
+    ms.left_out = len(ms.nodes) - len(ms.kept)
+    _deps_through_left_out(ms.nodes, {n.name for n in ms.kept})
+
+
+def _order(ms: _Milestones) -> None:
+    """The kept milestones in dependency order, ties by name."""
+    import networkx as nx
 
     plan_dag: nx.DiGraph[str] = nx.DiGraph()
-    plan_dag.add_nodes_from(n.name for n in kept)
-    plan_dag.add_edges_from((d, n.name) for n in kept for d in n.deps)
-    order = list(nx.lexicographical_topological_sort(plan_dag, key=lambda s: s))
-    position = {name: i for i, name in enumerate(order)}
-    by_name = {n.name: n for n in kept}
+    plan_dag.add_nodes_from(n.name for n in ms.kept)
+    plan_dag.add_edges_from((d, n.name) for n in ms.kept for d in n.deps)
+    ms.order = list(nx.lexicographical_topological_sort(plan_dag, key=lambda s: s))
 
+
+def _unit_milestones(o: _Options, r: _Read, ms: _Milestones) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """The plan's entry of every kept milestone, in order, and the gate templates
+    left out of some (template -> the milestones no test file is mapped to)."""
+    position = {name: i for i, name in enumerate(ms.order)}
+    by_name = {n.name: n for n in ms.kept}
     milestones: list[dict[str, Any]] = []
     skipped: dict[str, list[str]] = {}
-    for name in order:
+    for name in ms.order:
         n = by_name[name]
+        tests = ms.node_tests[n.name]
         values = {
             "module": " ".join(n.units),
-            "path": " ".join(shown(_unit_path(u, files, level), base) for u in n.units),
+            "path": " ".join(shown(_unit_path(u, r.files, o.level), o.base) for u in n.units),
             "name": n.name,
-            "tests": " ".join(shown(t, base) for t in node_tests[n.name]),
+            "tests": " ".join(shown(t, o.base) for t in tests),
         }
-        test_paths = [shown(t, base) for t in node_tests[n.name]]
-        module_paths = [shown(_unit_path(u, files, level), base) for u in n.units] if inside else None
-        commands: list[dict[str, Any]] = []
-        taken: set[str] = set()
-        if n.kind == "cut":  # fails while the cycle is there: the gate cannot pass without the cut
-            assert n.cycle is not None
-            check = _cycles_check(package, source.folder, base, level, package_imports, n.cycle.members)
-            commands.append(flow_dict(name=command_name("cycles", taken), run=check))
-        for template in gates:
-            if "{tests}" in template and not values["tests"]:
-                skipped.setdefault(template, []).append(n.name)
-                continue
-            commands.append(gate_step(template, values, test_paths, taken, module_paths))
+        commands = _commands(o, r, n, values, tests, skipped)
         entry: dict[str, Any] = {"name": n.name}
         if n.deps:
             entry["deps"] = flow(sorted(n.deps, key=position.__getitem__))
-        entry["acceptance"] = _acceptance(n, values, acceptance)
+        entry["acceptance"] = _acceptance(n, values, o.acceptance)
         if len(commands) == 1 and "each" not in commands[0]:
             entry["gate"] = commands[0]["run"]
         elif commands:
             entry["gate"] = commands
-        if commands and inside:
+        if commands and r.inside:
             entry["inputs"] = flow(n.inputs)
         milestones.append(entry)
-    if final:
-        if final in by_name:
-            raise InvalidValueError(f"--final {final!r} is already the name of a module's milestone: choose another")
-        needed = {d for n in kept for d in n.deps}
-        entry = {"name": final, "acceptance": "everything the refactor touched works together"}
-        if tops := [name for name in order if name not in needed]:
-            entry["deps"] = flow(tops)
-        every = [shown(t, base) for t in tm.found]
-        if final_gate and "{tests}" in final_gate and not every and not chosen_final:
-            final_gate = None  # the modules' {tests} command with no test file: no gate, as without one
-        if final_gate:
-            if "{tests}" in final_gate:
-                if not every:
-                    raise InvalidValueError(
-                        f"--final-gate {final_gate!r} runs {{tests}}, but no test files were found"
-                        f" (test_*.py or *_test.py defining a test, in {listed([shown(r, base) for r in roots])}"
-                        " and the package): give --tests DIR, or a final gate without {tests}"
-                    )
-                entry["gate"] = [gate_step(final_gate, {"tests": "{tests}"}, every, set())]
-            else:
-                entry["gate"] = final_gate
-            if inside:
-                folders = [source.folder, *(r for r in roots if source.folder not in (r, *r.parents))]
-                entry["inputs"] = flow(shown(f, base) + "/" for f in folders if shown(f, base) != str(f))
-        milestones.append(entry)
+    return milestones, skipped
 
+
+def _commands(
+    o: _Options, r: _Read, n: _Node, values: dict[str, str], tests: list[Path], skipped: dict[str, list[str]]
+) -> list[dict[str, Any]]:
+    """A milestone's gate steps: a cut's cycle check, then each template (one with
+    {tests} only when a test file is mapped to it: else noted in ``skipped``)."""
+    test_paths = [shown(t, o.base) for t in tests]
+    module_paths = [shown(_unit_path(u, r.files, o.level), o.base) for u in n.units] if r.inside else None
+    commands: list[dict[str, Any]] = []
+    taken: set[str] = set()
+    if n.kind == "cut":  # fails while the cycle is there: the gate cannot pass without the cut
+        assert n.cycle is not None
+        check = _cycles_check(o.package, r.source.folder, o.base, o.level, o.package_imports, n.cycle.members)
+        commands.append(flow_dict(name=command_name("cycles", taken), run=check))
+    for template in o.gates:
+        if "{tests}" in template and not values["tests"]:
+            skipped.setdefault(template, []).append(n.name)
+            continue
+        commands.append(gate_step(template, values, test_paths, taken, module_paths))
+    return commands
+
+
+def _final_milestone(o: _Options, r: _Read, ms: _Milestones) -> dict[str, Any]:
+    """The --final milestone: after every top milestone, with the final gate."""
+    assert o.final is not None
+    if o.final in {n.name for n in ms.kept}:
+        raise InvalidValueError(f"--final {o.final!r} is already the name of a module's milestone: choose another")
+    needed = {d for n in ms.kept for d in n.deps}
+    entry: dict[str, Any] = {"name": o.final, "acceptance": "everything the refactor touched works together"}
+    if tops := [name for name in ms.order if name not in needed]:
+        entry["deps"] = flow(tops)
+    every = [shown(t, o.base) for t in r.tm.found]
+    final_gate = o.final_gate
+    if final_gate and "{tests}" in final_gate and not every and not o.chosen_final:
+        final_gate = None  # the modules' {tests} command with no test file: no gate, as without one
+    if not final_gate:
+        return entry
+    if "{tests}" in final_gate:
+        if not every:
+            raise InvalidValueError(
+                f"--final-gate {final_gate!r} runs {{tests}}, but no test files were found"
+                f" (test_*.py or *_test.py defining a test, in {listed([shown(x, o.base) for x in o.roots])}"
+                " and the package): give --tests DIR, or a final gate without {tests}"
+            )
+        entry["gate"] = [gate_step(final_gate, {"tests": "{tests}"}, every, set())]
+    else:
+        entry["gate"] = final_gate
+    if r.inside:
+        folder = r.source.folder
+        folders = [folder, *(x for x in o.roots if folder not in (x, *x.parents))]
+        entry["inputs"] = flow(shown(f, o.base) + "/" for f in folders if shown(f, o.base) != str(f))
+    return entry
+
+
+def _notes(o: _Options, r: _Read, skipped: dict[str, list[str]]) -> list[str]:
+    """What the reader should know, after the note on where the package was read."""
+    notes = []
     for template, names in skipped.items():
         where_out = f"{count(len(names), 'milestone')} no test file is mapped to"
         notes.append(f"`{template}` left out of {where_out}: {listed(names)}")
-    unit_steps = [t for t in gates if "{tests}" in t]
+    unit_steps = [t for t in o.gates if "{tests}" in t]
+    final_gate = o.final_gate
     if final_gate and "{tests}" in final_gate and unit_steps and final_gate not in unit_steps:
         notes.append(
             f"the final gate's {{tests}} command differs from the modules' ({unit_steps[0]!r}): its units share no"
             " result with theirs, so it runs every test file again; give both the same command to run each once"
         )
-    if not inside:
-        notes.append(f"no inputs: {package} is read from {where}, outside the workspace {base}")
-    if tm.in_package:
-        notes.append(f"{count(len(tm.in_package), 'module')} of {package} are tests or their helpers: no milestones")
-    if uses_tests:
-        notes += _test_notes(tm, code, base)
-    unit_word = "module" if level == "module" else "package"
-    what = f"{count(len(units), unit_word)} of {package}, read from {where}"
-    goal = f"Refactor {package} {unit_word} by {unit_word}, leaves first ({count(len(units), unit_word)})"
-    if affected_by is not None:
-        goal = (
-            f"Refactor {package} where it changed since {affected_by}, leaves first"
-            f" ({len(kept)} of {count(len(nodes), 'milestone')} affected)"
+    if not r.inside:
+        notes.append(f"no inputs: {o.package} is read from {r.where}, outside the workspace {o.base}")
+    if r.tm.in_package:
+        notes.append(
+            f"{count(len(r.tm.in_package), 'module')} of {o.package} are tests or their helpers: no milestones"
         )
-        what += f"; {len(kept)} of {count(len(nodes), 'milestone')} affected since {affected_by}"
+    if o.uses_tests:
+        notes += _test_notes(r.tm, r.code, o.base)
+    return notes
+
+
+def _result(
+    o: _Options, r: _Read, ms: _Milestones, milestones: list[dict[str, Any]], notes: list[str], objective: str | None
+) -> Scaffold:
+    """The plan, its YAML text under a header comment, validated, and what was found."""
+    unit_word, n_units = o.unit_word, count(len(ms.units), o.unit_word)
+    what = f"{n_units} of {o.package}, read from {r.where}"
+    goal = f"Refactor {o.package} {unit_word} by {unit_word}, leaves first ({n_units})"
+    if o.affected_by is not None:
+        affected = f"{len(ms.kept)} of {count(len(ms.nodes), 'milestone')} affected"
+        goal = f"Refactor {o.package} where it changed since {o.affected_by}, leaves first ({affected})"
+        what += f"; {affected} since {o.affected_by}"
     plan: dict[str, Any] = {"objective": objective or goal, "plan_status": "draft", "milestones": milestones}
     header = [
-        f"# scaffolded by `milepost plan scaffold {package}`: one milestone per {unit_word} ({what}),",
+        f"# scaffolded by `milepost plan scaffold {o.package}`: one milestone per {unit_word} ({what}),",
         "# each depending on the milestones of what it imports; edit it, then `milepost plan apply` it.",
     ]
-    if inside:
+    if r.inside:
         header.append(
             "# inputs: module entries (its modules and the tests its gate runs), read with what they import when"
             " checked."
         )
-    if left_out:
-        header.append(f"# {count(left_out, 'unaffected milestone')} left out.")
-    heads = {id(n.cycle): n.name for n in nodes if n.kind in ("cycle", "cut")}
-    cycle_lines = _cycle_lines(found, heads)
-    header += _cycle_header(found, cycle_lines, split_cycles)
+    if ms.left_out:
+        header.append(f"# {count(ms.left_out, 'unaffected milestone')} left out.")
+    heads = {id(n.cycle): n.name for n in ms.nodes if n.kind in ("cycle", "cut")}
+    cycle_lines = _cycle_lines(ms.found, heads)
+    header += _cycle_header(ms.found, cycle_lines, o.split_cycles)
     text = "\n".join(header) + "\n" + dump(plan)
     from milepost.graph.plan import Plan
 
     Plan.model_validate(plan).to_milestones()  # validated like any other plan (the text is its dump)
-    reports = [_cycle_report(c, heads[id(c)]) for c in cycles] + [_cycle_report(c, None) for c in found.deferred]
+    found = ms.found
+    reports = [_cycle_report(c, heads[id(c)]) for c in found.real] + [_cycle_report(c, None) for c in found.deferred]
     return Scaffold(
         plan=plan,
         text=text,
         cycles=reports,
-        modules=len(code),
-        left_out=left_out,
+        modules=len(r.code),
+        left_out=ms.left_out,
         notes=notes,
-        source=where,
+        source=r.where,
         cycle_lines=cycle_lines,
     )
 
