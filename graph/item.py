@@ -114,6 +114,14 @@ def make_wait(kind: str, reason: str, resource: str | None, deadline: datetime |
 def readiness_view(item: WorkItem, g: WorkGraph, *, after_open: bool = False) -> ReadinessView:
     """Derive readiness (see the module docstring for the precedence).
     ``after_open``: the item named in ``item.after`` is not completed yet."""
+    held = _item_readiness(item, after_open=after_open)
+    if held is not None:
+        return held
+    return _graph_readiness(g)
+
+
+def _item_readiness(item: WorkItem, *, after_open: bool) -> ReadinessView | None:
+    """The readiness the item's own fields decide (its state, waits, block, after, plan), or None."""
     if item.state is ItemState.COMPLETED:
         return ReadinessView(Readiness.COMPLETED, RS.COMPLETED, "completed with a report")
     if item.state is ItemState.CANCELLED:
@@ -131,21 +139,18 @@ def readiness_view(item: WorkItem, g: WorkGraph, *, after_open: bool = False) ->
         return ReadinessView(Readiness.BLOCKED, RS.AFTER_ITEM, f"waits for work item {item.after} to complete")
     if item.plan_status is PlanStatus.NEEDS_INPUT:
         return ReadinessView(Readiness.WAITING_FOR_OPERATOR, RS.NEEDS_INPUT, "the plan needs operator input")
+    return None
+
+
+def _graph_readiness(g: WorkGraph) -> ReadinessView:
+    """The readiness the item's milestones decide: planning, a ready one, all done, in progress or held."""
     if not len(g):
         return ReadinessView(Readiness.RUNNABLE, RS.PLANNING, "no milestones yet: plan them")
     nxt = g.next_ready()
     if nxt is not None:
         return ReadinessView(Readiness.RUNNABLE, RS.MILESTONE_READY, f"next: {nxt.name}")
     if g.all_done():
-        stale = g.stale()
-        if stale:
-            listed = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
-            return ReadinessView(
-                Readiness.RUNNABLE, RS.STALE, f"every milestone is done, but stale: {listed}; re-prove them (verify)"
-            )
-        return ReadinessView(
-            Readiness.RUNNABLE, RS.AWAITING_REPORT, "every milestone is done: complete it with a report"
-        )
+        return _all_done_readiness(g)
     active = [m.name for m in g if m.status is MilestoneStatus.IN_PROGRESS and not m.awaiting_review]
     if active:
         return ReadinessView(Readiness.RUNNABLE, RS.IN_PROGRESS, "in progress: " + ", ".join(active))
@@ -156,3 +161,14 @@ def readiness_view(item: WorkItem, g: WorkGraph, *, after_open: bool = False) ->
     if stuck:
         return ReadinessView(Readiness.BLOCKED, RS.STUCK, "stuck: " + ", ".join(stuck))
     return ReadinessView(Readiness.BLOCKED, RS.HELD, g.why_nothing_ready())
+
+
+def _all_done_readiness(g: WorkGraph) -> ReadinessView:
+    """Every milestone is done: re-prove the stale ones, else complete the item with a report."""
+    stale = g.stale()
+    if stale:
+        listed = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+        return ReadinessView(
+            Readiness.RUNNABLE, RS.STALE, f"every milestone is done, but stale: {listed}; re-prove them (verify)"
+        )
+    return ReadinessView(Readiness.RUNNABLE, RS.AWAITING_REPORT, "every milestone is done: complete it with a report")

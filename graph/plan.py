@@ -20,6 +20,7 @@ from milepost.graph.models import (
     EnvMap,
     GateCommand,
     InputPattern,
+    ItemDefaults,
     Milestone,
     Retries,
     Seconds,
@@ -209,40 +210,58 @@ def plan_from_item(item: WorkItem) -> dict[str, Any]:
     """The plan-file form of a stored work item (``plan export``): applying it
     again creates an item with the same milestones, deps and gates."""
     d = item.defaults
-    milestones: list[dict[str, Any]] = []
-    for m in item.milestones:
-        entry: dict[str, Any] = {"name": m.name}
-        if m.deps:
-            entry["deps"] = list(m.deps)
-        if m.acceptance:
-            entry["acceptance"] = m.acceptance
-        g0 = m.gate[0] if len(m.gate) == 1 else None
-        if g0 is not None and g0.name == "gate" and not (g0.cwd or g0.env or g0.timeout or g0.each):
-            entry["gate"] = m.gate[0].run
-        elif m.gate:
-            entry["gate"] = [g.model_dump(exclude_defaults=True) | {"name": g.name} for g in m.gate]
-        if m.retries != d.retries:
-            entry["retries"] = m.retries
-        if m.timeout != d.timeout:
-            entry["timeout"] = m.timeout
-        if m.review:
-            entry["review"] = True
-        if m.fix != d.fix:
-            entry["fix"] = m.fix
-        if m.retry_delay != d.retry_delay:
-            entry["retry_delay"] = m.retry_delay
-        if m.status is MilestoneStatus.HYPOTHESIS:
-            entry["hypothesis"] = True
-        if m.gate and m.inputs != d.inputs:
-            entry["inputs"] = list(m.inputs)
-        if not m.cache:
-            entry["cache"] = False
-        if m.flaky:
-            entry["flaky"] = True
-        milestones.append(entry)
+    milestones = [_milestone_entry(m, d) for m in item.milestones]
     out: dict[str, Any] = {"objective": item.objective, "plan_status": item.plan_status.value}
     defaults = d.model_dump(exclude_defaults=True)
     if defaults:
         out["defaults"] = defaults
     out["milestones"] = milestones
     return out
+
+
+def _milestone_entry(m: Milestone, d: ItemDefaults) -> dict[str, Any]:
+    """One milestone's plan-file entry: its name, deps, acceptance and gate, then what differs from the defaults."""
+    entry: dict[str, Any] = {"name": m.name}
+    if m.deps:
+        entry["deps"] = list(m.deps)
+    if m.acceptance:
+        entry["acceptance"] = m.acceptance
+    gate = _gate_entry(m)
+    if gate is not None:
+        entry["gate"] = gate
+    entry.update(_milestone_settings(m, d))
+    return entry
+
+
+def _gate_entry(m: Milestone) -> str | list[dict[str, Any]] | None:
+    """The milestone's gate as a plan file writes it: one command's text, a list of commands, or None."""
+    g0 = m.gate[0] if len(m.gate) == 1 else None
+    if g0 is not None and g0.name == "gate" and not (g0.cwd or g0.env or g0.timeout or g0.each):
+        return m.gate[0].run
+    if m.gate:
+        return [g.model_dump(exclude_defaults=True) | {"name": g.name} for g in m.gate]
+    return None
+
+
+def _milestone_settings(m: Milestone, d: ItemDefaults) -> dict[str, Any]:
+    """The milestone's settings that differ from the item's defaults in plan-file order."""
+    entry: dict[str, Any] = {}
+    if m.retries != d.retries:
+        entry["retries"] = m.retries
+    if m.timeout != d.timeout:
+        entry["timeout"] = m.timeout
+    if m.review:
+        entry["review"] = True
+    if m.fix != d.fix:
+        entry["fix"] = m.fix
+    if m.retry_delay != d.retry_delay:
+        entry["retry_delay"] = m.retry_delay
+    if m.status is MilestoneStatus.HYPOTHESIS:
+        entry["hypothesis"] = True
+    if m.gate and m.inputs != d.inputs:
+        entry["inputs"] = list(m.inputs)
+    if not m.cache:
+        entry["cache"] = False
+    if m.flaky:
+        entry["flaky"] = True
+    return entry

@@ -98,7 +98,20 @@ def act(m: Milestone, action: Action, *, undone_deps: Sequence[Milestone] = (), 
     reopen) on one milestone. ``undone_deps``: its deps that are not done
     (``start`` and ``reprove`` refuse while there are any). ``needs_fix`` of
     a done milestone also reopens its done dependents: the graph does that part."""
-    name = m.name
+    _check_user_action(m.name, action, reason)
+    target = transition(m.name, m.status, action)
+    update: dict[str, Any] = {"status": target, "reason": reason}
+    action = _action_update(m, action, undone_deps, reason, update)
+    if action in (Action.NEEDS_FIX, Action.RELEASE, Action.RESET, Action.REOPEN):
+        update["awaiting_review"] = False
+    if action in (Action.NEEDS_FIX, Action.RESET, Action.REOPEN):
+        # The proof (or the failure) it stood on no longer describes it.
+        update["fingerprint"] = None
+    return Change(m, m.model_copy(update=update), action, reason)
+
+
+def _check_user_action(name: str, action: Action, reason: str | None) -> None:
+    """Refuse a gate's outcome or a review verdict passed as a user action, and a missing reason."""
     if action in (Action.FAIL, Action.EXHAUST, Action.AWAIT_REVIEW):
         raise InvalidValueError(f"{action.value} is the outcome of a gate run; use record_attempt()")
     if action in (Action.APPROVE, Action.REJECT):
@@ -107,36 +120,20 @@ def act(m: Milestone, action: Action, *, undone_deps: Sequence[Milestone] = (), 
         raise InvalidValueError(
             f"{action.command} {name!r} needs a reason: pass --reason TEXT", milestone=name, action=action.value
         )
-    target = transition(name, m.status, action)
-    update: dict[str, Any] = {"status": target, "reason": reason}
+
+
+def _action_update(
+    m: Milestone, action: Action, undone_deps: Sequence[Milestone], reason: str | None, update: dict[str, Any]
+) -> Action:
+    """Check what the action needs of ``m``, add its own changes to ``update``; the action it is recorded as."""
     if action is Action.REPROVE:
-        if not m.has_gate:
-            raise TransitionError(f"cannot re-prove {name!r}: it has no gate to run", milestone=name)
-        if undone_deps:
-            raise _blocked(f"cannot re-prove {name!r}: its deps are not done:", name, undone_deps)
+        _check_reprove(m, undone_deps)
         update["reason"] = reason or "re-proof"
     elif action is Action.START:
-        if undone_deps:
-            raise _blocked(f"cannot start {name!r}: blocked by", name, undone_deps)
+        _check_start(m, undone_deps)
         update["retry_at"] = None
-        if not m.budget_left:
-            raise BudgetSpentError(
-                f"cannot start {name!r}: retry budget spent ({m.attempts} of {m.max_attempts} attempts);"
-                f" an operator can `milepost reset {name} --reason TEXT`",
-                milestone=name,
-            )
     elif action is Action.DONE:
-        if m.awaiting_review:
-            raise TransitionError(
-                f"cannot done {name!r}: its gate passed and it waits for review; allowed: approve, reject --reason",
-                milestone=name,
-            )
-        if m.has_gate:
-            raise InvalidValueError(f"{name!r} has a gate: its outcome is recorded with record_attempt()")
-        if m.review:
-            update["status"] = S.IN_PROGRESS
-            update["awaiting_review"] = True
-            action = Action.AWAIT_REVIEW
+        return _done_update(m, update)
     elif action is Action.RELEASE:
         update["reason"] = reason or "released"
     elif action is Action.RESET:
@@ -144,12 +141,46 @@ def act(m: Milestone, action: Action, *, undone_deps: Sequence[Milestone] = (), 
     elif action is Action.REOPEN:
         # Not its failure: a fresh budget for the rebuild behind its dep.
         update["attempts"] = 0
-    if action in (Action.NEEDS_FIX, Action.RELEASE, Action.RESET, Action.REOPEN):
-        update["awaiting_review"] = False
-    if action in (Action.NEEDS_FIX, Action.RESET, Action.REOPEN):
-        # The proof (or the failure) it stood on no longer describes it.
-        update["fingerprint"] = None
-    return Change(m, m.model_copy(update=update), action, reason)
+    return action
+
+
+def _check_reprove(m: Milestone, undone_deps: Sequence[Milestone]) -> None:
+    """Refuse to re-prove a milestone without a gate, or one whose deps are not done."""
+    name = m.name
+    if not m.has_gate:
+        raise TransitionError(f"cannot re-prove {name!r}: it has no gate to run", milestone=name)
+    if undone_deps:
+        raise _blocked(f"cannot re-prove {name!r}: its deps are not done:", name, undone_deps)
+
+
+def _check_start(m: Milestone, undone_deps: Sequence[Milestone]) -> None:
+    """Refuse to start a milestone whose deps are not done, or whose retry budget is spent."""
+    name = m.name
+    if undone_deps:
+        raise _blocked(f"cannot start {name!r}: blocked by", name, undone_deps)
+    if not m.budget_left:
+        raise BudgetSpentError(
+            f"cannot start {name!r}: retry budget spent ({m.attempts} of {m.max_attempts} attempts);"
+            f" an operator can `milepost reset {name} --reason TEXT`",
+            milestone=name,
+        )
+
+
+def _done_update(m: Milestone, update: dict[str, Any]) -> Action:
+    """Check a ``done`` without a gate, send a reviewed milestone to review in ``update``; DONE or AWAIT_REVIEW."""
+    name = m.name
+    if m.awaiting_review:
+        raise TransitionError(
+            f"cannot done {name!r}: its gate passed and it waits for review; allowed: approve, reject --reason",
+            milestone=name,
+        )
+    if m.has_gate:
+        raise InvalidValueError(f"{name!r} has a gate: its outcome is recorded with record_attempt()")
+    if m.review:
+        update["status"] = S.IN_PROGRESS
+        update["awaiting_review"] = True
+        return Action.AWAIT_REVIEW
+    return Action.DONE
 
 
 def record_attempt(

@@ -102,28 +102,33 @@ def validate_milestones(items: Sequence[Milestone]) -> None:
     back. Anything else (a problem, or a dep listed later) takes the full
     checks: :func:`milestone_problems` for the first problem in its order,
     then Kahn's algorithm for a cycle."""
+    if _deps_point_back(items):
+        return
+    for _, problem in milestone_problems(items):
+        raise problem
+    _check_acyclic(items)
+
+
+def _deps_point_back(items: Sequence[Milestone]) -> bool:
+    """Whether every name is valid and unique and every dep names a milestone listed before it (the set is sound)."""
     at: dict[str, int] = {}
     name_ok = NAME_PATTERN.fullmatch
     for i, m in enumerate(items):
         name = m.name
         if name in at or not isinstance(name, str) or not name_ok(name):
-            break
+            return False
         at[name] = i
-    else:
-        back = True
-        get = at.get
-        for i, m in enumerate(items):
-            for d in m.deps:
-                j = get(d)
-                if j is None or j >= i:
-                    back = False
-                    break
-            if not back:
-                break
-        if back:
-            return
-    for _, problem in milestone_problems(items):
-        raise problem
+    get = at.get
+    for i, m in enumerate(items):
+        for d in m.deps:
+            j = get(d)
+            if j is None or j >= i:
+                return False
+    return True
+
+
+def _check_acyclic(items: Sequence[Milestone]) -> None:
+    """Raise CycleError, naming one cycle, when the (otherwise sound) milestones' deps form one."""
     # Kahn's algorithm: whatever is never freed lies on or behind a cycle.
     indeg: dict[str, int] = {}
     succ: dict[str, list[str]] = {m.name: [] for m in items}
