@@ -56,8 +56,9 @@ class ArtifactReporter(NullReporter):
     on the API for them: the progress artifact by :class:`_Progress`, the
     summary by :meth:`publish_later` while the flow run ends."""
 
-    def __init__(self, item: int, total: int, flow_run_id: str,
-                 durations: Callable[[int], Mapping[str, float]] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, item: int, total: int, flow_run_id: str, durations: Callable[[int], Mapping[str, float]] | None = None
+    ) -> None:
         self.item = item
         self.flow_run_id = UUID(flow_run_id)
         self.durations = durations  # the gates' last run times, for the picture's critical path

@@ -74,10 +74,12 @@ class Heartbeat:
         if flow_run.deployment_id:
             related.append(
                 RelatedResource.model_validate(
-                    {"prefect.resource.id": f"prefect.deployment.{flow_run.deployment_id}",
-                     "prefect.resource.role": "deployment"}
+                    {
+                        "prefect.resource.id": f"prefect.deployment.{flow_run.deployment_id}",
+                        "prefect.resource.role": "deployment",
+                    }
                 )
-            )  # fmt: skip
+            )
         self.related = related + tags_as_related_resources(set(flow_run.tags or []))
         self._stop = threading.Event()
         # The flow run's context (its settings: the API URL) in the thread too, as Prefect's has.

@@ -44,8 +44,14 @@ def crashed_result(spec: GateSpec, future: Any = None, crashes: dict[tuple[int, 
         if crashes[key] >= CRASH_LIMIT:
             now = datetime.now(UTC)
             reason = f"{why} ({crashes[key]} times in this drive: counted as a failed attempt)"
-            return GateResult(outcome=Outcome.FAILED, reason=reason, tail=reason, started_at=now, finished_at=now,
-                              log_path=spec.log_path)  # fmt: skip
+            return GateResult(
+                outcome=Outcome.FAILED,
+                reason=reason,
+                tail=reason,
+                started_at=now,
+                finished_at=now,
+                log_path=spec.log_path,
+            )
     return interrupted_result(spec.claim, datetime.now(UTC), reason=why)
 
 

@@ -102,9 +102,15 @@ _FINAL = {"completed": Completed, "failed": Failed, "cancelled": Cancelled}
 
 
 def create_nodes(
-    g: WorkGraph, flow_run_id: str, item: int, known: dict[str, UUID], *, only_done: bool,
-    skip: set[str] | None = None, elsewhere: Set[str] = frozenset(),
-) -> dict[str, State[Any]]:  # fmt: skip
+    g: WorkGraph,
+    flow_run_id: str,
+    item: int,
+    known: dict[str, UUID],
+    *,
+    only_done: bool,
+    skip: set[str] | None = None,
+    elsewhere: Set[str] = frozenset(),
+) -> dict[str, State[Any]]:
     """Create a plan node for every milestone not in ``known`` (name -> task
     run id of what ran) nor in ``skip``, deps first; with ``only_done`` just the done ones.
     Returns, per node, a completed-looking local state that a gate task can

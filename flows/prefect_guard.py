@@ -136,8 +136,13 @@ def silence_background() -> None:
 class PrefectGuard:
     """Watches the Prefect API of one drive and runs its best-effort calls."""
 
-    def __init__(self, api_url: str | None, settings: Settings, on_lost: Callable[[PrefectUnreachableError], None],
-                 warn: Callable[[str], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        api_url: str | None,
+        settings: Settings,
+        on_lost: Callable[[PrefectUnreachableError], None],
+        warn: Callable[[str], None],
+    ) -> None:
         self.url = api_url
         self.settings = settings
         self.lost: PrefectUnreachableError | None = None

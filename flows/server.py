@@ -182,8 +182,9 @@ def _server_env(phome: Path, port: int) -> dict[str, str]:
     }
 
 
-def _spawn(home: Path, port: int, command: list[str], env: dict[str, str], log: Path,
-           keeper: list[str]) -> subprocess.Popen[bytes]:  # fmt: skip
+def _spawn(
+    home: Path, port: int, command: list[str], env: dict[str, str], log: Path, keeper: list[str]
+) -> subprocess.Popen[bytes]:
     """``command`` under a keeper, in a new session (see the module)."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(
@@ -210,8 +211,14 @@ def _wait_healthy(proc: subprocess.Popen[bytes], api_url: str, log: Path, timeou
     raise EnvironmentProblem(f"prefect server did not answer on {api_url} within {timeout:g} s; see {log}")
 
 
-def server_start(home: Path, port: int | None = None, timeout: float = 180.0, *, idle: float | None = None,
-                 started_by: str = "server start") -> ServerInfo:  # fmt: skip
+def server_start(
+    home: Path,
+    port: int | None = None,
+    timeout: float = 180.0,
+    *,
+    idle: float | None = None,
+    started_by: str = "server start",
+) -> ServerInfo:
     """Start ``prefect server start`` on loopback for this workspace, in its
     own session, and wait until it answers; with ``idle`` it stops itself
     once unused for that many seconds. Idempotent: a healthy server is reused."""
@@ -233,8 +240,19 @@ def server_start(home: Path, port: int | None = None, timeout: float = 180.0, *,
         keeper += ["--idle", f"{idle:g}"]
     command = [*_prefect_cli(), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
     proc = _spawn(home, port, command, _server_env(phome, port), log, keeper)
-    state.write_text(json.dumps({"pid": proc.pid, "port": port, "api_url": api_url, "ui_url": ui_url,
-                                 "log": str(log), "started_by": started_by, "idle": idle}))  # fmt: skip
+    state.write_text(
+        json.dumps(
+            {
+                "pid": proc.pid,
+                "port": port,
+                "api_url": api_url,
+                "ui_url": ui_url,
+                "log": str(log),
+                "started_by": started_by,
+                "idle": idle,
+            }
+        )
+    )
     (phome / "server.last-use").write_text(f"{time.time():.3f}\n")
     try:
         _wait_healthy(proc, api_url, log, timeout)
@@ -255,11 +273,29 @@ def temporary_server(home: Path, timeout: float = float(STARTUP_TIMEOUT)) -> str
     spec = importlib.util.find_spec("prefect")  # (not imported: its settings are read from the environment)
     app_dir = str(Path(spec.origin).parent.parent) if spec and spec.origin else "."
     # The command and settings Prefect's SubprocessASGIServer uses for its temporary server.
-    command = [sys.executable, "-m", "uvicorn", "--app-dir", app_dir, "--factory",
-               "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
-               "--log-level", "error", "--lifespan", "on"]  # fmt: skip
-    env = {**_server_env(phome, port), "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
-           "PREFECT__SERVER_FINAL": "1"}  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        app_dir,
+        "--factory",
+        "prefect.server.api.server:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "error",
+        "--lifespan",
+        "on",
+    ]
+    env = {
+        **_server_env(phome, port),
+        "PREFECT_UI_ENABLED": "0",
+        "PREFECT__SERVER_EPHEMERAL": "1",
+        "PREFECT__SERVER_FINAL": "1",
+    }
     log = phome / "temporary-server.log"
     proc = _spawn(home, port, command, env, log, ["--owner", str(os.getpid())])
     atexit.register(_kill_group, proc.pid, 0.0)
@@ -279,8 +315,15 @@ def register_use(home: Path) -> None:
     atexit.register(mark.unlink, missing_ok=True)
 
 
-def ensure_server(home: Path, mode: str, idle: float, say: Callable[[str], None], *,
-                  timeout: float = float(STARTUP_TIMEOUT), by: str = "drive") -> tuple[str, str]:  # fmt: skip
+def ensure_server(
+    home: Path,
+    mode: str,
+    idle: float,
+    say: Callable[[str], None],
+    *,
+    timeout: float = float(STARTUP_TIMEOUT),
+    by: str = "drive",
+) -> tuple[str, str]:
     """Point Prefect at a server for this command (before Prefect is
     imported): (API URL, how) with how ``env`` (PREFECT_API_URL names one),
     ``running`` (the workspace's), ``started`` (this command started the

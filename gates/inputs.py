@@ -222,8 +222,12 @@ class Snapshot:
     def imports(self) -> ImportIndex:
         """The workspace's modules and their imports, read as they are now (``module:`` entries)."""
         if self._imports is None:
-            self._imports = ImportIndex(self.root, lambda rel: self._digest(rel)[0],
-                                        self.root / ".milepost" / IMPORTS_CACHE_FILE, self.cache.imports)  # fmt: skip
+            self._imports = ImportIndex(
+                self.root,
+                lambda rel: self._digest(rel)[0],
+                self.root / ".milepost" / IMPORTS_CACHE_FILE,
+                self.cache.imports,
+            )
         return self._imports
 
     def _index(self, patterns: Sequence[str]) -> FileIndex:

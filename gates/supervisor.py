@@ -216,9 +216,17 @@ class Supervisor:
         answers, theirs = os.pipe()  # (neither end is inherited by a gate)
         job = Job(self, next(self._ids), answers, proc, cmd)
         request = {
-            "op": "spawn", "id": job.id, "argv": argv, "cwd": cwd, "env": env, "log": log, "proc": proc,
-            "cmd": cmd, "timeout": timeout, "grace": grace,
-        }  # fmt: skip
+            "op": "spawn",
+            "id": job.id,
+            "argv": argv,
+            "cwd": cwd,
+            "env": env,
+            "log": log,
+            "proc": proc,
+            "cmd": cmd,
+            "timeout": timeout,
+            "grace": grace,
+        }
         try:
             if not self.send(request, theirs):
                 job._close()

@@ -24,8 +24,9 @@ __all__ = ["UnitRuns"]
 class UnitRuns:
     """The units of one ``each`` command of an attempt: found in the book, or run."""
 
-    def __init__(self, root: Path, book: UnitBook | None, origin: CachedFrom | None,
-                 default_timeout: float | None) -> None:  # fmt: skip
+    def __init__(
+        self, root: Path, book: UnitBook | None, origin: CachedFrom | None, default_timeout: float | None
+    ) -> None:
         self.root = root
         self.book = book
         self.origin = origin
@@ -38,9 +39,16 @@ class UnitRuns:
             log_room.note(fd, f"could not fingerprint unit {path}: {type(e).__name__}: {e}")
             return None
 
-    def run(self, cmd: GateCommand, run_one: Callable[..., CommandResult], first: int, fd: int,
-            stop: threading.Event | None, log_path: Path,
-            on_interrupt: Callable[[BaseException], None] | None = None) -> list[CommandResult]:  # fmt: skip
+    def run(
+        self,
+        cmd: GateCommand,
+        run_one: Callable[..., CommandResult],
+        first: int,
+        fd: int,
+        stop: threading.Event | None,
+        log_path: Path,
+        on_interrupt: Callable[[BaseException], None] | None = None,
+    ) -> list[CommandResult]:
         """The step's units; ``run_one(index=, cmd=)`` runs one (``first``: the
         index of the first). With a book of several workers (``--max-parallel``),
         up to that many units run at once, each into a log of its own that is
@@ -65,14 +73,29 @@ class UnitRuns:
             out.append(self._one(cmd, n, path, digests[n], fd, run, first, halted=bool(halted)))
         return out
 
-    def _one(self, cmd: GateCommand, n: int, path: str, digest: str | None, fd: int,
-             run: Callable[[GateCommand, int], CommandResult], first: int, *, halted: bool,
-             write: Callable[[str], None] | None = None) -> CommandResult:  # fmt: skip
+    def _one(
+        self,
+        cmd: GateCommand,
+        n: int,
+        path: str,
+        digest: str | None,
+        fd: int,
+        run: Callable[[GateCommand, int], CommandResult],
+        first: int,
+        *,
+        halted: bool,
+        write: Callable[[str], None] | None = None,
+    ) -> CommandResult:
         """One unit: skipped when halted, answered by the book, or run."""
         one = unit_command(cmd, path)
         if halted:
-            return CommandResult(name=cmd.name, run=one.run, outcome=Outcome.SKIPPED,
-                                 reason="skipped: the attempt was interrupted", file=path)  # fmt: skip
+            return CommandResult(
+                name=cmd.name,
+                run=one.run,
+                outcome=Outcome.SKIPPED,
+                reason="skipped: the attempt was interrupted",
+                file=path,
+            )
         before = self.book.begin(digest) if self.book is not None and digest is not None else None
         if isinstance(before, tuple):
             return _reused(one, path, digest, *before, write or (lambda text: log_room.write(fd, text)))
@@ -90,9 +113,17 @@ class UnitRuns:
             self.book.end(digest, r, self.origin)
         return r
 
-    def _side_by_side(self, cmd: GateCommand, run_one: Callable[..., CommandResult], first: int, fd: int,
-                      stop: threading.Event | None, log_path: Path, digests: list[str | None],
-                      on_interrupt: Callable[[BaseException], None] | None) -> list[CommandResult]:  # fmt: skip
+    def _side_by_side(
+        self,
+        cmd: GateCommand,
+        run_one: Callable[..., CommandResult],
+        first: int,
+        fd: int,
+        stop: threading.Event | None,
+        log_path: Path,
+        digests: list[str | None],
+        on_interrupt: Callable[[BaseException], None] | None,
+    ) -> list[CommandResult]:
         assert self.book is not None
         book = self.book
         halt = threading.Event()  # set by an interrupt, or when the attempt's stop is
@@ -155,8 +186,9 @@ def _adopted(found: Adopted, write: Callable[[str], None]) -> CommandResult:
     return found.result.model_copy(update={"reason": f"{found.result.reason} (ran ahead of its gate)"})
 
 
-def _reused(cmd: GateCommand, path: str, digest: str | None, outcome: Outcome, source: CachedFrom,
-            write: Callable[[str], None]) -> CommandResult:  # fmt: skip
+def _reused(
+    cmd: GateCommand, path: str, digest: str | None, outcome: Outcome, source: CachedFrom, write: Callable[[str], None]
+) -> CommandResult:
     """A unit answered without running: passed (``cached``) or failed where ``source`` ran it."""
     if outcome is Outcome.PASSED:
         reason = f"cached: passed as {source.shown()} on the same command and inputs"
@@ -165,5 +197,6 @@ def _reused(cmd: GateCommand, path: str, digest: str | None, outcome: Outcome, s
         reason = f"failed as {source.shown()} on the same command and inputs (not run again)"
         out = Outcome.FAILED
     write(f"{command_header(cmd)}milepost: {reason}\n")
-    return CommandResult(name=cmd.name, run=cmd.run, outcome=out, reason=reason, tail=reason, file=path, unit=digest,
-                         cached_from=source)  # fmt: skip
+    return CommandResult(
+        name=cmd.name, run=cmd.run, outcome=out, reason=reason, tail=reason, file=path, unit=digest, cached_from=source
+    )

@@ -229,8 +229,9 @@ class WorkGraph:
         return NextPick(None, self.why_nothing_ready())
 
     def why_nothing_ready(self) -> str:
-        return nothing_ready_reason(len(self._ms), sum(1 for m in self._ms.values() if m.status is S.DONE), self,
-                                    self._held)  # fmt: skip
+        return nothing_ready_reason(
+            len(self._ms), sum(1 for m in self._ms.values() if m.status is S.DONE), self, self._held
+        )
 
     # -- analysis ----------------------------------------------------------
 
