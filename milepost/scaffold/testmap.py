@@ -34,6 +34,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 __all__ = ["TestMap", "map_tests"]
@@ -236,36 +237,10 @@ def map_tests(
     imports of an enclosing package, unless those are counted)."""
     pkg = _Package(package, files, imported_by)
     by_file = {p: m for m, p in files.items()}
-    # Test folders and files inside the package (also in folders without
-    # __init__.py, which are no modules: pytest collects them all the same).
-    candidates: dict[Path, bytes] = {}
-    test_folders: set[Path] = set()
-    inside = _py_files(folder)
-    for p in inside:
-        if _TEST_NAME.fullmatch(p.name):
-            text = _read(p)
-            if _is_test(p, text):
-                candidates[p] = text
-                for parent in p.parents:
-                    if parent == folder:
-                        break
-                    if parent.name in TEST_FOLDERS:
-                        test_folders.add(parent)
-    prefixes = tuple(f"{f}{os.sep}" for f in test_folders)
-    in_tests = [
-        p for p in inside if p in candidates or p.name == "conftest.py" or (prefixes and str(p).startswith(prefixes))
-    ]
+    candidates, in_tests = _tests_inside(folder)
     in_package = {by_file[p] for p in in_tests if p in by_file}
     walked = [f for r in roots if r.is_dir() for f in _py_files(r)] + in_tests
-    found: list[Path] = []
-    not_tests: list[Path] = []
-    for p in sorted(set(walked)):
-        text = candidates[p] if p in candidates else _read(p)
-        if _is_test(p, text):
-            candidates[p] = text
-            found.append(p)
-        else:
-            not_tests.append(p)
+    found, not_tests = _sort_out(walked, candidates)
     reader = _Reader(pkg, in_package, set(not_tests), base)
     tests: dict[str, set[Path]] = {m: set() for m in files if m not in in_package}
     support: dict[Path, list[Path]] = {}
@@ -283,11 +258,7 @@ def map_tests(
                 tests[m].add(t)
                 by_name.setdefault(m, []).append(t)
             continue
-        exercised = set(direct)
-        for m in direct:
-            if not pkg.is_package(m):
-                exercised.update(imported_by.get(m, ()))
-        for m in exercised:
+        for m in _exercised(pkg, direct, imported_by):
             if m in tests:
                 tests[m].add(t)
     return TestMap(
@@ -298,6 +269,62 @@ def map_tests(
         not_tests=not_tests,
         by_name=by_name,
     )
+
+
+def _tests_inside(folder: Path) -> tuple[dict[Path, bytes], list[Path]]:
+    """The test files inside the package (path -> text), and every file of its
+    tests: those, ``conftest.py`` files and the files of its test folders (also
+    in folders without __init__.py, which are no modules: pytest collects them
+    all the same)."""
+    candidates: dict[Path, bytes] = {}
+    test_folders: set[Path] = set()
+    inside = _py_files(folder)
+    for p in inside:
+        if _TEST_NAME.fullmatch(p.name):
+            text = _read(p)
+            if _is_test(p, text):
+                candidates[p] = text
+                test_folders |= _test_folders_above(p, folder)
+    prefixes = tuple(f"{f}{os.sep}" for f in test_folders)
+    in_tests = [
+        p for p in inside if p in candidates or p.name == "conftest.py" or (prefixes and str(p).startswith(prefixes))
+    ]
+    return candidates, in_tests
+
+
+def _test_folders_above(path: Path, folder: Path) -> set[Path]:
+    """The folders named ``tests`` or ``test`` between ``folder`` and ``path``."""
+    out: set[Path] = set()
+    for parent in path.parents:
+        if parent == folder:
+            break
+        if parent.name in TEST_FOLDERS:
+            out.add(parent)
+    return out
+
+
+def _sort_out(walked: list[Path], candidates: dict[Path, bytes]) -> tuple[list[Path], list[Path]]:
+    """The walked files that are tests (their text kept in ``candidates``) and those that are not, sorted."""
+    found: list[Path] = []
+    not_tests: list[Path] = []
+    for p in sorted(set(walked)):
+        text = candidates[p] if p in candidates else _read(p)
+        if _is_test(p, text):
+            candidates[p] = text
+            found.append(p)
+        else:
+            not_tests.append(p)
+    return found, not_tests
+
+
+def _exercised(pkg: _Package, direct: set[str], imported_by: dict[str, list[str]]) -> set[str]:
+    """The modules a test importing ``direct`` exercises: those, and what each of
+    them other than a package's ``__init__`` imports directly."""
+    exercised = set(direct)
+    for m in direct:
+        if not pkg.is_package(m):
+            exercised.update(imported_by.get(m, ()))
+    return exercised
 
 
 def _named_after(test: Path, base: Path, by_last: dict[str, list[str]]) -> list[str]:
@@ -323,6 +350,15 @@ def _named_after(test: Path, base: Path, by_last: dict[str, list[str]]) -> list[
             if tuple(dotted) == tuple(parts[max(0, i - len(dotted)) : i]):
                 return [m]
     return []
+
+
+@dataclass
+class _Imported:
+    """What one test file's imports reach."""
+
+    found: set[str] = field(default_factory=set)  # the package's modules it exercises directly
+    helpers: set[Path] = field(default_factory=set)  # the test helpers it imports
+    aliases: dict[str, str] = field(default_factory=dict)  # a name bound to a package -> that package
 
 
 class _Reader:
@@ -354,54 +390,61 @@ class _Reader:
                     out.add(cand)
 
     def imports_of(self, path: Path, text: bytes, own: str | None) -> tuple[set[str], set[Path]]:
-        pkg = self.pkg
+        """The package's modules a test file exercises directly, and the test helpers it imports."""
         if own is not None:
             name, tops = own, [self.base]
         else:
             name, top = _dotted(path)
             tops = [top, self.base]
         is_pkg = path.name == "__init__.py"
-        found: set[str] = set()
-        helpers: set[Path] = set()
-        aliases: dict[str, str] = {}
-
-        def take(module: str) -> None:
-            if module in self.in_package:
-                file = pkg.files[module]
-                if file in self.helpers:
-                    helpers.add(file)
-            else:
-                found.add(module)
-
+        out = _Imported()
         for node in _import_statements(text):
             if isinstance(node, ast.Import):
-                for a in node.names:
-                    mod = self._deepest(a.name) if a.name.split(".")[0] == pkg.name else None
-                    if mod is None:
-                        self._helper(a.name, tops, helpers)
-                        continue
-                    take(mod)
-                    aliases[a.asname or pkg.name] = mod if a.asname else pkg.name
+                self._import(node, tops, out)
             elif isinstance(node, ast.ImportFrom):
-                src = _resolve_from(name, is_pkg, node.level, node.module)
-                mod = self._deepest(src) if src is not None and src.split(".")[0] == pkg.name else None
-                if src is not None and mod is None:
-                    self._helper(src, tops, helpers)
-                    for a in node.names:
-                        self._helper(f"{src}.{a.name}", tops, helpers)
-                if mod is None:
-                    continue
-                for a in node.names:
-                    target = pkg.resolve(mod, a.name) if a.name != "*" else mod
-                    if target != f"{mod}.{a.name}":
-                        take(mod)  # a name read from mod's namespace: mod runs (a submodule alone does not count)
-                    take(target)
-                    if pkg.is_package(target) and target == f"{mod}.{a.name}":
-                        aliases[a.asname or a.name] = target
-        for alias, mod in aliases.items():
-            if pkg.is_package(mod):
-                self._chains(alias, mod, text, take)
-        return found, helpers
+                self._import_from(node, _resolve_from(name, is_pkg, node.level, node.module), tops, out)
+        for alias, mod in out.aliases.items():
+            if self.pkg.is_package(mod):
+                self._chains(alias, mod, text, partial(self._take, out))
+        return out.found, out.helpers
+
+    def _take(self, out: _Imported, module: str) -> None:
+        """A module of the package imported: a test helper inside the package, or a module exercised."""
+        if module in self.in_package:
+            file = self.pkg.files[module]
+            if file in self.helpers:
+                out.helpers.add(file)
+        else:
+            out.found.add(module)
+
+    def _import(self, node: ast.Import, tops: Sequence[Path], out: _Imported) -> None:
+        """``import a.b [as c]``: the deepest module of the package it names, else a helper."""
+        pkg = self.pkg
+        for a in node.names:
+            mod = self._deepest(a.name) if a.name.split(".")[0] == pkg.name else None
+            if mod is None:
+                self._helper(a.name, tops, out.helpers)
+                continue
+            self._take(out, mod)
+            out.aliases[a.asname or pkg.name] = mod if a.asname else pkg.name
+
+    def _import_from(self, node: ast.ImportFrom, src: str | None, tops: Sequence[Path], out: _Imported) -> None:
+        """``from src import x, y``: the modules that define the names, else helpers."""
+        pkg = self.pkg
+        mod = self._deepest(src) if src is not None and src.split(".")[0] == pkg.name else None
+        if src is not None and mod is None:
+            self._helper(src, tops, out.helpers)
+            for a in node.names:
+                self._helper(f"{src}.{a.name}", tops, out.helpers)
+        if mod is None:
+            return
+        for a in node.names:
+            target = pkg.resolve(mod, a.name) if a.name != "*" else mod
+            if target != f"{mod}.{a.name}":
+                self._take(out, mod)  # a name read from mod's namespace: mod runs (a submodule alone does not count)
+            self._take(out, target)
+            if pkg.is_package(target) and target == f"{mod}.{a.name}":
+                out.aliases[a.asname or a.name] = target
 
     def _chains(self, alias: str, mod: str, text: bytes, take: Callable[[str], None]) -> None:
         """``alias.name.name...`` in the text, resolved through the packages."""
