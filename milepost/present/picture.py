@@ -3,9 +3,8 @@ and the critical path marked, as SVG (and PNG where a converter is
 installed), and a self-contained HTML page with the picture and a table of
 milestones.
 
-The layout is grandalf's Sugiyama layout (layers, crossing reduction, long
-edges routed through dummy points), computed top to bottom and turned on its
-side; the drawing is plain SVG built here. No network, no JavaScript."""
+The layout is in .fit (grandalf's Sugiyama layout, fitted to a screen); the
+drawing is plain SVG built here. No network, no JavaScript."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from milepost.errors import EnvironmentProblem
 from milepost.graph.analysis import critical_path
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.present.diagram import fill as colour_of
-from milepost.present.fit import fit_screen
+from milepost.present.fit import NODE_H, Node, Placed, move, place
 from milepost.results import MilestoneView
 
 __all__ = ["LEGEND", "Drawing", "layout", "svg_data_uri", "to_html", "to_png", "to_svg"]
@@ -45,156 +44,93 @@ LEGEND = [
 ]
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 CHAR_W = 7.2  # px per character at 12 px
-NODE_H = 40
-LAYER_GAP = 70  # between layers (left to right)
-ROW_GAP = 16  # between nodes of a layer
+LINE_H = 14  # a second line of a long name
+WRAP = 12  # a name longer than this is cut in two lines, after its last dot (or a dash near its middle)
 MARGIN = 20
 TITLE_H = 34
 LEGEND_H = 30
-
-
-@dataclass
-class Node:
-    name: str
-    status: str
-    label: str
-    x: float = 0.0  # centre
-    y: float = 0.0
-    w: float = 0.0
-    h: float = NODE_H
-    critical: bool = False
+Point = tuple[float, float]
+Key = tuple[str, str]  # an edge: tail, head
 
 
 @dataclass
 class Drawing:
     nodes: dict[str, Node]
-    edges: list[tuple[str, str, list[tuple[float, float]], bool]]  # tail, head, points, critical
+    edges: list[tuple[str, str, list[Point], bool]]  # tail, head, points, critical
     width: float
     height: float
     title: str = ""
     legend: list[str] = field(default_factory=list)
     critical: str = ""  # what the critical path was measured in, for the legend
-    crossing: set[tuple[str, str]] = field(default_factory=set)  # edges between two pieces of a fitted drawing
-
-
-class _View:
-    """What grandalf reads (w, h) and writes (xy) for a vertex."""
-
-    def __init__(self, w: float, h: float) -> None:
-        self.w, self.h = w, h
-        self.xy = (0.0, 0.0)
-
-
-class _EdgeView:
-    def __init__(self) -> None:
-        self.pts: list[tuple[float, float]] = []
-
-    def setpath(self, pts: list[tuple[float, float]]) -> None:
-        self.pts = list(pts)
+    crossing: set[Key] = field(default_factory=set)  # edges between two pieces of a fitted drawing
 
 
 def layout(
     g: WorkGraph, title: str = "", running: set[str] | None = None, durations: Mapping[str, float] | None = None
 ) -> Drawing:
-    """Place every milestone: layers left to right, deps before dependents;
-    the critical path by the gates' last ``durations`` when any is known."""
-    from grandalf.graphs import Edge, Graph, Vertex
-    from grandalf.layouts import SugiyamaLayout
-
-    running = running or set()
+    """Place every milestone: layers left to right, deps before dependents,
+    fitted to a screen (see .fit); the critical path by the gates' last
+    ``durations`` when any is known."""
     path = critical_path(g, durations)
     crit = [m.name for m in path.milestones]
-    crit_nodes = set(crit)
-    crit_edges = set(itertools.pairwise(crit))
-    nodes: dict[str, Node] = {}
-    verts: dict[str, Vertex] = {}
+    nodes = _nodes(g, running or set(), set(crit))
+    placed = place(g, nodes)
+    note = f"critical path: {path.describe()}" if len(crit) > 1 else ""
+    return _framed(placed, title, set(itertools.pairwise(crit)), note)
+
+
+def _nodes(g: WorkGraph, running: set[str], critical: set[str]) -> dict[str, Node]:
+    """Each milestone's box: its name over its status (and tries), as wide as
+    the longer."""
+    nodes = {}
     for m in g:
         status = "running" if m.name in running else display_status(g, m)
         label = f"{status} · {m.attempts}/{m.max_attempts}" if m.attempts else status
-        w = max(len(m.name), len(label)) * CHAR_W + 24
-        nodes[m.name] = Node(m.name, status, label, w=w, critical=m.name in crit_nodes)
-        v = Vertex(m.name)
-        v.view = _View(NODE_H + ROW_GAP, w + LAYER_GAP)  # laid out top-down, then turned on its side
-        verts[m.name] = v
+        lines = _lines(m.name)
+        w = max(len(s) for s in [*lines, label]) * CHAR_W + 24
+        h = NODE_H + LINE_H * (len(lines) - 1)
+        nodes[m.name] = Node(m.name, status, label, lines, w=w, h=h, critical=m.name in critical)
+    return nodes
+
+
+def _lines(name: str) -> list[str]:
+    """A long name in two lines: after its last dot (a module's package, then
+    the module), else after the dash, underscore, slash or space nearest its
+    middle; a name without one stays one line."""
+    if len(name) <= WRAP:
+        return [name]
+    at = name.rfind(".", 1, len(name) - 1)
+    if at < 0:
+        seps = [i for i, c in enumerate(name[1:-1], start=1) if c in "-_/ "]
+        at = min(seps, key=lambda i: abs(i - len(name) / 2), default=-1)
+    return [name[: at + 1], name[at + 1 :]] if at > 0 else [name]
+
+
+def _framed(placed: Placed, title: str, crit_edges: set[Key], note: str) -> Drawing:
+    """The drawing inside its margins, title and legend; each edge from its
+    tail's side to its head's."""
+    nodes = placed.nodes
+    dx, dy = MARGIN, MARGIN + (TITLE_H if title else 0)
+    move(nodes.values(), [*placed.paths.values(), *placed.routes.values()], dx, dy)
     edges = []
-    for m in g:
-        for d in m.deps:
-            e = Edge(verts[d], verts[m.name])
-            e.view = _EdgeView()
-            edges.append((d, m.name, e))
-    graph = Graph(list(verts.values()), [e for *_, e in edges])
-    comps = list(graph.C)
-    singles = [c for c in comps if len(c.sV) == 1]
-    offset = 0.0
-    for comp in [c for c in comps if len(c.sV) > 1]:
-        sug = SugiyamaLayout(comp)
-        sug.xspace, sug.yspace = 0, 0
-        sug.init_all()
-        sug.draw(3)
-        xs = [v.view.xy[0] for v in comp.sV]
-        bends = [px for e in comp.sE for px, _ in e.view.pts]  # a long edge may bend outside its nodes
-        lo = min([min(xs) - (NODE_H + ROW_GAP) / 2, *bends])
-        hi = max([max(xs) + (NODE_H + ROW_GAP) / 2, *bends])
-        for v in comp.sV:
-            x, y = v.view.xy
-            n = nodes[v.data]
-            n.x, n.y = y, x - lo + offset  # turned: layers run left to right
-        for e in comp.sE:
-            e.view.pts = [(py, px - lo + offset) for px, py in e.view.pts]
-        offset += hi - lo + ROW_GAP
-    main = [nodes[v.data] for c in comps if len(c.sV) > 1 for v in c.sV]
-    min_x = min((n.x - n.w / 2 for n in main), default=0.0)
-    for n in main:
-        n.x -= min_x
-    for *_, e in edges:
-        e.view.pts = [(px - min_x, py) for px, py in e.view.pts]
-    # A wide strip or a tall column is cut into pieces laid out the other way (see .fit).
-    at = {n.name: i for i, n in enumerate(main)}
-    ends = [(at[tail], at[head]) for tail, head, _ in edges]
-    routes = {edges[i][:2]: r for i, r in fit_screen(main, [e.view.pts for *_, e in edges], ends).items()}
-    crossing = set(routes)
-    # Milestones with no edge at all go in rows above the rest, not one row each.
-    row_width = max(max((n.x + n.w / 2 for n in main), default=0.0), 900.0)
-    grid_h = 0.0
-    if singles:
-        x, y = 0.0, 0.0
-        for c in sorted(singles, key=lambda c: g.get(c.sV[0].data).id):
-            n = nodes[c.sV[0].data]
-            if x > 0 and x + n.w > row_width:
-                x, y = 0.0, y + NODE_H + ROW_GAP
-            n.x, n.y = x + n.w / 2, y + NODE_H / 2
-            x += n.w + ROW_GAP
-        grid_h = y + NODE_H + 2 * ROW_GAP
-        for n in main:
-            n.y += grid_h
-        for *_, e in edges:
-            e.view.pts = [(px, py + grid_h) for px, py in e.view.pts]
-    shift_x = MARGIN
-    shift_y = MARGIN + (TITLE_H if title else 0)
-    for n in nodes.values():
-        n.x += shift_x
-        n.y += shift_y
-    out_edges = []
-    for tail, head, e in edges:
-        pts = [(x + shift_x, y + shift_y) for x, y in e.view.pts]
-        a, b = nodes[tail], nodes[head]
-        inner = pts[1:-1] if len(pts) > 2 else []
-        route = [(a.x + a.w / 2, a.y), *inner, (b.x - b.w / 2, b.y)]
-        if (tail, head) in routes:
-            route = [(x + shift_x, y + shift_y + grid_h) for x, y in routes[tail, head]]
-        out_edges.append((tail, head, route, (tail, head) in crit_edges))
-    width = max((n.x + n.w / 2 for n in nodes.values()), default=200.0) + MARGIN
-    lowest = max((y for *_, route, _ in out_edges for _, y in route), default=0.0)
-    height = max(max((n.y + n.h / 2 for n in nodes.values()), default=60.0), lowest) + MARGIN + LEGEND_H
+    for key, pts in placed.paths.items():
+        route = placed.routes.get(key) or _ends(nodes[key[0]], nodes[key[1]], pts)
+        edges.append((*key, route, key in crit_edges))
     used = {n.status for n in nodes.values()}
     legend = [s for s in LEGEND if s in used]
     title_w = 2 * MARGIN + len(title) * CHAR_W * 1.25  # the title is drawn at 15 px, bold
-    note = f"critical path: {path.describe()}" if len(crit) > 1 else ""
     legend_w = 2 * MARGIN + sum(len(s) * CHAR_W + 34 for s in legend) + 28 + len(note) * CHAR_W
-    return Drawing(nodes, out_edges, max(width, 360.0, title_w, legend_w), height, title, legend, note, crossing)
+    width = max(placed.width + dx + MARGIN, 360.0, title_w, legend_w)
+    height = max(placed.height + dy, 60.0) + MARGIN + LEGEND_H
+    return Drawing(nodes, edges, width, height, title, legend, note, set(placed.routes))
 
 
-def _path(points: list[tuple[float, float]]) -> str:
+def _ends(a: Node, b: Node, pts: list[Point]) -> list[Point]:
+    """An edge out of its tail's right side into its head's left, through its bends."""
+    return [(a.x + a.w / 2, a.y), *pts[1:-1], (b.x - b.w / 2, b.y)]
+
+
+def _path(points: list[Point]) -> str:
     """A smooth left-to-right curve through the points."""
     (x0, y0), *rest = points
     d = [f"M{x0:.1f},{y0:.1f}"]
@@ -242,12 +178,14 @@ def to_svg(
         x, y = n.x - n.w / 2, n.y - n.h / 2
         out.append(f'<g class="milestone {esc(n.status)}"><title>{esc(n.name)}: {esc(n.label)}</title>')
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{n.w:.1f}" height="{n.h}" rx="7" fill="{fill}"{border}/>')
+        top = n.y - n.h / 2 + 17  # the first line's baseline
+        for i, line in enumerate(n.lines or [n.name]):
+            out.append(
+                f'<text x="{n.x:.1f}" y="{top + i * LINE_H:.1f}" text-anchor="middle" fill="#ffffff"'
+                f' font-weight="bold">{esc(line)}</text>'
+            )
         out.append(
-            f'<text x="{n.x:.1f}" y="{n.y - 3:.1f}" text-anchor="middle" fill="#ffffff" font-weight="bold">'
-            f"{esc(n.name)}</text>"
-        )
-        out.append(
-            f'<text x="{n.x:.1f}" y="{n.y + 12:.1f}" text-anchor="middle" fill="#ffffff" font-size="10.5">'
+            f'<text x="{n.x:.1f}" y="{n.y + n.h / 2 - 8:.1f}" text-anchor="middle" fill="#ffffff" font-size="10.5">'
             f"{esc(n.label)}</text></g>"
         )
     lx, ly = MARGIN, dr.height - LEGEND_H + 8
