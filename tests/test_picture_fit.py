@@ -20,8 +20,9 @@ import pytest
 from milepost.graph import Milestone, WorkGraph
 from milepost.planfile import load_plan
 from milepost.present.fit import SCREEN_H, SCREEN_W
-from milepost.present.picture import MARGIN, Drawing, layout, to_svg
+from milepost.present.picture import LEGEND_H, MARGIN, Drawing, layout, to_svg
 from tests.conftest import EXAMPLES
+from tests.test_picture import random_dag
 
 
 def chain(n: int) -> WorkGraph:
@@ -119,8 +120,8 @@ def assert_readable(dr: Drawing) -> None:
         assert n.x - n.w / 2 >= 0 and n.x + n.w / 2 <= dr.width and 0 <= n.y - n.h / 2 <= n.y + n.h / 2 <= dr.height
     for a, b in itertools.combinations(boxes, 2):
         assert abs(a.x - b.x) >= (a.w + b.w) / 2 or abs(a.y - b.y) >= (a.h + b.h) / 2, (a.name, b.name)
-    for _, _, pts, _ in dr.edges:  # no edge leaves the picture
-        assert all(0 <= x <= dr.width and 0 <= y <= dr.height for x, y in pts)
+    for _, _, pts, _ in dr.edges:  # no edge leaves the picture or runs through its legend
+        assert all(0 <= x <= dr.width and 0 <= y <= dr.height - LEGEND_H for x, y in pts)
 
 
 @pytest.mark.parametrize("make", [scaffolded, lambda: line(30), lambda: loose(30)], ids=["scaffold", "chain", "loose"])
@@ -161,6 +162,12 @@ def test_a_fan_of_30_is_staggered_into_columns_within_two_screens() -> None:
     for m in g:
         for d in m.deps:
             assert dr.nodes[d].x < dr.nodes[m.name].x
+
+
+def test_every_edge_is_inside_the_picture_above_its_legend() -> None:
+    dr = layout(WorkGraph(random_dag(40, seed=0)))  # a long edge may bend below every box: the picture grows to hold it
+    for _, _, pts, _ in dr.edges:
+        assert all(0 <= x <= dr.width and 0 <= y <= dr.height - LEGEND_H for x, y in pts)  # above the legend
 
 
 def test_the_layout_is_the_same_every_time() -> None:

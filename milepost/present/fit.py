@@ -236,9 +236,10 @@ def place(g: WorkGraph, nodes: dict[str, Node]) -> Placed:
     grid_h = _pack(singles, max((n.x + n.w / 2 for n in boxes), default=0.0))
     move(boxes, [*paths.values(), *placed.routes.values()], 0.0, grid_h)
     placed.nodes = {n.name: n for n in sorted([*singles, *boxes], key=lambda n: g.get(n.name).id)}
-    placed.width = max((n.x + n.w / 2 for n in placed.nodes.values()), default=0.0)
-    lowest = max((y for r in placed.routes.values() for _, y in r), default=0.0)
-    placed.height = max(max((n.y + n.h / 2 for n in placed.nodes.values()), default=0.0), lowest)
+    drawn = [placed.routes.get(key, pts) for key, pts in paths.items()]
+    points = [p for pts in drawn for p in pts]  # a long edge may bend below every box
+    placed.width = max([*(n.x + n.w / 2 for n in placed.nodes.values()), *(x for x, _ in points)], default=0.0)
+    placed.height = max([*(n.y + n.h / 2 for n in placed.nodes.values()), *(y for _, y in points)], default=0.0)
     return placed
 
 
