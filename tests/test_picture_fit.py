@@ -144,6 +144,20 @@ def test_the_scaffolded_package_is_one_piece_left_to_right_with_long_names_in_tw
     assert dr.nodes["jinja2.utils"].lines == ["jinja2.utils"]  # short enough for one line
     svg = to_svg(g)
     assert "<title>jinja2.environment: blocked</title>" in svg and ">environment</text>" in svg
+    titled = layout(g, "work item 1: Refactor jinja2 module by module, leaves first (25 modules)")
+    assert titled.width <= 1440 and titled.height <= SCREEN_H  # all of it in one window, at its own size
+
+
+def test_the_long_edges_into_one_milestone_join_one_line_into_it() -> None:
+    dr = layout(scaffolded())
+    into: dict[str, list[list[tuple[float, float]]]] = {}
+    for _, head, pts, _ in dr.edges:
+        if len(pts) > 2:  # a long edge: bends between its ends
+            into.setdefault(head, []).append(pts)
+    env = into["jinja2.environment"]
+    assert len(env) >= 3 and len({pts[-2] for pts in env}) == 1  # one last bend: one line, one arrow into it
+    starts = {pts[0] for pts in env}
+    assert len(starts) == len(env)  # each from its own milestone
 
 
 def test_a_chain_folds_into_bands_not_one_long_row() -> None:

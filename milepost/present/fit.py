@@ -3,8 +3,9 @@
 :func:`place` lays the milestones out with grandalf's Sugiyama layout
 (layers, crossing reduction, long edges routed through bends), computed top
 to bottom and turned on its side: layers left to right, a long edge passing
-a layer in a narrow lane, a layer taller than half a screen staggered over
-several columns; milestones without an edge packed in rows above.
+a layer in a narrow lane, the long edges into one milestone joined in one
+line, a layer taller than half a screen staggered over several columns;
+milestones without an edge packed in rows above.
 
 A left-to-right layout of a long chain is still a strip many screens wide,
 and one of many milestones side by side a column many screens tall; shrunk
@@ -22,6 +23,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -37,6 +39,7 @@ GAP = 40.0  # between pieces
 NODE_H = 40
 LAYER_GAP = 56  # between layers, left to right
 ROW_GAP = 16  # between nodes of a layer
+BUS = 3  # long edges into one milestone drawn as one line
 LANE = 12  # an edge passing a layer takes this much room beside its nodes
 CROSSING = 0.03  # the cost of one edge drawn from one piece to another
 Point = tuple[float, float]
@@ -281,17 +284,27 @@ def _layered(g: WorkGraph, nodes: dict[str, Node]) -> tuple[dict[str, Node], dic
 
 
 def _chains(g: WorkGraph, nodes: dict[str, Node]) -> dict[Key, list[str]]:
-    """Each edge as the chain of names grandalf lays out: tail, head, and
-    between them the spacers that move a milestone of a layer taller than
-    half a screen one or more layers on, in turn (staggered, as Graphviz's
-    unflatten does), so a fan of 30 is five columns of six, not one column
-    of 30."""
+    """Each edge as the chain of names grandalf lays out, tail to head. A
+    milestone of a layer taller than half a screen is moved one or more
+    layers on, in turn (staggered, as Graphviz's unflatten does), through
+    bends its tail's edges share, so a fan of 30 is five columns of six, not
+    one column of 30. The long edges into a milestone with ``BUS`` or more
+    of them join one line into it, a shared bend in each layer they pass:
+    one line, not one each, into a module the package's last milestones
+    import, or a final milestone after many."""
     chains = {(d, m.name): [d, m.name] for m in g for d in m.deps}
-    for layer in g.layers()[1:]:
-        columns = math.ceil(sum(nodes[m.name].h + ROW_GAP for m in layer) / (SCREEN_H / 2))
+    rank: dict[str, int] = {}
+    for layer in g.layers():
+        columns = max(1, math.ceil(sum(nodes[m.name].h + ROW_GAP for m in layer) / (SCREEN_H / 2)))
         for i, m in enumerate(layer):
+            moved = i % columns if m.deps else 0
+            rank[m.name] = max((rank[d] + 1 for d in m.deps), default=0) + moved
             for d in m.deps:
-                chains[d, m.name] = [d, *(f"\0{d}\0{m.name}\0{j}" for j in range(i % columns)), m.name]
+                chains[d, m.name] = [d, *(f"\0{d}\0>{j}" for j in range(moved)), m.name]
+    long_in = Counter(h for t, h in chains if rank[h] - rank[t] > 1)
+    for t, h in chains:
+        if long_in[h] >= BUS and rank[h] - rank[t] > 1:
+            chains[t, h] = [t, *(f"\0{h}\0{r}" for r in range(rank[t] + 1, rank[h])), h]
     return chains
 
 

@@ -94,15 +94,15 @@ def _nodes(g: WorkGraph, running: set[str], critical: set[str]) -> dict[str, Nod
 
 
 def _lines(name: str) -> list[str]:
-    """A long name in two lines: after its last dot (a module's package, then
-    the module), else after the dash, underscore, slash or space nearest its
-    middle; a name without one stays one line."""
+    """A long name in two lines: after a dot (a module's package, then the
+    module; of several dots, the one giving the shorter longer line, the
+    last on a tie), else after the dash, underscore, slash or space nearest
+    its middle; a name without one stays one line."""
     if len(name) <= WRAP:
         return [name]
-    at = name.rfind(".", 1, len(name) - 1)
-    if at < 0:
-        seps = [i for i, c in enumerate(name[1:-1], start=1) if c in "-_/ "]
-        at = min(seps, key=lambda i: abs(i - len(name) / 2), default=-1)
+    dots = [i for i, c in enumerate(name[1:-1], start=1) if c == "."]
+    seps = dots or [i for i, c in enumerate(name[1:-1], start=1) if c in "-_/ "]
+    at = min(reversed(seps), key=lambda i: max(i + 1, len(name) - i - 1), default=-1)
     return [name[: at + 1], name[at + 1 :]] if at > 0 else [name]
 
 
