@@ -145,45 +145,37 @@ def compose(text: str) -> Node | None:
 def build(root: Node) -> Any:
     """Python data from composed YAML nodes, each node built once (see the
     module's text for what is refused)."""
-    loader = _Loader("")
-    constructors = loader.yaml_constructors
-    built: dict[int, tuple[Any, int]] = {}  # collections: id -> (value, nodes it expands to)
-    open_: set[int] = set()
-    added = 0  # nodes that aliases add to the document
+    return _Builder().build(root)[0]
 
-    def scalar(node: Node) -> Any:
+
+class _Builder:
+    """Builds one document's nodes (one Python frame per level of nesting,
+    as deep as the parser goes)."""
+
+    def __init__(self) -> None:
+        self.loader = _Loader("")
+        self.constructors = self.loader.yaml_constructors
+        self.built: dict[int, tuple[Any, int]] = {}  # collections: id -> (value, nodes it expands to)
+        self.open: set[int] = set()
+        self.added = 0  # nodes that aliases add to the document
+
+    def scalar(self, node: Node) -> Any:
+        """A scalar's value, by its tag."""
         if node.tag == _STR:
             return node.value
-        value = (constructors.get(node.tag) or constructors[None])(loader, node)
+        value = (self.constructors.get(node.tag) or self.constructors[None])(self.loader, node)
         if isinstance(value, types.GeneratorType):  # a collection's tag on a scalar
-            return loader.construct_object(node, deep=True)
+            return self.loader.construct_object(node, deep=True)
         return value
 
-    def build(node: Node) -> tuple[Any, int]:
-        nonlocal added
+    def build(self, node: Node) -> tuple[Any, int]:
+        """A node's value and the number of nodes it expands to."""
         key = id(node)
-        if key in built:  # reached again: through an alias
-            value, size = built[key]
-            added += size
-            if added > MAX_ALIAS_NODES:
-                raise yaml.composer.ComposerError(
-                    None,
-                    None,
-                    f"aliases expand the document by more than {MAX_ALIAS_NODES:,} nodes (an alias bomb?)",
-                    node.start_mark,
-                )
-            return value, size
+        if key in self.built:  # reached again: through an alias
+            return self._again(key, node)
         if isinstance(node, ScalarNode):
-            return scalar(node), 1
-        if key in open_:
-            raise yaml.composer.ComposerError(
-                None, None, "recursive alias: a node that contains itself", node.start_mark
-            )
-        if node.tag not in (_MAP, _SEQ):
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a plan file has no use for the tag {node.tag!r}", node.start_mark
-            )
-        open_.add(key)
+            return self.scalar(node), 1
+        self._enter(key, node)
         size = 1
         out: Any
         # (A string scalar, most of a plan's nodes, is its own value: built inline.)
@@ -194,36 +186,18 @@ def build(root: Node) -> Any:
                     out.append(child.value)
                     size += 1
                     continue
-                value, n = build(child)
+                value, n = self.build(child)
                 out.append(value)
                 size += n
         else:
             assert isinstance(node, MappingNode)
             out = {}
-            first: dict[Any, int] = {}
-            names = []
-            merging = False
-            for k, _ in node.value:  # keys written here, before merges (`<<: *base`) are folded in
-                if k.tag == _MERGE:
-                    merging = True
-                    continue
-                if not isinstance(k, ScalarNode):
-                    raise yaml.constructor.ConstructorError(
-                        "while building a mapping", node.start_mark, "found an unhashable key", k.start_mark
-                    )
-                name = scalar(k)
-                line = first.get(name)
-                if line is not None:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {name!r} (first on line {line})", k.start_mark
-                    )
-                first[name] = k.start_mark.line + 1
-                names.append(name)
+            names, merging = self._keys(node)
             if merging:
-                loader.flatten_mapping(node)
+                self.loader.flatten_mapping(node)
                 for k, v in node.value:
-                    name, n1 = build(k)
-                    value, n2 = build(v)
+                    name, n1 = self.build(k)
+                    value, n2 = self.build(v)
                     out[name] = value  # a key written here wins over a merged one
                     size += n1 + n2
             else:
@@ -232,14 +206,61 @@ def build(root: Node) -> Any:
                         out[name] = v.value
                         size += 2
                         continue
-                    value, n2 = build(v)
+                    value, n2 = self.build(v)
                     out[name] = value
                     size += 1 + n2
-        open_.discard(key)
-        built[key] = (out, size)
+        self.open.discard(key)
+        self.built[key] = (out, size)
         return out, size
 
-    return build(root)[0]
+    def _again(self, key: int, node: Node) -> tuple[Any, int]:
+        """A collection reached again through an alias: what it built, counted against the limit."""
+        value, size = self.built[key]
+        self.added += size
+        if self.added > MAX_ALIAS_NODES:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"aliases expand the document by more than {MAX_ALIAS_NODES:,} nodes (an alias bomb?)",
+                node.start_mark,
+            )
+        return value, size
+
+    def _enter(self, key: int, node: Node) -> None:
+        """A collection about to be built: refused inside itself, or with a tag other than a map's or a list's."""
+        if key in self.open:
+            raise yaml.composer.ComposerError(
+                None, None, "recursive alias: a node that contains itself", node.start_mark
+            )
+        if node.tag not in (_MAP, _SEQ):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a plan file has no use for the tag {node.tag!r}", node.start_mark
+            )
+        self.open.add(key)
+
+    def _keys(self, node: MappingNode) -> tuple[list[Any], bool]:
+        """The keys written in a mapping, before merges (`<<: *base`) are folded in,
+        each once; and whether it merges any."""
+        first: dict[Any, int] = {}
+        names = []
+        merging = False
+        for k, _ in node.value:
+            if k.tag == _MERGE:
+                merging = True
+                continue
+            if not isinstance(k, ScalarNode):
+                raise yaml.constructor.ConstructorError(
+                    "while building a mapping", node.start_mark, "found an unhashable key", k.start_mark
+                )
+            name = self.scalar(k)
+            line = first.get(name)
+            if line is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {name!r} (first on line {line})", k.start_mark
+                )
+            first[name] = k.start_mark.line + 1
+            names.append(name)
+        return names, merging
 
 
 def line_map(root: Node | None) -> dict[Loc, int]:
