@@ -149,52 +149,13 @@ def record_step(
 
     def fn(tx: Tx) -> DoneResult:
         m = tx.find_pk(c.pk, c.milestone.name)
-        # The lease freed where this driver holds it (one statement: its row count says whether it did).
-        if rows.DROP_LEASE.run(tx.conn, pk=c.pk, owner=c.owner) == 1:
-            holder: str | None = c.owner
-        else:
-            holder = rows.LEASE_ROW.rows(tx.conn, pk=c.pk)[0].lease_owner
-        if holder is None and already_recorded(tx.conn, c):
-            # Recorded by whoever the lease passed to, or by this very write before its connection dropped.
-            return DoneResult(
-                item=tx.id,
-                revision=tx.revision,
-                milestone=m,
-                passed=result.passed,
-                note=f"attempt {c.attempt} of {m.name!r} is in the store already; this outcome is not applied again",
-            )
-        if holder != c.owner:
-            return DoneResult(
-                item=tx.id,
-                revision=tx.revision,
-                milestone=m,
-                passed=result.passed,
-                note=f"the lease of {m.name!r} passed to {shown_holder(holder or 'another driver')} while its gate ran"
-                f" (attempt {c.attempt}); that driver records the attempt, this outcome is not applied",
-            )
+        not_ours = _free_lease(tx, c, m, result)
+        if not_ours is not None:
+            return not_ours
         tx.dirty = True
         if not c.milestone.has_gate:
             return _finish_without_gate(tx, c, m, result, verdict)
-        stored = ctx.store.relative(Path(result.log_path)) if result.log_path else None
-        run = GateRun(**result.model_dump(), item=tx.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict)
-        source = _source_run_id(tx, result)
-        rows.ADD_RUN.run(tx.conn, **rows.run_row(tx.id, c.pk, c.attempt, result, stored, verdict, source))
-        proofs.store_unit_passes(tx.conn, tx.id, c.milestone.name, c.attempt, result)
-        if result.passed and result.inputs_digest:
-            files = manifest
-            if files is None and result.log_path:
-                files = AttemptFiles(Path(result.log_path)).read_inputs(result.inputs_digest)
-            if files is not None:
-                proofs.store_manifest(tx.conn, result.inputs_digest, files)
-        # Every gate run is evidence of the work item.
-        rows.ADD_REF.run(
-            tx.conn,
-            item_id=tx.id,
-            kind="gate_run",
-            ref=stored or "",
-            reason=f"{c.milestone.name} attempt {c.attempt}: {result.outcome.value} ({result.reason})",
-            at=result.finished_at,
-        )
+        run = _store_run(ctx, tx, c, result, verdict, manifest)
         base: dict[str, Any] = {"item": tx.id, "revision": tx.next_revision, "gate_run": run}
         if m.status is not MilestoneStatus.IN_PROGRESS or m.awaiting_review:
             tx.emit(ItemEvent.GATE_RUN, m.name, m.status.value, m.status.value, result.reason)
@@ -204,40 +165,107 @@ def record_step(
                 passed=result.passed,
                 note=f"{m.name!r} became {m.status.value} while its gate ran: the run is kept as evidence only",
             )
-        if result.outcome is Outcome.INTERRUPTED:
-            # (said once: the reason of an interrupted attempt mostly begins with the word already)
-            why = result.reason if result.reason.startswith("interrupted") else f"interrupted: {result.reason}"
-            if c.reproof:
-                change = steps.act(m, Action.RESTORE, reason=f"re-proof {why}")
-            elif not release:
-                tx.emit(ItemEvent.INTERRUPTED, m.name, m.status.value, m.status.value, result.reason)
-                return DoneResult(**base, milestone=m, passed=False)
-            else:
-                change = steps.act(m, Action.RELEASE, reason=why)
-        elif c.reproof and not result.passed:
-            # The second verification failed: what was built on it waits behind it.
-            g = tx.graph().graph
-            change = g.record_attempt(
-                m.name, False, result.reason, at=result.finished_at, free=True, fingerprint=result.fingerprint
-            )
-            reopened = g.reopen_dependents(m.name, f"its re-proof failed: {result.reason}")
-            out = tx.save(c.pk, [change, *reopened], applied=True)
-            crash_point("record")
-            return DoneResult(**base, milestone=change.after, passed=False, changes=out)
-        else:
-            change = steps.record_attempt(
-                m,
-                result.passed,
-                None if result.passed else result.reason,
-                at=result.finished_at,
-                free=c.reproof or result.outcome is Outcome.CACHED,
-                fingerprint=result.fingerprint,
-            )
-        out = tx.save(c.pk, [change])
-        crash_point("record")
-        return DoneResult(**base, milestone=change.after, passed=result.passed, changes=out)
+        return _apply_outcome(tx, c, m, result, release, base)
 
     return fn
+
+
+def _free_lease(tx: Tx, c: Claim, m: Milestone, result: GateResult) -> DoneResult | None:
+    """Free the lease where this driver holds it; when it does not (any more), the
+    result that says so, and nothing else is written."""
+    # The lease freed where this driver holds it (one statement: its row count says whether it did).
+    if rows.DROP_LEASE.run(tx.conn, pk=c.pk, owner=c.owner) == 1:
+        holder: str | None = c.owner
+    else:
+        holder = rows.LEASE_ROW.rows(tx.conn, pk=c.pk)[0].lease_owner
+    if holder is None and already_recorded(tx.conn, c):
+        # Recorded by whoever the lease passed to, or by this very write before its connection dropped.
+        return DoneResult(
+            item=tx.id,
+            revision=tx.revision,
+            milestone=m,
+            passed=result.passed,
+            note=f"attempt {c.attempt} of {m.name!r} is in the store already; this outcome is not applied again",
+        )
+    if holder != c.owner:
+        return DoneResult(
+            item=tx.id,
+            revision=tx.revision,
+            milestone=m,
+            passed=result.passed,
+            note=f"the lease of {m.name!r} passed to {shown_holder(holder or 'another driver')} while its gate ran"
+            f" (attempt {c.attempt}); that driver records the attempt, this outcome is not applied",
+        )
+    return None
+
+
+def _store_run(
+    ctx: Context, tx: Tx, c: Claim, result: GateResult, verdict: str | None, manifest: dict[str, str] | None
+) -> GateRun:
+    """Store the gate run, its units' passes, a passing run's file list, and its evidence ref."""
+    stored = ctx.store.relative(Path(result.log_path)) if result.log_path else None
+    run = GateRun(**result.model_dump(), item=tx.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict)
+    source = _source_run_id(tx, result)
+    rows.ADD_RUN.run(tx.conn, **rows.run_row(tx.id, c.pk, c.attempt, result, stored, verdict, source))
+    proofs.store_unit_passes(tx.conn, tx.id, c.milestone.name, c.attempt, result)
+    if result.passed and result.inputs_digest:
+        files = manifest
+        if files is None and result.log_path:
+            files = AttemptFiles(Path(result.log_path)).read_inputs(result.inputs_digest)
+        if files is not None:
+            proofs.store_manifest(tx.conn, result.inputs_digest, files)
+    # Every gate run is evidence of the work item.
+    rows.ADD_REF.run(
+        tx.conn,
+        item_id=tx.id,
+        kind="gate_run",
+        ref=stored or "",
+        reason=f"{c.milestone.name} attempt {c.attempt}: {result.outcome.value} ({result.reason})",
+        at=result.finished_at,
+    )
+    return run
+
+
+def _apply_outcome(
+    tx: Tx, c: Claim, m: Milestone, result: GateResult, release: bool, base: dict[str, Any]
+) -> DoneResult:
+    """The run's outcome applied to the milestone in progress (see :func:`record_step`)."""
+    if result.outcome is Outcome.INTERRUPTED:
+        # (said once: the reason of an interrupted attempt mostly begins with the word already)
+        why = result.reason if result.reason.startswith("interrupted") else f"interrupted: {result.reason}"
+        if c.reproof:
+            change = steps.act(m, Action.RESTORE, reason=f"re-proof {why}")
+        elif not release:
+            tx.emit(ItemEvent.INTERRUPTED, m.name, m.status.value, m.status.value, result.reason)
+            return DoneResult(**base, milestone=m, passed=False)
+        else:
+            change = steps.act(m, Action.RELEASE, reason=why)
+    elif c.reproof and not result.passed:
+        return _reproof_failed(tx, c, m, result, base)
+    else:
+        change = steps.record_attempt(
+            m,
+            result.passed,
+            None if result.passed else result.reason,
+            at=result.finished_at,
+            free=c.reproof or result.outcome is Outcome.CACHED,
+            fingerprint=result.fingerprint,
+        )
+    out = tx.save(c.pk, [change])
+    crash_point("record")
+    return DoneResult(**base, milestone=change.after, passed=result.passed, changes=out)
+
+
+def _reproof_failed(tx: Tx, c: Claim, m: Milestone, result: GateResult, base: dict[str, Any]) -> DoneResult:
+    """The second verification failed: what was built on it waits behind it."""
+    g = tx.graph().graph
+    change = g.record_attempt(
+        m.name, False, result.reason, at=result.finished_at, free=True, fingerprint=result.fingerprint
+    )
+    reopened = g.reopen_dependents(m.name, f"its re-proof failed: {result.reason}")
+    out = tx.save(c.pk, [change, *reopened], applied=True)
+    crash_point("record")
+    return DoneResult(**base, milestone=change.after, passed=False, changes=out)
 
 
 def _source_run_id(tx: Tx, result: GateResult) -> int | None:

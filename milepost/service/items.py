@@ -275,6 +275,38 @@ def update_item(
     expect_revision: int | None = None,
 ) -> WorkItem:
     """Change a work item; ``todo`` replaces the whole todo list."""
+    _check_update(objective, todo, blocked_by, clear_blocked_by, recheck_at)
+    item_id = resolve(ctx, item)
+
+    def fn(tx: Tx) -> None:
+        tx.check_open()
+        values: dict[str, Any] = {}
+        if objective is not None:
+            _set_objective(tx, values, objective)
+        if plan_status is not None and plan_status is not tx.plan_status:
+            _set_plan_status(tx, values, plan_status)
+        if todo is not None:
+            values["todo_list"] = [t.model_dump(mode="json") for t in todo]
+            tx.emit(ItemEvent.TODO, reason=count(len(todo), "entry", "entries"))
+        _set_blocker(tx, values, blocked_by, clear_blocked_by)
+        if recheck_at is not None:
+            values.update(recheck_at=recheck_at, recheck_consumed_at=None)
+            tx.emit(ItemEvent.RECHECK_AT, reason=recheck_at.isoformat())
+        if values:
+            tx.conn.execute(update(ITEMS).where(ITEMS.c.id == tx.id).values(**values))
+
+    write(ctx, item_id, fn, expect_revision)
+    return get_item(ctx, item_id)
+
+
+def _check_update(
+    objective: str | None,
+    todo: list[TodoItem] | None,
+    blocked_by: str | None,
+    clear_blocked_by: bool,
+    recheck_at: datetime | None,
+) -> None:
+    """An update's values checked before the store is touched."""
     if recheck_at is not None and recheck_at.tzinfo is None:
         raise InvalidValueError(f"--recheck-at {recheck_at.isoformat()} has no zone: add one, e.g. Z")
     if objective is not None:
@@ -285,45 +317,39 @@ def update_item(
             raise InvalidValueError("--blocked-by and --clear-blocked-by contradict each other: use one")
     for t in todo or []:
         check_text(t.text, "a todo's text")
-    item_id = resolve(ctx, item)
 
-    def fn(tx: Tx) -> None:
-        tx.check_open()
-        values: dict[str, Any] = {}
-        if objective is not None:
-            if not objective.strip():
-                raise InvalidValueError("objective is empty: describe what the work item should achieve")
-            values["objective"] = objective.strip()
-            tx.emit(ItemEvent.OBJECTIVE, reason=values["objective"])
-        if plan_status is not None and plan_status is not tx.plan_status:
-            if plan_status is PlanStatus.DRAFT:
-                busy = tx.in_progress()
-                if busy:
-                    raise TransitionError(
-                        f"cannot set work item {tx.id} back to draft: {', '.join(busy)} in progress; finish them first",
-                        item=tx.id,
-                    )
-            values["plan_status"] = plan_status.value
-            tx.emit(ItemEvent.PLAN_STATUS, before=tx.plan_status.value, after=plan_status.value)
-        if todo is not None:
-            values["todo_list"] = [t.model_dump(mode="json") for t in todo]
-            tx.emit(ItemEvent.TODO, reason=count(len(todo), "entry", "entries"))
-        if blocked_by is not None:
-            if not blocked_by.strip():
-                raise InvalidValueError("--blocked-by is empty: say what blocks the item, or use --clear-blocked-by")
-            values.update(blocked_by=blocked_by.strip(), blocked_by_wait=False)
-            tx.emit(ItemEvent.BLOCKED_BY, reason=blocked_by.strip())
-        elif clear_blocked_by:
-            values.update(blocked_by=None, blocked_by_wait=False)
-            tx.emit(ItemEvent.BLOCKED_BY, before=tx.row.blocked_by, reason="cleared")
-        if recheck_at is not None:
-            values.update(recheck_at=recheck_at, recheck_consumed_at=None)
-            tx.emit(ItemEvent.RECHECK_AT, reason=recheck_at.isoformat())
-        if values:
-            tx.conn.execute(update(ITEMS).where(ITEMS.c.id == tx.id).values(**values))
 
-    write(ctx, item_id, fn, expect_revision)
-    return get_item(ctx, item_id)
+def _set_objective(tx: Tx, values: dict[str, Any], objective: str) -> None:
+    """A new objective (refused empty), and its event."""
+    if not objective.strip():
+        raise InvalidValueError("objective is empty: describe what the work item should achieve")
+    values["objective"] = objective.strip()
+    tx.emit(ItemEvent.OBJECTIVE, reason=values["objective"])
+
+
+def _set_plan_status(tx: Tx, values: dict[str, Any], plan_status: PlanStatus) -> None:
+    """A new plan status (back to draft refused while a milestone is in progress), and its event."""
+    if plan_status is PlanStatus.DRAFT:
+        busy = tx.in_progress()
+        if busy:
+            raise TransitionError(
+                f"cannot set work item {tx.id} back to draft: {', '.join(busy)} in progress; finish them first",
+                item=tx.id,
+            )
+    values["plan_status"] = plan_status.value
+    tx.emit(ItemEvent.PLAN_STATUS, before=tx.plan_status.value, after=plan_status.value)
+
+
+def _set_blocker(tx: Tx, values: dict[str, Any], blocked_by: str | None, clear: bool) -> None:
+    """What blocks the item set (refused empty) or cleared, and its event."""
+    if blocked_by is not None:
+        if not blocked_by.strip():
+            raise InvalidValueError("--blocked-by is empty: say what blocks the item, or use --clear-blocked-by")
+        values.update(blocked_by=blocked_by.strip(), blocked_by_wait=False)
+        tx.emit(ItemEvent.BLOCKED_BY, reason=blocked_by.strip())
+    elif clear:
+        values.update(blocked_by=None, blocked_by_wait=False)
+        tx.emit(ItemEvent.BLOCKED_BY, before=tx.row.blocked_by, reason="cleared")
 
 
 def complete(

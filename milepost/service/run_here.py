@@ -6,6 +6,7 @@ taken over first (:mod:`.takeover`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -46,37 +47,7 @@ def done(
     in the store with the same fingerprint stands in for running the gate."""
     owner = owner_here()
     item_id = resolve(ctx, item)
-
-    def claim(tx: Tx) -> DoneResult | Claim:
-        tx.check_open()
-        pk, m = tx.find(name)
-        if m.status is not MilestoneStatus.IN_PROGRESS:
-            transition(name, m.status, Action.DONE)  # raises with the allowed actions
-        lease = tx.rows[pk] if pk in tx.rows else tx.conn.execute(rows.LEASE, {"pk": pk}).one()
-        if held_elsewhere(lease, owner):
-            if expired(lease, ctx.clock()):
-                raise ExpiredLease
-            # A holder that died on this machine need not be waited for.
-            if holder_gone(tx.conn.execute(select(MILESTONES.c.lease_info).where(MILESTONES.c.id == pk)).scalar()):
-                raise ExpiredLease(gone=True)
-        if not m.has_gate or m.awaiting_review:
-            change = steps.act(m, Action.DONE, reason=verdict)
-            out = tx.save(pk, [change])
-            return DoneResult(item=tx.id, revision=tx.next_revision, milestone=change.after, passed=True, changes=out)
-        return take_lease(tx, pk, m, owner)
-
-    for _ in range(3):
-        try:
-            claimed = write(ctx, item_id, claim, expect_revision)
-            break
-        except ExpiredLease as e:
-            # A driver died holding the lease: fence and record its attempt first.
-            recovered = reclaim_for_done(ctx, item_id, name, owner, gone=e.gone)
-            if recovered is not None and recovered.milestone.status is not MilestoneStatus.IN_PROGRESS:
-                # The dead driver's attempt had ended on its own: that was the attempt.
-                return recovered
-    else:
-        raise ConcurrentUpdateError(f"the lease of {name!r} kept changing hands; try again", milestone=name)
+    claimed = _claim(ctx, item_id, name, _claim_step(ctx, name, owner, verdict), owner, expect_revision)
     if isinstance(claimed, DoneResult):
         return claimed
     if use_cache:
@@ -84,6 +55,59 @@ def done(
         if hit is not None:
             return record(ctx, claimed, hit[0], verdict=verdict, manifest=hit[1].files)
     return run_claimed(ctx, claimed, verdict=verdict)
+
+
+def _claim_step(ctx: Context, name: str, owner: str, verdict: str | None) -> Callable[[Tx], DoneResult | Claim]:
+    """The write step of ``done``: a milestone without a gate (or awaiting review) done,
+    else its lease taken; :class:`ExpiredLease` when a dead driver holds it."""
+
+    def claim(tx: Tx) -> DoneResult | Claim:
+        tx.check_open()
+        pk, m = tx.find(name)
+        if m.status is not MilestoneStatus.IN_PROGRESS:
+            transition(name, m.status, Action.DONE)  # raises with the allowed actions
+        _check_holder(ctx, tx, pk, owner)
+        if not m.has_gate or m.awaiting_review:
+            change = steps.act(m, Action.DONE, reason=verdict)
+            out = tx.save(pk, [change])
+            return DoneResult(item=tx.id, revision=tx.next_revision, milestone=change.after, passed=True, changes=out)
+        return take_lease(tx, pk, m, owner)
+
+    return claim
+
+
+def _check_holder(ctx: Context, tx: Tx, pk: int, owner: str) -> None:
+    """Raise :class:`ExpiredLease` when another driver's lease on the milestone
+    expired, or its holder died on this machine (need not be waited for)."""
+    lease = tx.rows[pk] if pk in tx.rows else tx.conn.execute(rows.LEASE, {"pk": pk}).one()
+    if held_elsewhere(lease, owner):
+        if expired(lease, ctx.clock()):
+            raise ExpiredLease
+        # A holder that died on this machine need not be waited for.
+        if holder_gone(tx.conn.execute(select(MILESTONES.c.lease_info).where(MILESTONES.c.id == pk)).scalar()):
+            raise ExpiredLease(gone=True)
+
+
+def _claim(
+    ctx: Context,
+    item_id: int,
+    name: str,
+    claim: Callable[[Tx], DoneResult | Claim],
+    owner: str,
+    expect_revision: int | None,
+) -> DoneResult | Claim:
+    """Run the claim step in a write (three tries): a dead driver's lease is taken
+    over first, and its attempt is the answer when it had ended on its own."""
+    for _ in range(3):
+        try:
+            return write(ctx, item_id, claim, expect_revision)
+        except ExpiredLease as e:
+            # A driver died holding the lease: fence and record its attempt first.
+            recovered = reclaim_for_done(ctx, item_id, name, owner, gone=e.gone)
+            if recovered is not None and recovered.milestone.status is not MilestoneStatus.IN_PROGRESS:
+                # The dead driver's attempt had ended on its own: that was the attempt.
+                return recovered
+    raise ConcurrentUpdateError(f"the lease of {name!r} kept changing hands; try again", milestone=name)
 
 
 def run_claimed(ctx: Context, claimed: Claim, *, verdict: str | None = None) -> DoneResult:
