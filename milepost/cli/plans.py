@@ -14,7 +14,8 @@ from milepost.errors import InvalidValueError
 from milepost.graph.words import count, plural
 
 if TYPE_CHECKING:
-    pass
+    from milepost.graph.dag import WorkGraph
+    from milepost.graph.models import WorkItem
 
 from milepost.cli._base import (
     ID,
@@ -386,56 +387,21 @@ MEDIA_TYPES = {
 @pass_ctx
 def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
     """Show the DAG with statuses: layers, critical path, bottlenecks; or as a picture."""
-    from milepost.graph.analysis import graph_json
-    from milepost.present.diagram import to_dot, to_mermaid
-
     if c.json and fmt == "text":
         fmt = "json"
     it, g = c.service.graph(item_id)
     durations = c.service.last_durations(it.id)  # the critical path by the gates' last run times
-    title = f"work item {it.id}: {it.objective}"
-    drawing: str | bytes
-    if fmt == "json":
-        drawing = json.dumps({"item": it.id, "revision": it.revision, **graph_json(g, durations)}) + "\n"
-        if c.json and output is None:
-            click.echo(drawing, nl=False)  # the graph's own document
-            return
-    elif fmt == "mermaid":
-        drawing = to_mermaid(g)
-    elif fmt == "dot":
-        drawing = to_dot(g, f"item {it.id}")
-    elif fmt == "svg":
-        from milepost.present.picture import to_svg
-
-        drawing = to_svg(g, title, durations=durations)
-    elif fmt == "html":
-        from milepost.present.picture import to_html
-
-        _, views = c.service.milestone_views(it.id)
-        done = sum(1 for m in g if m.status.is_done)
-        sub = (
-            f"{it.state.value} · {it.readiness}: {it.readiness_reason} · {done}/{len(g)} done · revision {it.revision}"
-        )
-        drawing = to_html(g, views, title, sub, durations)
-    elif fmt == "png":
-        from milepost.present.picture import to_png, to_svg
-
-        drawing = to_png(to_svg(g, title, durations=durations))
-    else:
+    if fmt == "text":
         show_graph_text(c.console(), it.id, it.objective, g, durations)
+        return
+    drawing = _drawing(c, it, g, fmt, durations)
+    if fmt == "json" and c.json and output is None:
+        click.echo(drawing, nl=False)  # the graph's own document
         return
     if output is not None:
         write_file(output, drawing)
     if c.json:
-        doc: dict[str, object] = {"item": it.id, "revision": it.revision, "format": fmt, "media_type": MEDIA_TYPES[fmt]}
-        if output is not None:
-            size = len(drawing) if isinstance(drawing, bytes) else len(drawing.encode())
-            doc |= {"output": str(output), "bytes": size}
-        elif isinstance(drawing, bytes):
-            doc["base64"] = base64.b64encode(drawing).decode()
-        else:
-            doc["text"] = drawing
-        click.echo(json.dumps(doc))
+        _echo_drawing_json(it, fmt, drawing, output)
     elif output is not None:
         size = len(drawing) if isinstance(drawing, bytes) else len(drawing.encode())
         click.echo(f"wrote {output} ({fmt}, {size:,} bytes)", err=True)  # as plan export -o says it
@@ -446,3 +412,46 @@ def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
         sys.stdout.buffer.flush()
     else:
         click.echo(drawing, nl=False)
+
+
+def _drawing(c: Ctx, it: WorkItem, g: WorkGraph, fmt: str, durations: dict[str, float]) -> str | bytes:
+    """The DAG drawn in ``fmt`` (any but text)."""
+    from milepost.graph.analysis import graph_json
+    from milepost.present.diagram import to_dot, to_mermaid
+
+    title = f"work item {it.id}: {it.objective}"
+    if fmt == "json":
+        return json.dumps({"item": it.id, "revision": it.revision, **graph_json(g, durations)}) + "\n"
+    if fmt == "mermaid":
+        return to_mermaid(g)
+    if fmt == "dot":
+        return to_dot(g, f"item {it.id}")
+    if fmt == "svg":
+        from milepost.present.picture import to_svg
+
+        return to_svg(g, title, durations=durations)
+    if fmt == "html":
+        from milepost.present.picture import to_html
+
+        _, views = c.service.milestone_views(it.id)
+        done = sum(1 for m in g if m.status.is_done)
+        sub = (
+            f"{it.state.value} · {it.readiness}: {it.readiness_reason} · {done}/{len(g)} done · revision {it.revision}"
+        )
+        return to_html(g, views, title, sub, durations)
+    from milepost.present.picture import to_png, to_svg
+
+    return to_png(to_svg(g, title, durations=durations))
+
+
+def _echo_drawing_json(it: WorkItem, fmt: str, drawing: str | bytes, output: Path | None) -> None:
+    """With --json, one document about the drawing: the file written, or the drawing itself."""
+    doc: dict[str, object] = {"item": it.id, "revision": it.revision, "format": fmt, "media_type": MEDIA_TYPES[fmt]}
+    if output is not None:
+        size = len(drawing) if isinstance(drawing, bytes) else len(drawing.encode())
+        doc |= {"output": str(output), "bytes": size}
+    elif isinstance(drawing, bytes):
+        doc["base64"] = base64.b64encode(drawing).decode()
+    else:
+        doc["text"] = drawing
+    click.echo(json.dumps(doc))
