@@ -60,6 +60,12 @@ def commit_all(root: Path) -> None:
     subprocess.run([*GIT, "commit", "-qm", "state"], cwd=root, check=True)
 
 
+@pytest.fixture(autouse=True)
+def _no_active_virtualenv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An activated virtualenv would add the scaffold's note on it to every output here."""
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+
+
 @pytest.fixture
 def example(tmp_path: Path) -> CLI:
     ws = tmp_path / "refactor"
@@ -559,3 +565,87 @@ def test_tests_inside_the_package_are_tests_not_milestones(tmp_path: Path) -> No
     assert units(ms["geo.maps"]["gate"]) == ["src/geo/test_maps.py"]  # named after geo.maps
     assert ms["geo.shapes"]["inputs"] == ["module:geo.shapes", "module:src/geo/tests/test_shapes.py"]
     assert "1 module of geo are tests or their helpers: no milestones" in data["notes"]
+
+
+VENV_NOTE = "gates run with milepost's own PATH"
+DRIVE_SECTION = '(docs/drive.md, "Gates in the project\'s virtualenv")'
+
+
+def make_venv(root: Path, folder: str) -> None:
+    (root / folder / "bin").mkdir(parents=True)
+    (root / folder / "bin" / "python").touch()
+
+
+@pytest.mark.parametrize(
+    ("folder", "gate", "fixed"),
+    [
+        (".venv", "python3 -m pytest -q {tests}", ".venv/bin/python -m pytest -q {tests}"),
+        ("venv", "pytest -q {tests}", "venv/bin/python -m pytest -q {tests}"),
+        (".venv", None, ".venv/bin/python -m compileall -q {path}"),  # the default gate
+    ],
+)
+def test_a_bare_python_gate_beside_a_virtualenv_is_noted(
+    example: CLI, folder: str, gate: str | None, fixed: str
+) -> None:
+    """docs/drive.md: a gate runs with milepost's own PATH, so the note names the project's interpreter."""
+    make_venv(example.cwd, folder)
+    args = ["--gate", gate] if gate else []
+    r = example("plan", "scaffold", "kv", "--path", "src", *args, "-o", "scaffolded.yaml", check=True)
+    notes = [line for line in r.err.splitlines() if VENV_NOTE in line]
+    assert len(notes) == 1, r.err
+    assert notes[0].startswith(f"note: {VENV_NOTE}") and f"write `{fixed}` {DRIVE_SECTION}" in notes[0]
+    header = [line for line in (example.cwd / "scaffolded.yaml").read_text().splitlines() if line.startswith("#")]
+    assert f"# {notes[0].removeprefix('note: ')}" in header
+    data = example.json("plan", "scaffold", "kv", "--path", "src", *args)
+    assert [n for n in data["notes"] if VENV_NOTE in n] == [notes[0].removeprefix("note: ")]
+
+
+def test_the_final_gate_is_a_gate_too(example: CLI) -> None:
+    make_venv(example.cwd, ".venv")
+    data = example.json(
+        "plan",
+        "scaffold",
+        "kv",
+        "--path",
+        "src",
+        "--gate",
+        ".venv/bin/python -m compileall -q {path}",
+        "--final",
+        "all",
+        "--final-gate",
+        "pytest -x",
+    )
+    assert [n for n in data["notes"] if "`.venv/bin/python -m pytest -x`" in n]
+
+
+def test_virtual_env_is_named_when_the_workspace_has_no_virtualenv_folder(
+    example: CLI, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "elsewhere"))
+    data = example.json("plan", "scaffold", "kv", "--path", "src", "--gate", "python -m unittest -q {tests}")
+    [note] = [n for n in data["notes"] if VENV_NOTE in n]
+    assert f"write `{tmp_path}/elsewhere/bin/python -m unittest -q {{tests}}`" in note
+
+
+@pytest.mark.parametrize(
+    "gates",
+    [
+        [".venv/bin/python -m pytest -q {tests}"],  # names the virtualenv already
+        [".venv/bin/python -m compileall -q {path}", ".venv/bin/pytest -q {tests}"],
+        ["ruff check {path}"],  # no Python command at all
+    ],
+)
+def test_gates_naming_the_virtualenv_are_not_noted(example: CLI, gates: list[str]) -> None:
+    make_venv(example.cwd, ".venv")
+    args = [w for g in gates for w in ("--gate", g)]
+    r = example("plan", "scaffold", "kv", "--path", "src", *args, "-o", "scaffolded.yaml", check=True)
+    assert VENV_NOTE not in r.err
+    assert VENV_NOTE not in (example.cwd / "scaffolded.yaml").read_text()
+
+
+def test_no_virtualenv_no_note(example: CLI) -> None:
+    """Without a .venv/ or venv/ (holding bin/python) and without $VIRTUAL_ENV, bare gates are not noted."""
+    (example.cwd / ".venv").mkdir()  # no bin/python: not a virtualenv
+    data = example.json("plan", "scaffold", "kv", "--path", "src", "--gate", "pytest -q {tests}")
+    assert not [n for n in data["notes"] if VENV_NOTE in n]
+    assert VENV_NOTE not in example("plan", "scaffold", "kv", "--path", "src", check=True).out

@@ -20,6 +20,12 @@ from tests.test_scaffold import by_name, make_package, plan_of
 from tests.test_scaffold_real import checkout
 
 
+@pytest.fixture(autouse=True)
+def _no_active_virtualenv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An activated virtualenv would add the scaffold's note on it to the outputs compared here."""
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+
+
 def test_an_import_cycle_is_named_after_its_most_imported_module_and_explained(tmp_path: Path) -> None:
     make_package(
         tmp_path,

@@ -20,6 +20,7 @@ the source and the cycles), validated like any other before it is written.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -184,7 +185,10 @@ def scaffold(
     if o.final:
         milestones.append(_final_milestone(o, r, ms))
     notes = r.notes + _notes(o, r, skipped)
-    return _result(o, r, ms, milestones, notes, objective)
+    venv = _venv_note(o)
+    if venv:
+        notes.append(venv)
+    return _result(o, r, ms, milestones, notes, objective, venv)
 
 
 def _options(
@@ -426,7 +430,13 @@ def _notes(o: _Options, r: _Read, skipped: dict[str, list[str]]) -> list[str]:
 
 
 def _result(
-    o: _Options, r: _Read, ms: _Milestones, milestones: list[dict[str, Any]], notes: list[str], objective: str | None
+    o: _Options,
+    r: _Read,
+    ms: _Milestones,
+    milestones: list[dict[str, Any]],
+    notes: list[str],
+    objective: str | None,
+    venv: str | None,
 ) -> Scaffold:
     """The plan, its YAML text under a header comment, validated, and what was found."""
     unit_word, n_units = o.unit_word, count(len(ms.units), o.unit_word)
@@ -448,6 +458,8 @@ def _result(
         )
     if ms.left_out:
         header.append(f"# {count(ms.left_out, 'unaffected milestone')} left out.")
+    if venv:
+        header.append(f"# {venv}")
     heads = {id(n.cycle): n.name for n in ms.nodes if n.kind in ("cycle", "cut")}
     cycle_lines = _cycle_lines(ms.found, heads)
     header += _cycle_header(ms.found, cycle_lines, o.split_cycles)
@@ -467,6 +479,41 @@ def _result(
         source=r.where,
         cycle_lines=cycle_lines,
     )
+
+
+# A gate's first words that run whatever comes first on the PATH of the milepost that runs it.
+_BARE = frozenset({"python3", "python", "pytest"})
+
+
+def _venv_note(o: _Options) -> str | None:
+    """The note that gates run with milepost's own PATH, when the workspace has a
+    virtualenv and a gate starts with a bare ``python3``, ``python`` or ``pytest``."""
+    templates = [*o.gates, *([o.final_gate] if o.final_gate else [])]
+    bare = next((t for t in templates if (t.split() or [""])[0] in _BARE), None)
+    if bare is None:
+        return None
+    venv = _virtualenv(o.base)
+    if venv is None:
+        return None
+    word, *rest = bare.split(maxsplit=1)
+    args = " ".join(rest)
+    python = shlex.quote(f"{venv}/bin/python")
+    fixed = f"{python} -m pytest {args}" if word == "pytest" else f"{python} {args}"
+    return (
+        f"gates run with milepost's own PATH: `{word}` is whichever comes first there, not necessarily the one in"
+        f" {venv}; to run them in the project's virtualenv, write `{fixed.rstrip()}`"
+        ' (docs/drive.md, "Gates in the project\'s virtualenv")'
+    )
+
+
+def _virtualenv(base: Path) -> str | None:
+    """The project's virtualenv as a gate names it: ``.venv`` or ``venv`` at the
+    workspace root (holding bin/python), else ``$VIRTUAL_ENV``."""
+    for name in (".venv", "venv"):
+        if (base / name / "bin" / "python").is_file():
+            return name
+    env = os.environ.get("VIRTUAL_ENV")
+    return shown(Path(env), base) if env else None
 
 
 def _enclosing(module: str) -> list[str]:
