@@ -243,7 +243,7 @@ class _Settling:
         self.recorded = seen
 
 
-def in_process(args: argparse.Namespace, ws: Any) -> None:
+def in_process(args: argparse.Namespace, ws: Any) -> None:  # noqa: PLR0915 (a benchmark's script, read top to bottom)
     from milepost.flows.drive import run_drive
     from milepost.planfile import parse_plan
     from milepost.service import Service

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from prefect import flow
@@ -40,6 +41,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from milepost.errors import EnvironmentProblem, PrefectUnreachableError, StaleRevisionError
 from milepost.events import DriveSummary, MultiReporter, NullReporter, Reporter
 from milepost.extras import require_task_runner
+from milepost.flows.doing import check_doers
 from milepost.flows.early import EarlyStart
 from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
 from milepost.flows.heartbeat import Heartbeat, heartbeat_frequency, prefect_heartbeat_off
@@ -70,14 +72,22 @@ _TEMPORARY_SERVER = threading.Lock()
 PUBLISH_TIMEOUT = 60.0
 
 
-def _summary(ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = False,
-             loop: Loop | None = None) -> DriveSummary:  # fmt: skip
+def _summary(
+    ctx: DriveContext, it: WorkItem, g: WorkGraph, interrupted: bool = False, loop: Loop | None = None
+) -> DriveSummary:
     """The drive's verdict (see :func:`milepost.service.drive.summarize`)."""
     return summarize(
-        ctx.service, it, g, scope=ctx.scope, until=ctx.until, durations=ctx.durations, flow_run_id=ctx.flow_run_id,
-        interrupted=interrupted, held=dict(loop.session.waiting) if loop is not None else None,
+        ctx.service,
+        it,
+        g,
+        scope=ctx.scope,
+        until=ctx.until,
+        durations=ctx.durations,
+        flow_run_id=ctx.flow_run_id,
+        interrupted=interrupted,
+        held=dict(loop.session.waiting) if loop is not None else None,
         cached=dict(loop.cached) if loop is not None else None,
-    )  # fmt: skip
+    )
 
 
 def _flow_run_name() -> str:
@@ -121,27 +131,13 @@ def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id:
     # Best effort: the artifacts are made by threads of their own (bounded
     # calls, failures swallowed); the drive never waits on them.
     artifacts = ArtifactReporter(item_id, len(g), flow_run_id, svc.last_durations)
-    reporter: Reporter = MultiReporter(ctx.reporter, artifacts)
     ctx.reporter.drive_started(it.id, it.objective, len(g), flow_run_id)
-    if until is not None:
-        ctx.scope = {until, *g.ancestors(until)}
-    early = _EARLY.get()
-    loop = Loop(ctx, item_id, reporter) if early is None else _early_loop(ctx, item_id, reporter, early)
-    if ctx.scope is not None:
-        loop.session.set_holds({m.name for m in g if m.name not in ctx.scope})
-    loop.prepare()  # reclaims what dead drivers left, finds the stale milestones
-    # The whole plan in the flow-run graph: what was done before, now (its
-    # gates wait on these), and the rest when the drive ends (below). A stale
-    # milestone is not "done earlier": its re-proof is its node.
-    no_nodes: dict[str, State[Any]] = {}
-    reproving = set(loop.session.to_reprove)
-    earlier = guard.call(
-        "draw the milestones done earlier",
-        lambda: create_nodes(g, flow_run_id, item_id, {}, only_done=True, skip=reproving),
-        no_nodes,
-    )
-    loop.by_name.update(earlier)
-    ctx.submitted += len(earlier)
+    try:
+        loop = _ready_loop(ctx, item_id, until, MultiReporter(ctx.reporter, artifacts), guard)
+    except BaseException:
+        artifacts.close()
+        guard.close()
+        raise
     interrupted = False
     crash: str | None = None
     try:
@@ -158,31 +154,80 @@ def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id:
         interrupted = True
         raise
     finally:
-        try:
-            it, g = retrying(svc.store, lambda: svc.graph(item_id, proofs=False))
-        except EnvironmentProblem as e:
-            guard.close()  # the store is gone: nothing to sum up
-            ctx.error = ctx.error or e
-            raise
-        summary = _summary(ctx, it, g, interrupted, loop)
-        if crash:
-            summary.ok = False
-            summary.message = f"{crash}; {summary.message}"
-        summary.gate_runs = loop.gate_runs
-        summary.cached = len(loop.cached)
-        ctx.summary = summary
-        try:
-            if not interrupted:
-                guard.call("add the plan's other milestones to the flow-run graph",
-                           lambda: _finish_plan_nodes(ctx, g, loop, item_id, done_before), None)  # fmt: skip
-                if guard.lost is None:
-                    ctx.publishing = artifacts.publish_later(summary, g, ctx.reporter.warning)
-        finally:
-            artifacts.close()
-            guard.close()
+        summary = _sum_up(ctx, loop, item_id, _Ending(guard, artifacts, done_before, interrupted, crash))
     if summary.ok:
         return Completed(message=summary.message)
     return Failed(message=summary.message)
+
+
+def _ready_loop(ctx: DriveContext, item_id: int, until: str | None, reporter: Reporter, guard: PrefectGuard) -> Loop:
+    """The drive's loop, prepared (dead drivers' work reclaimed, stale
+    milestones found, the doers' repository checked), with what was done
+    earlier drawn in the flow-run graph (its gates wait on these; the rest
+    is drawn when the drive ends). A stale milestone is not "done earlier":
+    its re-proof is its node."""
+    g = ctx.service.graph(item_id, proofs=False)[1]
+    if until is not None:
+        ctx.scope = {until, *g.ancestors(until)}
+    early = _EARLY.get()
+    loop = Loop(ctx, item_id, reporter) if early is None else _early_loop(ctx, item_id, reporter, early)
+    if ctx.scope is not None:
+        loop.session.set_holds({m.name for m in g if m.name not in ctx.scope})
+    loop.prepare()
+    no_nodes: dict[str, State[Any]] = {}
+    reproving = set(loop.session.to_reprove)
+    earlier = guard.call(
+        "draw the milestones done earlier",
+        lambda: create_nodes(g, ctx.flow_run_id or "", item_id, {}, only_done=True, skip=reproving),
+        no_nodes,
+    )
+    loop.by_name.update(earlier)
+    ctx.submitted += len(earlier)
+    return loop
+
+
+@dataclass
+class _Ending:
+    """What the end of a drive's body needs: its API guard, its artifacts,
+    what was done before it, and how it ended."""
+
+    guard: PrefectGuard
+    artifacts: Any
+    done_before: set[str]
+    interrupted: bool
+    crash: str | None
+
+
+def _sum_up(ctx: DriveContext, loop: Loop, item_id: int, end: _Ending) -> DriveSummary:
+    """The drive's summary (kept on ``ctx``), the plan's other milestones in
+    the flow-run graph and the artifacts published, whatever ended the loop."""
+    svc = ctx.service
+    try:
+        it, g = retrying(svc.store, lambda: svc.graph(item_id, proofs=False))
+    except EnvironmentProblem as e:
+        end.guard.close()  # the store is gone: nothing to sum up
+        ctx.error = ctx.error or e
+        raise
+    summary = _summary(ctx, it, g, end.interrupted, loop)
+    if end.crash:
+        summary.ok = False
+        summary.message = f"{end.crash}; {summary.message}"
+    summary.gate_runs = loop.gate_runs
+    summary.cached = len(loop.cached)
+    ctx.summary = summary
+    try:
+        if not end.interrupted:
+            end.guard.call(
+                "add the plan's other milestones to the flow-run graph",
+                lambda: _finish_plan_nodes(ctx, g, loop, item_id, end.done_before),
+                None,
+            )
+            if end.guard.lost is None:
+                ctx.publishing = end.artifacts.publish_later(summary, g, ctx.reporter.warning)
+    finally:
+        end.artifacts.close()
+        end.guard.close()
+    return summary
 
 
 def _early_loop(ctx: DriveContext, item_id: int, reporter: Reporter, early: EarlyStart) -> Loop:
@@ -271,6 +316,7 @@ def run_drive(
     item_id: int,
     *,
     max_parallel: int = 1,
+    max_doers: int = 1,
     until: str | None = None,
     task_runner: str = "thread",
     dask_address: str | None = None,
@@ -304,6 +350,7 @@ def run_drive(
     t0 = time.monotonic()
     require_task_runner(task_runner)
     objective = service.check_can_drive(item_id, expect_revision, until=until)
+    doers = check_doers(service, item_id, until)  # a workspace no doer could work in: refused before Prefect
     # (With a claim made before Prefect was imported, the loop records it: even when another driver
     # finished the milestone meanwhile, its attempt is recorded, or said not applied.)
     quick = nothing_to_run(service, item_id, until) if early is None else None
@@ -314,6 +361,7 @@ def run_drive(
         service=service,
         reporter=reporter or NullReporter(),
         max_parallel=max_parallel,
+        max_doers=max_doers,
         until=until,
         expect_revision=expect_revision,
         use_cache=use_cache,
@@ -329,42 +377,62 @@ def run_drive(
         supervisor()  # its gates run here: the supervisor starts up while the flow run does
     try:
         _temporary_server()
-        runner = _task_runner(task_runner, max_parallel, dask_address)
-        configured = drive_workgraph.with_options(task_runner=runner)
-        with _sigterm_as_interrupt(), prefect_heartbeat_off():
-            try:
-                state = configured(item_id=item_id, max_parallel=max_parallel, until=until, return_state=True)
-            except Exception as e:
-                if ctx.error is None and not is_api_error(e):
-                    raise
-                if ctx.error is None and ctx.flow_run_id is None:  # the flow run never started
-                    ctx.error = PrefectUnreachableError(
-                        f"cannot reach the Prefect API: {' '.join(str(e).split())}; start the workspace's server"
-                        " (milepost server start) or check PREFECT_API_URL"
-                    )
-                elif ctx.error is None:
-                    _api_lost_at_the_end(ctx, e)
-            finally:
-                if ctx.publishing is not None:
-                    ctx.publishing.join(PUBLISH_TIMEOUT)
-                if ctx.flow_run_id and wait_recorded and not isinstance(ctx.fault, PrefectUnreachableError):
-                    try:
-                        wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
-                    except Exception as e:
-                        if not is_api_error(e):
-                            raise
-                        _api_lost_at_the_end(ctx, e)
+        runner = _task_runner(task_runner, max_parallel + (max_doers if doers else 0), dask_address)
+        state = _run_flow(ctx, runner, item_id, until, wait_recorded, wait_timeout)
     finally:
         _RUN.reset(token)
         _EARLY.reset(early_token)
         if early is not None:  # the loop never adopted it: stopped when interrupted, else finished and recorded
             failing = sys.exc_info()[1]
             early.settle(interrupt=failing is not None and not isinstance(failing, Exception))
+    return _drive_summary(ctx, state, item_id, t0)
+
+
+def _run_flow(
+    ctx: DriveContext, runner: Any, item_id: int, until: str | None, wait_recorded: bool, wait_timeout: float
+) -> State[Any] | None:
+    """Run the drive's flow on ``runner``: its final state (None when the API
+    failed it). An unreachable API, or one lost at the end, is kept on ``ctx``."""
+    configured = drive_workgraph.with_options(task_runner=runner)
+    state: State[Any] | None = None
+    with _sigterm_as_interrupt(), prefect_heartbeat_off():
+        try:
+            state = configured(item_id=item_id, max_parallel=ctx.max_parallel, until=until, return_state=True)
+        except Exception as e:
+            if ctx.error is None and not is_api_error(e):
+                raise
+            if ctx.error is None and ctx.flow_run_id is None:  # the flow run never started
+                ctx.error = PrefectUnreachableError(
+                    f"cannot reach the Prefect API: {' '.join(str(e).split())}; start the workspace's server"
+                    " (milepost server start) or check PREFECT_API_URL"
+                )
+            elif ctx.error is None:
+                _api_lost_at_the_end(ctx, e)
+        finally:
+            _wait_published(ctx, wait_recorded, wait_timeout)
+    return state
+
+
+def _wait_published(ctx: DriveContext, wait_recorded: bool, wait_timeout: float) -> None:
+    """Wait for the artifacts, and with ``wait_recorded`` for the server to hold every task run."""
+    if ctx.publishing is not None:
+        ctx.publishing.join(PUBLISH_TIMEOUT)
+    if ctx.flow_run_id and wait_recorded and not isinstance(ctx.fault, PrefectUnreachableError):
+        try:
+            wait_for_task_runs(ctx.flow_run_id, ctx.submitted, timeout=wait_timeout)
+        except Exception as e:
+            if not is_api_error(e):
+                raise
+            _api_lost_at_the_end(ctx, e)
+
+
+def _drive_summary(ctx: DriveContext, state: State[Any] | None, item_id: int, t0: float) -> DriveSummary:
+    """What run_drive returns (or the refusal or fault it raises)."""
     if ctx.error is not None:
         raise ctx.error
     if ctx.summary is None and state is not None and state.is_failed():
         state.result()  # the body failed before it could sum up: its error, raised as it is (not a summary)
-    summary = ctx.summary or _summary(ctx, *service.graph(item_id, proofs=False))
+    summary = ctx.summary or _summary(ctx, *ctx.service.graph(item_id, proofs=False))
     if isinstance(ctx.fault, PrefectUnreachableError):
         summary.message += "; the flow run's record in the Prefect UI is incomplete (the Prefect API stopped answering)"
     summary.duration = time.monotonic() - t0

@@ -97,8 +97,9 @@ class EarlyGate:
         finally:
             self._done.set()
 
-    def wait(self, stopped: threading.Event | None = None,
-             on_interrupt: Callable[[BaseException], None] | None = None) -> GateResult:  # fmt: skip
+    def wait(
+        self, stopped: threading.Event | None = None, on_interrupt: Callable[[BaseException], None] | None = None
+    ) -> GateResult:
         """The gate's verdict, once its command has ended. ``stopped`` (the
         task's) stops it when set. An interrupt here (Ctrl-C, SIGTERM) stops
         it; once it has ended the attempt is interrupted and the interrupt
@@ -120,8 +121,15 @@ class EarlyGate:
         on_interrupt(interrupt)
         return self.result
 
-    def run_gate(self, commands: Sequence[GateCommand], log_path: Path, *, stop: threading.Event | None = None,
-                 on_interrupt: Callable[[BaseException], None] | None = None, **_: Any) -> GateResult:  # fmt: skip
+    def run_gate(
+        self,
+        commands: Sequence[GateCommand],
+        log_path: Path,
+        *,
+        stop: threading.Event | None = None,
+        on_interrupt: Callable[[BaseException], None] | None = None,
+        **_: Any,
+    ) -> GateResult:
         """What the gate's task calls in place of :func:`run_gate` (the same
         command, started already): :meth:`wait`."""
         assert log_path == Path(self.claim.log_path), (log_path, self.claim.log_path)
@@ -136,8 +144,13 @@ class EarlyGate:
         return self.result
 
     def _interrupted(self) -> GateResult:
-        result = (self.result or GateResult(outcome=Outcome.INTERRUPTED, reason="", started_at=self.started,
-                                            finished_at=datetime.now(UTC), log_path=self.claim.log_path))  # fmt: skip
+        result = self.result or GateResult(
+            outcome=Outcome.INTERRUPTED,
+            reason="",
+            started_at=self.started,
+            finished_at=datetime.now(UTC),
+            log_path=self.claim.log_path,
+        )
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
         AttemptFiles(Path(self.claim.log_path)).write_result(result)
         return result
@@ -186,8 +199,15 @@ class EarlyStart:
     found to report, and the first claim (its gate started when ``gate`` is
     not None; else the loop submits it as usual)."""
 
-    def __init__(self, session: DriveSession, reclaimed: list[DoneResult], stale: list[str], waiting: dict[str, str],
-                 claim: Claim | None, gate: EarlyGate | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        session: DriveSession,
+        reclaimed: list[DoneResult],
+        stale: list[str],
+        waiting: dict[str, str],
+        claim: Claim | None,
+        gate: EarlyGate | None,
+    ) -> None:
         self.session = session
         self.reclaimed = reclaimed
         self.stale = stale  # the stale milestones found, by id (the first may be claimed already)
@@ -214,9 +234,16 @@ def owner_name() -> str:
     return f"drive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def start_first_gate(svc: Service, item: int, *, max_parallel: int = 1, task_runner: str = "thread",
-                     until: str | None = None, expect_revision: int | None = None,
-                     use_cache: bool = True) -> EarlyStart | None:  # fmt: skip
+def start_first_gate(
+    svc: Service,
+    item: int,
+    *,
+    max_parallel: int = 1,
+    task_runner: str = "thread",
+    until: str | None = None,
+    expect_revision: int | None = None,
+    use_cache: bool = True,
+) -> EarlyStart | None:
     """The loop's first steps, before Prefect is imported (see the module):
     None when this drive does not start early (nothing to run, or not the plain case)."""
     if task_runner != "thread" or until is not None or expect_revision is not None:
@@ -229,6 +256,8 @@ def start_first_gate(svc: Service, item: int, *, max_parallel: int = 1, task_run
     g = svc.graph(item, proofs=False)[1]
     if any(m.status is MilestoneStatus.NEEDS_FIX and m.retry_at is not None and m.retry_at > now for m in g):
         return None  # a retry delay to honour: the loop's timers
+    if any(m.has_doer for m in g):
+        return None  # doers run as the drive's tasks, in their worktrees (flows/doing.py)
     session = _Session(svc.ctx, item, owner_name(), use_cache=use_cache)
     session.units.set_workers(max_parallel)
     reclaimed = session.reclaim_expired()

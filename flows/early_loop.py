@@ -10,6 +10,8 @@ threads): its box gets the running gate before it can run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from milepost.events import Reporter
 from milepost.flows.early import EarlyStart
 from milepost.flows.gate_task import TaskKind
@@ -54,14 +56,15 @@ class EarlyLoop(Loop):
         extra_env: dict[str, str] | None = None,
         *,
         cached: bool = False,
+        cwd: Path | None = None,
     ) -> None:
         gate = self.early.gate
         if gate is None or kind is not TaskKind.GATE or claim is not gate.claim or gate.adopted:
-            super()._submit(kind, claim, commands, log_path, timeout, extra_env, cached=cached)
+            super()._submit(kind, claim, commands, log_path, timeout, extra_env, cached=cached, cwd=cwd)
             return
         inline, self.ctx.inline = self.ctx.inline, True  # queued to run in this thread, not run yet
         try:
-            super()._submit(kind, claim, commands, log_path, timeout, extra_env, cached=cached)
+            super()._submit(kind, claim, commands, log_path, timeout, extra_env, cached=cached, cwd=cwd)
         finally:
             self.ctx.inline = inline
         # Its task waits for the command already running; the loop's lease keeper renews the claim from here.

@@ -58,10 +58,12 @@ STOP_POLL_SECONDS = 0.2
 
 
 class TaskKind(StrEnum):
-    """What a task of the drive runs: a milestone's gate, or the fix hook after a failed attempt."""
+    """What a task of the drive runs: a milestone's gate, the fix hook after
+    a failed attempt, or the doer before the gate (docs/doers.md)."""
 
     GATE = "gate"
     FIX = "fix"
+    DO = "do"
 
 
 class GateSpec(BaseModel):
@@ -72,6 +74,7 @@ class GateSpec(BaseModel):
     commands: list[GateCommand]
     cwd: str
     env: dict[str, str]
+    inherit_env: bool = True  # False: env is the whole environment (a doer's, scrubbed: gates/doer.py)
     timeout: float | None = None
     log_path: str
     stop_file: str
@@ -279,6 +282,7 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
             log_path,
             default_cwd=Path(spec.cwd),
             env=spec.env,
+            inherit_env=spec.inherit_env,
             default_timeout=spec.timeout,
             stop=watched.stopped,
             # Run by call_inline, in the thread Ctrl-C and SIGTERM reach: the
@@ -314,6 +318,8 @@ def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:
         return Completed(message=what)
     if result.outcome is Outcome.INTERRUPTED:
         return Cancelled(name="Interrupted", message=what)
+    if spec.kind is TaskKind.DO:
+        return Failed(name="Do failed", message=what)
     if spec.kind is not TaskKind.GATE:
         return Failed(name="Fix failed", message=what)
     last = m.attempts + 1 >= m.max_attempts
@@ -337,8 +343,13 @@ class SpecBox:
 
     __slots__ = ("_end_lock", "deferring", "early", "interrupt", "monitor", "on_end", "spec", "units", "verdict")
 
-    def __init__(self, spec: GateSpec, units: UnitBook | None = None, monitor: _Monitor | None = None,
-                 on_end: Callable[[], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: GateSpec,
+        units: UnitBook | None = None,
+        monitor: _Monitor | None = None,
+        on_end: Callable[[], None] | None = None,
+    ) -> None:
         self.spec = spec
         self.units = units  # the drive's units of proof (this process only: a Dask worker gets None)
         self.monitor = monitor  # the drive's gate monitor (None: the task watches its gate itself)
@@ -410,10 +421,10 @@ gate_task = task(name="gate", cache_policy=NO_CACHE, persist_result=False, log_p
 
 
 def task_run_name(parameters: dict[str, Any]) -> str:
-    """A gate task run's name: its milestone's (a fix hook's: ``fix NAME``)."""
+    """A gate task run's name: its milestone's (a fix hook's ``fix NAME``, a doer's ``do NAME``)."""
     spec: GateSpec = parameters["box"].spec
     name = spec.claim.milestone.name
-    return name if spec.kind is TaskKind.GATE else f"fix {name}"
+    return name if spec.kind is TaskKind.GATE else f"{spec.kind.value} {name}"
 
 
 # Configured once: ``with_options`` builds a new task (it reads the function's

@@ -26,6 +26,7 @@ from prefect.states import Failed
 
 from milepost.errors import EnvironmentProblem, MilepostError
 from milepost.events import DriveSummary, Reporter
+from milepost.flows.doing import Doing
 from milepost.flows.gate_task import (
     GATE_TASKS,
     GateSpec,
@@ -87,6 +88,7 @@ class DriveContext:
     inline: bool = False
     wait_for_others: bool = True  # nothing to run while other live drivers hold the work: wait (flows/waiting.py)
     units_ahead: bool = True  # idle workers run units of milestones yet to run (milepost.gates.units)
+    max_doers: int = 1  # doers at once (docs/doers.md), apart from max_parallel's gates
 
 
 class Loop:
@@ -120,11 +122,24 @@ class Loop:
         self.driver = driver_identity()
         self.monitor = new_monitor()  # watches this drive's gates (stop file, log lines to the UI)
         self.crashes: dict[tuple[int, int], int] = {}  # gate tasks that died before reporting (flows/outage.py)
+        self.doing: Doing | None = None  # the drive's doers, when a milestone in scope has a do: command
+        self.doer_holds: set[str] = set()  # doer milestones held while as many doers run as may
+        self.do_futures: dict[str, PrefectFuture[Any] | State[Any]] = {}  # a doer's task, for its gate to follow
 
     # -- submitting --------------------------------------------------------
 
-    def _submit(self, kind: TaskKind, claim: Claim, commands: list[GateCommand], log_path: str, timeout: float | None,
-                extra_env: dict[str, str] | None = None, *, cached: bool = False) -> None:  # fmt: skip
+    def _submit(
+        self,
+        kind: TaskKind,
+        claim: Claim,
+        commands: list[GateCommand],
+        log_path: str,
+        timeout: float | None,
+        extra_env: dict[str, str] | None = None,
+        *,
+        cached: bool = False,
+        cwd: Path | None = None,
+    ) -> None:
         name = claim.milestone.name
         m = claim.milestone
         key = f"{name}#{claim.attempt}:{kind}"
@@ -141,9 +156,15 @@ class Loop:
             inputs=m.inputs if kind is TaskKind.GATE and m.has_inputs else [],
             cached=cached,
         )
+        if cwd is not None:
+            spec.cwd = str(cwd)
+        if kind is TaskKind.DO:
+            spec.env, spec.inherit_env = dict(extra_env or {}), False  # a doer's whole environment (gates/doer.py)
         # A fix follows a failed attempt: waiting on that failed future would leave it NotReady forever, so it
         # waits on nothing (it is submitted only after the attempt finished anyway).
-        deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind is TaskKind.GATE else []
+        deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind is not TaskKind.FIX else []
+        if kind is TaskKind.GATE and name in self.do_futures:  # after its doer's task: the UI shows do -> gate
+            deps = [self.do_futures.pop(name)]
         # Named after the milestone (``task_run_name``), and without tags:
         # Prefect asks the API for the tags' concurrency slots before every
         # tagged task run (a round trip per gate). Its task (gate or fix) says what it runs.
@@ -157,7 +178,9 @@ class Loop:
             future = GATE_TASKS[kind].submit(box, wait_for=deps)  # type: ignore[call-overload]
             if kind is TaskKind.GATE:
                 self.by_name[name] = future
-        if kind is TaskKind.GATE:
+            elif kind is TaskKind.DO:
+                self.do_futures[name] = future
+        if kind is not TaskKind.FIX:
             self.session.leases.add(claim)
         self.running[key] = _Running(key, kind, claim, spec, box, future)
         self.ctx.submitted += 1
@@ -177,6 +200,8 @@ class Loop:
             r.box.end()  # (said already if its body ended)
         if r.kind is TaskKind.GATE:
             self.by_name[r.claim.milestone.name] = r.future
+        elif r.kind is TaskKind.DO:
+            self.do_futures[r.claim.milestone.name] = r.future
 
     def _drop_inline(self) -> None:
         """Tasks queued to run here that never ran end now (no verdict: the
@@ -186,6 +211,7 @@ class Loop:
 
     def _fill(self) -> None:
         while self.ctx.fault is None and self._room():
+            self._hold_doers()
             claim = self.chained.pop() if self.chained else self.session.claim_next(self.ctx.expect_revision)
             self.ctx.expect_revision = None
             for name in self.session.busy.keys() - self.told_busy:  # (picks another driver's gate holds)
@@ -197,6 +223,9 @@ class Loop:
             self.claimed += 1
             m = claim.milestone
             self.reporter.gate_started(claim)
+            if self.doing is not None and m.has_doer and not claim.reproof:
+                self._start_do(claim)  # (a re-proof runs the gate alone, on the integration branch)
+                continue
             try:
                 hit = self.session.cached_result(claim)
                 if hit is not None:
@@ -213,6 +242,63 @@ class Loop:
                 self._record(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
                 raise
 
+    # -- doers (flows/doing.py) ------------------------------------------------
+
+    def _hold_doers(self) -> None:
+        """While as many doers run as may, ready doer milestones wait (held);
+        released when a doer ends."""
+        if self.doing is None:
+            return
+        if self.doing.busy():
+            for m in self.session.graph.ready():
+                if m.has_doer and m.name not in self.doer_holds:
+                    self.doer_holds.add(m.name)
+                    self.session.hold(m.name)
+        elif self.doer_holds:
+            timed = {name for _, name in self.timers}
+            for name in self.doer_holds - timed:
+                self.session.unhold(name)
+            self.doer_holds.clear()
+
+    def _start_do(self, claim: Claim) -> None:
+        """Submit the doer of ``claim``'s attempt (its gate follows it), or
+        end the attempt when no doer may start."""
+        assert self.doing is not None
+        try:
+            start = self.doing.start(claim)
+            if isinstance(start, GateResult):
+                self._end_attempt(claim, start)
+                return
+            m = claim.milestone
+            self._submit(TaskKind.DO, claim, start.commands, start.log_path, m.do_timeout, start.env, cwd=start.cwd)
+        except BaseException as e:
+            why = f"could not start its doer: {type(e).__name__}: {e}"
+            self._record(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
+            raise
+
+    def _after_do(self, r: _Running, result: GateResult) -> None:
+        """A doer ended: its gate runs in its worktree, or its attempt ends here."""
+        assert self.doing is not None
+        if result.outcome is Outcome.INTERRUPTED:
+            self.doing.forget(r.claim)
+            self._end_attempt(r.claim, result)
+            return
+        after, run = self.doing.after_do(r.claim, result)
+        self.reporter.do_finished(r.claim, run)
+        if isinstance(after, GateResult):
+            self._end_attempt(r.claim, after)
+            return
+        m = r.claim.milestone
+        self._submit(TaskKind.GATE, r.claim, m.gate, r.claim.log_path, m.timeout, cwd=after)
+
+    def _end_attempt(self, claim: Claim, result: GateResult) -> None:
+        """Record an attempt that ended before its gate ran (its doer failed or was refused)."""
+        done = self._record(claim, result)
+        self.reporter.gate_finished(claim, done)
+        if done.note:
+            self.reporter.warning(f"{claim.milestone.name}: {done.note}")
+        self._after_failure(claim, done, result)
+
     # -- finishing -----------------------------------------------------------
 
     def _record(self, claim: Claim, result: GateResult) -> DoneResult:
@@ -221,12 +307,20 @@ class Loop:
 
     def _finish(self, r: _Running) -> None:
         result = read_result(r.box, r.future, self.crashes)
+        if r.kind is TaskKind.DO:
+            self._after_do(r, result)
+            return
         if r.kind is TaskKind.FIX:
             self.session.record_fix(r.claim, result)
             self.reporter.fix_finished(r.claim, result)
             self._release_hold(r.claim.milestone.name)
             return
         name = r.claim.milestone.name
+        if self.doing is not None and r.claim.milestone.has_doer and not r.claim.reproof:
+            if result.passed:
+                result = self.doing.after_gate(r.claim, result)  # merged (a conflict fails it)
+            else:
+                self.doing.forget(r.claim)
         if result.outcome is Outcome.CACHED:
             self.cached.append((name, result.cached_from))
         elif r.claim.milestone.has_gate:
@@ -253,6 +347,8 @@ class Loop:
         for a gate, no retry delay due meanwhile, nothing lost."""
         if not result.passed or self.ctx.fault is not None or self.timers or self.ctx.expect_revision is not None:
             return False
+        if self.doing is not None:
+            return False  # the next claim may need a doer: _fill weighs the doers' room first
         return self._room()
 
     def _room(self) -> bool:
@@ -263,7 +359,7 @@ class Loop:
         m = done.milestone
         if done.passed or m.status is not MilestoneStatus.NEEDS_FIX:
             return
-        if not m.fix and not m.flaky and self.session.unchanged_since(m, result):
+        if not m.fix and not m.flaky and not m.has_doer and self.session.unchanged_since(m, result):
             # The same inputs would fail the same way: wait for a change (a later drive).
             why = f"failed at attempt {claim.attempt}; inputs unchanged since: waiting for a change"
             self.session.wait_for_change(m.name, why)
@@ -326,7 +422,11 @@ class Loop:
                 self.reporter.waiting_for_change(name, why)
 
     def prepare(self) -> None:
-        """Before the first claim: reclaim what dead drivers left, and look at the inputs."""
+        """Before the first claim: reclaim what dead drivers left, and look at
+        the inputs; with doer milestones in scope, the workspace's repository."""
+        g = self.session.graph
+        if any(m.has_doer for m in g if self.ctx.scope is None or m.name in self.ctx.scope):
+            self.doing = Doing.open(self.ctx.service, self.item, self.ctx.max_doers)
         self._reclaim()
         self.check_proofs()
         self._prepared = True
@@ -347,20 +447,8 @@ class Loop:
                 self._due_timers()
                 self._fill()
                 if not self.running:
-                    if self.ctx.fault is not None:
-                        return  # a lost part: the drive ends with it (flows/outage.py)
-                    # Before giving up: a driver that died meanwhile may have left work
-                    # behind, and the gates that ran may have changed other milestones' inputs.
-                    if not self.timers and not self._reclaim():
-                        claimed = self.claimed
-                        self.check_proofs()
-                        if not self.session.to_reprove or claimed == self._claimed_at_check:
-                            if wait_for_others(self):  # other live drivers hold work of the item
-                                continue
-                            return  # nothing new to re-prove (or nothing of it can run now)
-                        self._claimed_at_check = claimed
-                    if self.timers:  # (else: a reclaim or a re-proof made something claimable now)
-                        time.sleep(max(0.05, min(t for t, _ in self.timers) - time.monotonic()))
+                    if not self._idle():
+                        return
                     continue
                 if self.inline:
                     self._run_inline()
@@ -381,6 +469,24 @@ class Loop:
         except BaseException:
             self._stop_all()
             raise
+
+    def _idle(self) -> bool:
+        """Nothing runs: whether the loop goes on (a timer to wait for,
+        work a dead driver left, a re-proof, other live drivers to wait for)."""
+        if self.ctx.fault is not None:
+            return False  # a lost part: the drive ends with it (flows/outage.py)
+        # Before giving up: a driver that died meanwhile may have left work
+        # behind, and the gates that ran may have changed other milestones' inputs.
+        if not self.timers and not self._reclaim():
+            claimed = self.claimed
+            self.check_proofs()
+            if not self.session.to_reprove or claimed == self._claimed_at_check:
+                # other live drivers hold work of the item: wait; else nothing new to re-prove (or it cannot run now)
+                return wait_for_others(self)
+            self._claimed_at_check = claimed
+        if self.timers:  # (else: a reclaim or a re-proof made something claimable now)
+            time.sleep(max(0.05, min(t for t, _ in self.timers) - time.monotonic()))
+        return True
 
     def _stop_all(self) -> None:
         """Interrupted: kill every running gate, record the attempts as
@@ -404,8 +510,10 @@ class Loop:
                 continue
             pending.pop(key, None)
         for r in self.running.values():
-            if r.kind is not TaskKind.GATE:
+            if r.kind is TaskKind.FIX:
                 continue
+            if self.doing is not None:
+                self.doing.forget(r.claim)
             # A gate that ended before the stop counts as it ended (its verdict file says how).
             ended = r.box.verdict is not None or r.spec.files.result.exists()
             result = read_result(r.box, r.future, self.crashes) if ended else None
@@ -436,7 +544,7 @@ def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
         except queue.Empty:
             continue
         r = loop.running.pop(key, None)
-        if r is None or r.kind is not TaskKind.GATE:
+        if r is None or r.kind is TaskKind.FIX:
             continue
         result = read_result(r.box, r.future, loop.crashes)
         try:

@@ -13,7 +13,10 @@ An attempt of a milestone's gate has a log under the store's logs folder,
 - ``attempt-N.inputs.json``: the file list of its inputs' fingerprint,
   written before its first command starts;
 - ``attempt-N.fix.log``: the fix hook run after it failed, with files of its
-  own beside it (``.fix.proc``, ``.fix.result.json``).
+  own beside it (``.fix.proc``, ``.fix.result.json``);
+- ``attempt-N.do.log``: the doer run before its gate (docs/doers.md), with
+  ``.do.proc``, ``.do.result.json``, its prompt ``.do.prompt.md`` and the
+  cost it reported, ``.do.cost.json``.
 
 A driver that dies leaves these behind: :meth:`AttemptFiles.recover` reads
 how its attempt ended from them (on the machine that ran it), and the
@@ -119,6 +122,12 @@ class AttemptFiles:
     def fix(self) -> AttemptFiles:
         """The files of the fix hook run after this attempt failed."""
         return AttemptFiles(Path(self._stem + ".fix.log"))
+
+    @property
+    def do(self) -> AttemptFiles:
+        """The files of the doer run before this attempt's gate (its log, and
+        beside it its prompt ``.do.prompt.md`` and cost ``.do.cost.json``)."""
+        return AttemptFiles(Path(self._stem + ".do.log"))
 
     # -- the verdict ---------------------------------------------------------------
 

@@ -100,7 +100,7 @@ def _run_one(
     return CommandResult.ended(cmd.name, cmd.run, status, outcome, reason, tail)
 
 
-def run_gate(
+def run_gate(  # noqa: PLR0915 (not split yet: issue 31 item 5)
     commands: Sequence[GateCommand],
     log_path: Path,
     *,
@@ -113,6 +113,7 @@ def run_gate(
     root: Path | None = None,
     units: UnitBook | None = None,
     origin: CachedFrom | None = None,
+    inherit_env: bool = True,
 ) -> GateResult:
     """Run the commands of one gate attempt in order; all must pass. After a
     failure the rest are reported as skipped. Output goes to ``log_path``;
@@ -148,7 +149,8 @@ def run_gate(
             outcome=Outcome.FAILED, reason=reason, tail=reason, started_at=started, finished_at=datetime.now(UTC)
         )
     results: list[CommandResult] = []
-    base_env = {**os.environ, **(env or {})}
+    # (inherit_env False: ``env`` is the whole environment, a doer's: gates/doer.py)
+    base_env = {**(os.environ if inherit_env else {}), **(env or {})}
     proven: Fingerprint | None = None
     files = AttemptFiles(log_path)
     where = root or default_cwd

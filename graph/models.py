@@ -34,12 +34,15 @@ __all__ = [
     "MAX_RETRIES",
     "MAX_SECONDS",
     "MAX_TEXT",
+    "MAX_USD",
     "NAME_PATTERN",
     "NAME_RULE",
+    "Budget",
     "CommandText",
     "Delay",
     "DoerSettings",
     "EnvMap",
+    "EnvName",
     "GateCommand",
     "InputPattern",
     "ItemDefaults",
@@ -54,6 +57,7 @@ __all__ = [
     "WorkRef",
     "check_command",
     "check_delay",
+    "check_do",
     "check_env",
     "check_input_pattern",
     "check_inputs",
@@ -74,6 +78,7 @@ MAX_ID = 2**31 - 1  # ids, attempts, revisions
 MAX_TEXT = 1_000_000  # characters of an objective, acceptance text, reason or report
 MAX_INPUTS = 1_000  # input patterns of one milestone
 MAX_PATTERN = 1_000  # characters of one input pattern
+MAX_USD = 1_000_000.0  # a doer budget in dollars
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9._-]{0,63}")  # a whole name (fullmatch)
 NAME_RULE = "1-64 characters: lowercase letters, digits, '-', '_' or '.', starting with a letter"
@@ -136,6 +141,25 @@ def check_command(run: str, what: str) -> str:
     if "\x00" in run:
         raise InvalidValueError(f"{what} contains a NUL character (\\x00): a command cannot hold one", field=what)
     return check_text(run, what)
+
+
+def check_do(do: str | None, timeout: float | None, budget_usd: float | None, owner: str) -> None:
+    """A milestone's doer: its command, its timeout, its budget in dollars (docs/doers.md)."""
+    if do is not None:
+        check_command(do, f"the do command of {owner}")
+    _check_seconds(timeout, owner, "do_timeout", zero_ok=False)
+    ok = budget_usd is None or (
+        not isinstance(budget_usd, bool)
+        and isinstance(budget_usd, int | float)
+        and math.isfinite(budget_usd)
+        and 0 <= budget_usd <= MAX_USD
+    )
+    if not ok:
+        raise InvalidValueError(
+            f"invalid do_budget_usd {budget_usd!r} for {owner}: must be a number of dollars from 0 to {MAX_USD:g}",
+            field="do_budget_usd",
+            value=repr(budget_usd),
+        )
 
 
 def check_env(env: Mapping[str, str], what: str) -> Mapping[str, str]:
@@ -286,7 +310,20 @@ EnvMap = Annotated[dict[str, str], AfterValidator(_env)]
 Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Delay = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Retries = Annotated[StrictInt, Field(ge=0, le=MAX_RETRIES)]
+Budget = Annotated[float, Field(ge=0, le=MAX_USD, allow_inf_nan=False)]
 InputPattern = Annotated[str, AfterValidator(_input_pattern)]
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_name(v: str) -> str:
+    if not _ENV_NAME.fullmatch(v):
+        raise ValueError(f"{v!r} is not a variable name (letters, digits and '_', not starting with a digit)")
+    return v
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
 
 
 def _each_file(v: str) -> str:

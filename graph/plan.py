@@ -14,10 +14,13 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, S
 from milepost.graph.errors import DuplicateNameError, InvalidValueError
 from milepost.graph.models import (
     DEFAULT_RETRIES,
+    MODULE_PREFIX,
+    Budget,
     CommandText,
     Delay,
     EachFile,
     EnvMap,
+    EnvName,
     GateCommand,
     InputPattern,
     ItemDefaults,
@@ -28,10 +31,10 @@ from milepost.graph.models import (
     WorkItem,
     check_name,
 )
-from milepost.graph.status import MilestoneStatus, PlanStatus
+from milepost.graph.status import Isolation, MilestoneStatus, PlanStatus
 from milepost.graph.validate import validate_milestones
 
-__all__ = ["Plan", "PlanCommand", "PlanDefaults", "PlanMilestone", "plan_from_item"]
+__all__ = ["Plan", "PlanCommand", "PlanDefaults", "PlanDoer", "PlanMilestone", "plan_from_item"]
 
 
 class _Strict(BaseModel):
@@ -103,6 +106,15 @@ class PlanMilestone(_Strict):
     flaky: StrictBool = Field(
         False, description="retry a failure even when its inputs did not change (else it waits for a change)"
     )
+    do: CommandText | None = Field(
+        None,
+        description="a command that does the milestone's work before its gate (a coding agent such as claude -p,"
+        " or any script), in a git worktree of its own; its change is merged once the gate passes (docs/doers.md)",
+    )
+    do_timeout: Seconds | None = Field(None, description="seconds before the do command is killed (a failed attempt)")
+    do_budget_usd: Budget | None = Field(
+        None, description="dollars this milestone's doers may cost in all (what they write to MILEPOST_COST_FILE)"
+    )
 
 
 class PlanDefaults(_Strict):
@@ -117,6 +129,35 @@ class PlanDefaults(_Strict):
     )
 
 
+class PlanDoer(_Strict):
+    """How the milestones with a ``do:`` command are worked (docs/doers.md)."""
+
+    isolate: Isolation = Field(
+        Isolation.WORKTREE,
+        description="worktree: each attempt in a git worktree of its own, merged when its gate passes;"
+        " none: doers work in the workspace itself, one at a time",
+    )
+    base: Text | None = Field(
+        None, description="the integration branch doers start from and merge into (default: the branch checked out)"
+    )
+    setup: CommandText | None = Field(None, description="run in a fresh worktree before its doer (install deps)")
+    protect: list[InputPattern] = Field(
+        default_factory=list,
+        description="gitignore patterns of paths a doer must not change (e.g. tests/**): such an attempt is refused",
+    )
+    env: list[EnvName] = Field(
+        default_factory=list,
+        description="environment variables passed on to doers (others of milepost's own and secrets are removed)",
+    )
+    budget_usd: Budget | None = Field(None, description="dollars the item's doers may cost in all")
+
+    @model_validator(mode="after")
+    def _protect_paths(self) -> PlanDoer:
+        if any(p.startswith(MODULE_PREFIX) for p in self.protect):
+            raise ValueError("protect takes path patterns (such as tests/**), not module: entries")
+        return self
+
+
 class Plan(_Strict):
     """A milepost plan file: one work item and its milestone DAG (YAML or JSON)."""
 
@@ -125,6 +166,7 @@ class Plan(_Strict):
         PlanStatus.DRAFT, description="draft (structure editable), ready (structure frozen) or needs_input"
     )
     defaults: PlanDefaults = Field(default_factory=PlanDefaults, description="defaults for every milestone")
+    doer: PlanDoer | None = Field(None, description="how milestones with a do: command are worked (docs/doers.md)")
     milestones: list[PlanMilestone] = Field(
         default_factory=list, description="the milestones, in any order; ids follow this order"
     )
@@ -182,6 +224,9 @@ class Plan(_Strict):
                         "inputs": list(dict.fromkeys(inputs)) if len(inputs) > 1 else inputs,
                         "cache": pm.cache,
                         "flaky": pm.flaky,
+                        "do": pm.do,
+                        "do_timeout": pm.do_timeout,
+                        "do_budget_usd": pm.do_budget_usd,
                     }
                 )
             )
@@ -215,6 +260,8 @@ def plan_from_item(item: WorkItem) -> dict[str, Any]:
     defaults = d.model_dump(exclude_defaults=True)
     if defaults:
         out["defaults"] = defaults
+    if not item.doer.is_default:
+        out["doer"] = item.doer.model_dump(mode="json", exclude_defaults=True)
     out["milestones"] = milestones
     return out
 
@@ -264,4 +311,5 @@ def _milestone_settings(m: Milestone, d: ItemDefaults) -> dict[str, Any]:
         entry["cache"] = False
     if m.flaky:
         entry["flaky"] = True
+    entry.update({k: v for k in ("do", "do_timeout", "do_budget_usd") if (v := getattr(m, k)) is not None})
     return entry

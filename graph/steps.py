@@ -31,6 +31,7 @@ from milepost.graph.models import (
     Milestone,
     check_command,
     check_delay,
+    check_do,
     check_env,
     check_inputs,
     check_name,
@@ -266,6 +267,9 @@ def new_milestone(
     inputs: Sequence[str] = (),
     cache: bool = True,
     flaky: bool = False,
+    do: str | None = None,
+    do_timeout: float | None = None,
+    do_budget_usd: float | None = None,
 ) -> Milestone:
     """A milestone to add as ``new_id``: validated, and its deps must exist
     already (so no cycle can form). ``lookup(name)``: the id of an existing
@@ -278,6 +282,7 @@ def new_milestone(
     check_text(acceptance, f"the acceptance text of {owner}")
     if fix is not None:
         check_command(fix, f"the fix command of {owner}")
+    check_do(do, do_timeout, do_budget_usd, owner)
     inputs = check_inputs(inputs, owner)
     if inputs and not gate:
         raise InvalidValueError(
@@ -319,6 +324,9 @@ def new_milestone(
             "inputs": inputs,
             "cache": cache,
             "flaky": flaky,
+            "do": do,
+            "do_timeout": do_timeout,
+            "do_budget_usd": do_budget_usd,
         }
     )
 

@@ -22,8 +22,11 @@ gate that fails) are values, never exceptions.
     │   ├── BudgetSpentError
     │   └── FrozenPlanError                     (structure edit on a non-draft plan)
     ├── NotOwnerError                           exit 2 (another agent's item)
+    │   └── DoerRefusedError                    (a doer marking, approving, resetting a milestone)
     ├── StaleRevisionError                      exit 2
     ├── ConcurrentUpdateError                   exit 2 (retries exhausted under contention)
+    ├── GitError (milepost.gates.git)           exit 3 (git missing, a git command failed)
+    │   └── UnknownRefError (NotFoundError)     exit 2 (a branch the repository does not have)
     └── EnvironmentProblem                      exit 3
         ├── StoreNotFoundError                  (no store here, or its database is missing or empty)
         ├── StoreDamagedError                   (a database that is not a sound milepost store)
@@ -34,6 +37,7 @@ gate that fails) are values, never exceptions.
 
 from __future__ import annotations
 
+from milepost.gates.git import GitError, UnknownRefError
 from milepost.graph.errors import (
     BlockedError,
     BudgetSpentError,
@@ -58,9 +62,11 @@ __all__ = [
     "ConcurrentUpdateError",
     "CycleError",
     "DatabaseUnreachableError",
+    "DoerRefusedError",
     "DuplicateNameError",
     "EnvironmentProblem",
     "FrozenPlanError",
+    "GitError",
     "InputError",
     "InvalidNameError",
     "InvalidValueError",
@@ -77,11 +83,19 @@ __all__ = [
     "StoreNotFoundError",
     "TransitionError",
     "UnknownDependencyError",
+    "UnknownRefError",
 ]
 
 
 class NotOwnerError(MilepostError):
     kind = "not_owner"
+
+
+class DoerRefusedError(NotOwnerError):
+    """A milepost command run by a doer (docs/doers.md) tried to decide a
+    milestone: only the gate the drive runs does."""
+
+    kind = "doer_refused"
 
 
 class StaleRevisionError(MilepostError):

@@ -26,7 +26,7 @@ from milepost.gates.command import GateResult
 from milepost.gates.outcome import CachedFrom
 from milepost.graph.status import DisplayStatus, MilestoneStatus
 from milepost.graph.words import count
-from milepost.results import Claim, DoneResult, StaleInfo
+from milepost.results import Claim, DoneResult, DoRun, StaleInfo
 
 __all__ = [
     "DriveEvent",
@@ -52,6 +52,7 @@ class DriveEvent(StrEnum):
     GATE_STARTED = "gate_started"
     GATE_FINISHED = "gate_finished"
     FIX_FINISHED = "fix_finished"
+    DO_FINISHED = "do_finished"
     RETRY_SCHEDULED = "retry_scheduled"
     WARNING = "warning"
     DRIVE_FINISHED = "drive_finished"
@@ -115,6 +116,9 @@ class Reporter(Protocol):
     def fix_finished(self, claim: Claim, result: GateResult) -> None:
         """The fix hook that follows a failed attempt ran."""
 
+    def do_finished(self, claim: Claim, run: DoRun) -> None:
+        """The doer of an attempt ran (docs/doers.md): its gate follows unless ``run`` failed or was refused."""
+
     def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
         """A failed milestone waits ``delay`` seconds (until ``at``) before its next attempt."""
 
@@ -149,6 +153,9 @@ class NullReporter:
         pass
 
     def fix_finished(self, claim: Claim, result: GateResult) -> None:
+        pass
+
+    def do_finished(self, claim: Claim, run: DoRun) -> None:
         pass
 
     def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
@@ -196,6 +203,10 @@ class MultiReporter(NullReporter):
     def fix_finished(self, claim: Claim, result: GateResult) -> None:
         for r in self.reporters:
             r.fix_finished(claim, result)
+
+    def do_finished(self, claim: Claim, run: DoRun) -> None:
+        for r in self.reporters:
+            r.do_finished(claim, run)
 
     def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
         for r in self.reporters:
@@ -286,6 +297,19 @@ class JsonLinesReporter(NullReporter):
             log_path=result.log_path,
         )
 
+    def do_finished(self, claim: Claim, run: DoRun) -> None:
+        self._emit(
+            DriveEvent.DO_FINISHED,
+            milestone=claim.milestone.name,
+            attempt=claim.attempt,
+            outcome=run.outcome,
+            reason=run.reason,
+            duration=round(run.duration, 3),
+            diff_stat=run.diff_stat,
+            cost_usd=run.cost_usd,
+            log_path=run.log_path,
+        )
+
     def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
         self._emit(DriveEvent.RETRY_SCHEDULED, milestone=milestone, retry_at=at.isoformat(), delay=round(delay, 3))
 
@@ -340,6 +364,12 @@ class LineReporter(NullReporter):
 
     def fix_finished(self, claim: Claim, result: GateResult) -> None:
         self._line(f"fix of {claim.milestone.name} after attempt {claim.attempt}: {result.reason}")
+
+    def do_finished(self, claim: Claim, run: DoRun) -> None:
+        what = f"; {run.diff_stat.strip()}" if run.diff_stat else ""
+        cost = f", ${run.cost_usd:.2f}" if run.cost_usd is not None else ""
+        took = f"attempt {claim.attempt} in {run.duration:.1f} s{cost}"
+        self._line(f"do     {claim.milestone.name} ({took}): {run.reason}{what}")
 
     def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
         self._line(f"retry of {milestone} in {delay:.1f} s")

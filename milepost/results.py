@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, Field
 
 from milepost.gates.outcome import CachedFrom, GateResult, Outcome
@@ -21,6 +23,7 @@ __all__ = [
     "ActionResult",
     "Claim",
     "CompletionResult",
+    "DoRun",
     "DoneResult",
     "DryRun",
     "GateRun",
@@ -83,6 +86,35 @@ class GateRun(GateResult):
     milestone: str
     attempt: int
     verdict: str | None = None
+
+
+class DoRun(BaseModel):
+    """What a doer did in one attempt (evidence; docs/doers.md). ``outcome``:
+    passed (it exited 0 and its change was committed), failed (its exit
+    status, its timeout), refused (a protected path, no change, the same
+    change again), interrupted (its driver stopped)."""
+
+    item: int
+    milestone: str
+    attempt: int
+    outcome: str
+    reason: str
+    exit_code: int | None = None
+    duration: float = 0.0
+    tail: str = ""
+    log_path: str | None = None
+    host: str | None = None
+    command: str
+    worktree: str | None = None
+    base_commit: str | None = None
+    result_commit: str | None = None
+    diff_stat: str | None = None
+    diff_digest: str | None = None
+    cost_usd: float | None = None
+    tokens: int | None = None
+    merge_commit: str | None = None
+    started_at: datetime
+    finished_at: datetime
 
 
 class DoneResult(BaseModel):

@@ -187,8 +187,24 @@ def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, op
         from milepost.graph.models import check_name
 
         check_name(agent, "agent")
+    agent = _doer_agent(agent, settings.agent) or agent
     ctx.obj = Ctx(db or settings.db, agent or settings.agent, as_json, operator)
     ctx.call_on_close(lambda: ctx.obj._service.close() if ctx.obj._service else None)
+
+
+def _doer_agent(flag: str | None, setting: str | None) -> str | None:
+    """``doer`` when this command runs inside a doer's worktree or
+    environment (docs/doers.md): no --agent flag makes it anyone else.
+    (The name is gates.doer.DOER_AGENT, not imported: it costs pydantic.)"""
+    here = Path.cwd().resolve()
+    inside = any(p.name == "worktrees" and p.parent.name == ".milepost" for p in (here, *here.parents))
+    if not inside and setting != "doer":
+        return None
+    if flag is not None and flag != "doer":
+        from milepost.errors import DoerRefusedError
+
+        raise DoerRefusedError(f"--agent {flag}: this command runs in a doer's worktree or environment (agent doer)")
+    return "doer"
 
 
 # -- init --------------------------------------------------------------------

@@ -8,7 +8,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -66,6 +66,16 @@ from milepost.present.terminal import (
 )
 @click.option("--no-cache", is_flag=True, help="Never let a passed run on the same gate and inputs stand in.")
 @click.option("--flaky", is_flag=True, help="Retry a failure even when its inputs did not change.")
+@click.option(
+    "--do",
+    "do",
+    default=None,
+    metavar="CMD",
+    help="Command that does the milestone's work before its gate, in a git worktree of its own (a coding agent;"
+    " docs/doers.md).",
+)
+@click.option("--do-timeout", type=float, default=None, metavar="SECONDS", help="Seconds before --do is killed.")
+@click.option("--do-budget-usd", type=float, default=None, metavar="USD", help="Dollars its doers may cost in all.")
 @item_option
 @revision_option
 @pass_ctx
@@ -84,6 +94,9 @@ def add(
     inputs: tuple[str, ...],
     no_cache: bool,
     flaky: bool,
+    do: str | None,
+    do_timeout: float | None,
+    do_budget_usd: float | None,
     item: int | None,
     expect_revision: int | None,
 ) -> None:
@@ -103,6 +116,9 @@ def add(
         inputs=patterns,
         cache=not no_cache,
         flaky=flaky,
+        do=do,
+        do_timeout=do_timeout,
+        do_budget_usd=do_budget_usd,
         item=item,
         expect_revision=expect_revision,
     )
@@ -293,8 +309,10 @@ def inputs(c: Ctx, name: str, item: int | None) -> None:
 @item_option
 @pass_ctx
 def runs(c: Ctx, name: str, item: int | None) -> None:
-    """Every gate attempt of a milestone: when, exit, duration, reason."""
+    """Every gate attempt of a milestone: when, exit, duration, reason (and
+    its doer's, for a milestone with do:)."""
     rs = c.service.runs(name, item)
+    ds = c.service.do_runs(name, item)
 
     def human(con: Console) -> None:
         from rich.table import Table
@@ -316,8 +334,35 @@ def runs(c: Ctx, name: str, item: int | None) -> None:
                 r.log_path or "-",
             )
         con.print(t)
+        if ds:
+            _show_do_runs(con, ds)
 
-    c.emit({"milestone": name, "runs": [r.model_dump(mode="json") for r in rs]}, human)
+    data: dict[str, Any] = {"milestone": name, "runs": [r.model_dump(mode="json") for r in rs]}
+    if ds:
+        data["do_runs"] = [d.model_dump(mode="json") for d in ds]
+    c.emit(data, human)
+
+
+def _show_do_runs(con: Console, ds: list[Any]) -> None:
+    """The doers' attempts: outcome, exit, duration, cost, what they changed, the merge."""
+    from rich.table import Table
+
+    con.print("\n[bold]do[/] (the doer before each gate)")
+    t = Table(box=None, header_style="bold")
+    for col in ("attempt", "outcome", "exit", "duration", "cost", "change", "merged", "reason"):
+        t.add_column(col, overflow="fold")
+    for d in ds:
+        t.add_row(
+            str(d.attempt),
+            styled(d.outcome),
+            "-" if d.exit_code is None else str(d.exit_code),
+            f"{d.duration:.2f} s",
+            "-" if d.cost_usd is None else f"${d.cost_usd:.2f}",
+            esc((d.diff_stat or "-").strip()),
+            (d.merge_commit or "-")[:10],
+            esc(d.reason),
+        )
+    con.print(t)
 
 
 @cli.command()

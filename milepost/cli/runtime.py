@@ -103,6 +103,13 @@ def _duration(seconds: float) -> str:
     show_default=True,
     help="Gates running at once (lowest ids first).",
 )
+@click.option(
+    "--max-doers",
+    type=click.IntRange(min=1, max=1000),
+    default=1,
+    show_default=True,
+    help="Doers (do: commands) running at once, apart from --max-parallel's gates (docs/doers.md).",
+)
 @click.option("--task-runner", type=click.Choice(["thread", "dask"]), default="thread", show_default=True)
 @click.option("--dask-address", default=None, metavar="ADDR", help="Dask scheduler (default: a LocalCluster).")
 @click.option("--until", default=None, metavar="NAME", help="Drive only NAME and what it depends on.")
@@ -128,6 +135,7 @@ def drive(
     c: Ctx,
     item_id: int | None,
     max_parallel: int,
+    max_doers: int,
     task_runner: str,
     dask_address: str | None,
     until: str | None,
@@ -188,7 +196,7 @@ def drive(
                 c,
                 svc,
                 item,
-                max_parallel,
+                (max_parallel, max_doers),
                 until,
                 task_runner,
                 dask_address,
@@ -215,7 +223,7 @@ def _run_drive(
     c: Ctx,
     svc: Service,
     item: int,
-    max_parallel: int,
+    workers: tuple[int, int],
     until: str | None,
     task_runner: str,
     dask_address: str | None,
@@ -242,7 +250,8 @@ def _run_drive(
         summary = run_drive(
             svc,
             item,
-            max_parallel=max_parallel,
+            max_parallel=workers[0],
+            max_doers=workers[1],
             until=until,
             task_runner=task_runner,
             dask_address=dask_address,

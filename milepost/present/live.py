@@ -17,7 +17,7 @@ from milepost._text import holder, printable
 from milepost.events import DriveSummary
 from milepost.gates.command import GateResult
 from milepost.present.diagram import PALETTE
-from milepost.results import Claim, DoneResult, MilestoneView, StaleInfo
+from milepost.results import Claim, DoneResult, DoRun, MilestoneView, StaleInfo
 
 
 class LiveReporter:
@@ -89,6 +89,12 @@ class LiveReporter:
 
     def fix_finished(self, claim: Claim, result: GateResult) -> None:
         self.notes.append(f"fix of {claim.milestone.name} after attempt {claim.attempt}: {result.reason}")
+
+    def do_finished(self, claim: Claim, run: DoRun) -> None:
+        if claim.milestone.name in self.rows:
+            self.rows[claim.milestone.name][4] = f"do: {run.reason}"
+        if run.outcome != "passed":
+            self.notes.append(f"do of {claim.milestone.name} (attempt {claim.attempt}): {run.reason}")
 
     def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
         self.rows[milestone][4] = f"retry in {delay:.1f} s"

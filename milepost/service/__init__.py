@@ -26,6 +26,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from milepost.errors import DoerRefusedError
+from milepost.gates.doer import DOER_AGENT
 from milepost.gates.outcome import GateResult
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import (
@@ -44,6 +46,7 @@ from milepost.results import (
     Claim,
     CompletionResult,
     DoneResult,
+    DoRun,
     DryRun,
     GateRun,
     ItemSummary,
@@ -98,6 +101,8 @@ class Service:
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         agent = check_name(agent, "agent") if agent != DEFAULT_AGENT else agent
+        if operator and agent == DOER_AGENT:
+            raise DoerRefusedError("cannot act as an operator: this command runs as a doer (agent 'doer')")
         # How long a gate's claim stays valid without renewal (renewed every quarter of it).
         ttl = timedelta(seconds=load_settings().lease_ttl if lease_ttl is None else lease_ttl)
         self.ctx = Context(store=store, agent=agent, operator=operator, lease_ttl=ttl)
@@ -228,9 +233,11 @@ class Service:
         )
 
     def complete(self, report: str, *, item: int | None = None, expect_revision: int | None = None) -> CompletionResult:
+        self._gate_decides("complete the work item")
         return items.complete(self.ctx, report, item=item, expect_revision=expect_revision)
 
     def cancel(self, reason: str, *, item: int | None = None, expect_revision: int | None = None) -> WorkItem:
+        self._gate_decides("cancel the work item")
         return items.cancel(self.ctx, reason, item=item, expect_revision=expect_revision)
 
     def add_ref(
@@ -302,11 +309,14 @@ class Service:
         inputs: list[str] | None = None,
         cache: bool = True,
         flaky: bool = False,
+        do: str | None = None,
+        do_timeout: float | None = None,
+        do_budget_usd: float | None = None,
         item: int | None = None,
         expect_revision: int | None = None,
     ) -> ActionResult:
         """Add a milestone to a draft plan; unset fields take the item's defaults
-        (see :func:`milepost.service.milestones.add_milestone`)."""
+        (see :func:`milepost.service.milestones.add_milestone`); ``do``: its doer (docs/doers.md)."""
         return milestones.add_milestone(
             self.ctx,
             name,
@@ -322,6 +332,7 @@ class Service:
             inputs=inputs,
             cache=cache,
             flaky=flaky,
+            do=(do, do_timeout, do_budget_usd),
             item=item,
             expect_revision=expect_revision,
         )
@@ -330,6 +341,14 @@ class Service:
         self, name: str, *, item: int | None = None, expect_revision: int | None = None
     ) -> ActionResult:
         return milestones.remove_milestone(self.ctx, name, item=item, expect_revision=expect_revision)
+
+    def _gate_decides(self, what: str) -> None:
+        """A doer (agent ``doer``: docs/doers.md) never decides a milestone: refused."""
+        if self.ctx.agent == DOER_AGENT:
+            raise DoerRefusedError(
+                f"cannot {what}: this command runs as a doer (agent 'doer'); only the gate the drive runs decides"
+                " a milestone (read commands such as list, show and log are open to doers)"
+            )
 
     def act(
         self,
@@ -340,6 +359,7 @@ class Service:
         item: int | None = None,
         expect_revision: int | None = None,
     ) -> ActionResult:
+        self._gate_decides(f"{action.command} {name!r}")
         return milestones.act(self.ctx, name, action, reason=reason, item=item, expect_revision=expect_revision)
 
     def start(self, name: str, *, item: int | None = None, expect_revision: int | None = None) -> ActionResult:
@@ -354,6 +374,7 @@ class Service:
         item: int | None = None,
         expect_revision: int | None = None,
     ) -> ActionResult:
+        self._gate_decides(f"{'approve' if approve else 'reject'} {name!r}")
         return milestones.review(self.ctx, name, approve, reason=reason, item=item, expect_revision=expect_revision)
 
     def done(
@@ -365,6 +386,7 @@ class Service:
         expect_revision: int | None = None,
         use_cache: bool = True,
     ) -> DoneResult:
+        self._gate_decides(f"mark {name!r} done")
         from milepost.service import run_here
 
         return run_here.done(
@@ -383,6 +405,7 @@ class Service:
         """Prove again what was proven, here, up to ``max_parallel`` gates at
         once; a state that passed before is ``cached`` unless ``fresh`` (see
         :mod:`milepost.service.verify`)."""
+        self._gate_decides("verify milestones")
         from milepost.service import verify
 
         return verify.verify(self.ctx, names or [], all_=all_, item=item, fresh=fresh, max_parallel=max_parallel)
@@ -422,6 +445,12 @@ class Service:
     def input_files(self, name: str, item: int | None = None) -> dict[str, Any]:
         """The files a milestone's inputs stand for now (``module:`` entries read as the code is)."""
         return milestones.input_files(self.ctx, name, item)
+
+    def do_runs(self, name: str, item: int | None = None) -> list[DoRun]:
+        """What the milestone's doers did, attempt by attempt (docs/doers.md)."""
+        from milepost.service import doers
+
+        return doers.do_runs(self.ctx, name, item)
 
     def runs(self, name: str, item: int | None = None) -> list[GateRun]:
         return milestones.runs(self.ctx, name, item)

@@ -18,6 +18,7 @@ from milepost.errors import InvalidValueError, NotFoundError, TransitionError
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.item import readiness_view
 from milepost.graph.models import (
+    DoerSettings,
     ItemDefaults,
     Milestone,
     TodoItem,
@@ -144,6 +145,7 @@ def create_item(
     milestones: list[Milestone] | None = None,
     after: int | None = None,
     validated: bool = False,
+    doer: DoerSettings | None = None,
 ) -> WorkItem:
     """Create a work item (optionally with its whole validated milestone
     set, as ``plan apply`` does), write its plan.md and focus it for this
@@ -173,6 +175,7 @@ def create_item(
                 plan_status=plan_status.value,
                 todo_list=[],
                 defaults=(defaults or ItemDefaults()).model_dump(mode="json"),
+                doer=None if doer is None or doer.is_default else doer.model_dump(mode="json"),
                 after_item_id=after,
                 revision=1,
                 created_at=now,

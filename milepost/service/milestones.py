@@ -19,7 +19,7 @@ from milepost.errors import InputError, InvalidValueError, NotFoundError, Transi
 from milepost.graph import steps
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.item import check_structure_editable
-from milepost.graph.models import GateCommand, ItemDefaults, Milestone, WorkItem, check_text
+from milepost.graph.models import DoerSettings, GateCommand, ItemDefaults, Milestone, WorkItem, check_text
 from milepost.graph.status import Action, MilestoneStatus
 from milepost.graph.steps import nothing_ready_reason
 from milepost.graph.validate import check_removable
@@ -63,6 +63,7 @@ def add_milestone(
     inputs: list[str] | None = None,
     cache: bool = True,
     flaky: bool = False,
+    do: tuple[str | None, float | None, float | None] = (None, None, None),
     item: int | None = None,
     expect_revision: int | None = None,
 ) -> ActionResult:
@@ -113,6 +114,9 @@ def add_milestone(
             inputs=(d.inputs if commands else []) if inputs is None else inputs,
             cache=cache,
             flaky=flaky,
+            do=do[0],
+            do_timeout=do[1],
+            do_budget_usd=do[2],
         )
         if m.inputs:
             from milepost.service.proofs import check_module_entries
@@ -247,8 +251,15 @@ def apply_plan(ctx: Context, plan: Plan) -> WorkItem:
 
     check_module_entries(ctx.store.root, milestones)
     defaults = ItemDefaults.model_validate(plan.defaults.model_dump())
+    doer = DoerSettings.model_validate(plan.doer.model_dump()) if plan.doer is not None else None
     return create_item(
-        ctx, plan.objective, plan_status=plan.plan_status, defaults=defaults, milestones=milestones, validated=True
+        ctx,
+        plan.objective,
+        plan_status=plan.plan_status,
+        defaults=defaults,
+        milestones=milestones,
+        validated=True,
+        doer=doer,
     )
 
 

@@ -1,0 +1,1 @@
+"""A small package the example's doers grow, one module per milestone."""

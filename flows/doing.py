@@ -1,0 +1,316 @@
+"""The doers of one drive (docs/doers.md): each attempt of a milestone with
+a ``do:`` command works in a git worktree of its own, on the branch
+``milepost/<item>/<milestone>``; its doer runs as the drive's ``do`` task
+before the gate; what it changed is checked (protected paths, no change,
+the same change again), committed on its branch, proven by the gate in the
+worktree, and merged into the integration branch by one writer at a time.
+
+:class:`Doing` holds all of it for one drive (one object per drive, on the
+loop); the loop calls :meth:`Doing.start` for a claimed doer milestone,
+:meth:`Doing.after_do` when its do task ended, and :meth:`Doing.after_gate`
+when its gate passed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from milepost.errors import InputError
+from milepost.gates import git
+from milepost.gates.attempt import AttemptFiles
+from milepost.gates.doer import PromptFacts, doer_env, read_cost, write_prompt
+from milepost.gates.outcome import GateResult, Outcome
+from milepost.gates.supervisor import host_identity
+from milepost.graph.models import DoerSettings, GateCommand, Milestone
+from milepost.graph.status import Isolation
+from milepost.results import Claim, DoRun
+from milepost.service import Service
+from milepost.service import doers as evidence
+
+__all__ = ["DoStart", "Doing", "check_doers", "do_files"]
+
+
+def check_doers(service: Service, item: int, until: str | None = None) -> bool:
+    """Whether a drive of ``item`` (to ``until``) has doer milestones to
+    work; refused (:class:`InputError`) when they could not work: a
+    workspace that is not a git repository (with ``isolate: worktree``), a
+    ``doer.base`` that is no branch. Nothing is written."""
+    g = service.graph(item, proofs=False)[1]
+    scope = set(g.ancestors(until)) | {until} if until is not None else None
+    if not any(m.has_doer for m in g if scope is None or m.name in scope):
+        return False
+    Doing.open(service, item, 1, checkout=False)
+    return True
+
+
+def do_files(claim: Claim) -> AttemptFiles:
+    """The files of an attempt's doer: ``attempt-N.do.log`` and beside it."""
+    return AttemptFiles(Path(claim.log_path)).do
+
+
+@dataclass
+class DoStart:
+    """A do task to submit: its commands (setup in a fresh worktree, then
+    the doer), where and with what it runs."""
+
+    commands: list[GateCommand]
+    cwd: Path
+    env: dict[str, str]
+    log_path: str
+
+
+@dataclass
+class _Attempt:
+    """One doer attempt between its start and its merge."""
+
+    claim: Claim
+    cwd: Path
+    base: str | None  # the commit it started from (None: not a git worktree)
+    started_at: datetime
+    worktree: git.Worktree | None = None
+    run: DoRun | None = None
+
+
+@dataclass
+class Doing:
+    """The doers of one drive of ``item``."""
+
+    service: Service
+    item: int
+    objective: str
+    settings: DoerSettings
+    max_doers: int = 1
+    repo: git.Repo | None = None
+    base: str | None = None  # the integration branch
+    integration: Path | None = None  # where merges are made
+    running: dict[tuple[str, int], _Attempt] = field(default_factory=dict)
+
+    # -- the drive's start ---------------------------------------------------------
+
+    @classmethod
+    def open(cls, service: Service, item: int, max_doers: int, *, checkout: bool = True) -> Doing:
+        """The doers of a drive of ``item``: the workspace's repository and
+        integration branch checked before any doer runs. Raises
+        :class:`InputError` for what no doer could work with."""
+        it = service.get_item(item)
+        doing = cls(service, item, it.objective, it.doer, max_doers)
+        root = service.store.root
+        if doing.settings.isolate is Isolation.NONE:
+            doing.max_doers = 1  # in the workspace itself: one at a time
+            return doing
+        doing.repo = git.Repo.find(root)
+        if doing.repo is None:
+            raise InputError(
+                f"work item {item} has milestones with do: and doer.isolate is worktree, but {root} is not in a git"
+                " repository: run 'git init' and commit the work, or set doer.isolate: none"
+            )
+        doing.base = doing.settings.base or doing.repo.current_branch()
+        if doing.base is None:
+            raise InputError(
+                f"work item {item}: the workspace's HEAD is detached and doer.base is not set:"
+                " check out a branch or set doer.base to the integration branch"
+            )
+        if not doing.repo.branch_exists(doing.base):
+            raise InputError(
+                f"work item {item}: doer.base {doing.base!r} is not a branch of {doing.repo.root}:"
+                " name an existing branch (git branch --list)"
+            )
+        if checkout:
+            doing.integration = git.integration_checkout(doing.repo, doing.base, service.store.home)
+        return doing
+
+    def busy(self) -> bool:
+        """Whether as many doers run as may (``--max-doers``)."""
+        return len([a for a in self.running.values() if a.run is None]) >= self.max_doers
+
+    # -- an attempt ------------------------------------------------------------------
+
+    def start(self, claim: Claim) -> DoStart | GateResult:
+        """Make the attempt's worktree and its do task, or the attempt's
+        failure without a doer (its budget spent, a worktree git refused)."""
+        m = claim.milestone
+        spent = self._budget_problem(claim)
+        if spent is not None:
+            return _failure(claim, spent)
+        files = do_files(claim)
+        files.log.parent.mkdir(parents=True, exist_ok=True)
+        fresh, cwd, wt, base = False, self.service.store.root, None, None
+        if self.repo is not None and self.base is not None and self.integration is not None:
+            path = self.service.store.home / "worktrees" / f"item-{self.item}" / m.name
+            try:
+                fresh = not path.exists()
+                wt = git.Worktrees(self.repo).ensure(path, self._branch(m), self._tip())
+            except git.GitError as e:
+                return _failure(claim, f"do not started: {e}")
+            cwd, base = wt.path, wt.head()
+        commands = [GateCommand(name="do", run=m.do or "")]
+        if fresh and self.settings.setup:
+            commands.insert(0, GateCommand(name="setup", run=self.settings.setup))
+        env = self._env(claim, cwd, files)
+        self.running[(m.name, claim.attempt)] = _Attempt(claim, cwd, base, datetime.now(UTC), wt)
+        return DoStart(commands, cwd, env, str(files.log))
+
+    def _branch(self, m: Milestone) -> str:
+        return f"milepost/{self.item}/{m.name}"
+
+    def _tip(self) -> str:
+        assert self.repo is not None and self.base is not None
+        return self.repo.tip(self.base)
+
+    def _budget_problem(self, claim: Claim) -> str | None:
+        """Why no doer may start for ``claim`` (a budget spent), or None."""
+        limit, m = self.settings.budget_usd, claim.milestone
+        if limit is not None:
+            spent = evidence.spent(self.service.ctx, self.item)
+            if spent >= limit:
+                return f"budget: the item's doers cost ${spent:.2f} of doer.budget_usd ${limit:.2f}"
+        if m.do_budget_usd is not None:
+            spent = evidence.spent(self.service.ctx, self.item, claim.pk)
+            if spent >= m.do_budget_usd:
+                return f"budget: {m.name}'s doers cost ${spent:.2f} of do_budget_usd ${m.do_budget_usd:.2f}"
+        return None
+
+    def _env(self, claim: Claim, cwd: Path, files: AttemptFiles) -> dict[str, str]:
+        m = claim.milestone
+        stem = str(files.log).removesuffix(".log")
+        last = AttemptFiles(Path(claim.log_path)).log.parent / f"attempt-{claim.attempt - 1}.log"
+        failure = last.read_text(errors="replace")[-8000:] if claim.attempt > 1 and last.exists() else None
+        prompt = write_prompt(
+            Path(stem + ".prompt.md"),
+            m,
+            PromptFacts(
+                objective=self.objective,
+                item=self.item,
+                attempt=claim.attempt,
+                worktree=str(cwd),
+                deps_done=[(d, "done and merged") for d in m.deps],
+                failure=failure,
+                protect=self.settings.protect,
+            ),
+        )
+        given = {
+            "MILEPOST_ITEM": str(self.item),
+            "MILEPOST_MILESTONE": m.name,
+            "MILEPOST_ATTEMPT": str(claim.attempt),
+            "MILEPOST_PROMPT": str(prompt),
+            "MILEPOST_WORKTREE": str(cwd),
+            "MILEPOST_COST_FILE": stem + ".cost.json",
+        }
+        if failure is not None:
+            given["MILEPOST_FAILURE_LOG"] = str(last)
+        return doer_env(os.environ, self.settings.env, given)
+
+    # -- after the doer ----------------------------------------------------------------
+
+    def after_do(self, claim: Claim, result: GateResult) -> tuple[GateResult | Path, DoRun]:
+        """The do task ended with ``result``: the worktree its gate runs in,
+        or the attempt's failure (the doer failed, or its change is refused);
+        and its do run, recorded."""
+        a = self.running[(claim.milestone.name, claim.attempt)]
+        files = do_files(claim)
+        cost = read_cost(Path(str(files.log).removesuffix(".log") + ".cost.json"))
+        run = DoRun(
+            item=self.item,
+            milestone=claim.milestone.name,
+            attempt=claim.attempt,
+            outcome=result.outcome.value,
+            reason=result.reason,
+            exit_code=result.exit_code,
+            duration=result.duration,
+            tail=result.tail,
+            log_path=str(files.log),
+            host=host_identity()["host"],
+            command=claim.milestone.do or "",
+            worktree=str(a.cwd),
+            base_commit=a.base,
+            cost_usd=cost.usd,
+            tokens=cost.tokens,
+            started_at=result.started_at,
+            finished_at=result.finished_at,
+        )
+        outcome: GateResult | Path = a.cwd
+        if a.worktree is not None and a.worktree.exists():
+            run.diff_digest = a.worktree.diff_digest()  # (a failed doer's too: the next may make the same change)
+        if result.passed:
+            refusal = self._take_change(claim, a, run)
+            if refusal is not None:
+                run = run.model_copy(update={"outcome": "refused", "reason": refusal})
+                outcome = _failure(claim, refusal)
+        else:
+            outcome = _failure(claim, f"do {result.reason}", result)
+        a.run = run
+        evidence.record_do_run(self.service.ctx, claim, run)
+        if isinstance(outcome, GateResult):
+            self.running.pop((claim.milestone.name, claim.attempt), None)
+        return outcome, run
+
+    def _take_change(self, claim: Claim, a: _Attempt, run: DoRun) -> str | None:
+        """Check the doer's change and commit it on the attempt's branch;
+        fills ``run``'s commits, digest and stat. Returns why the attempt is
+        refused, or None."""
+        wt = a.worktree
+        if wt is None:
+            return None  # isolate: none: the gate alone decides
+        if not wt.exists():
+            return "refused: the doer deleted its worktree (the next attempt makes it again)"
+        changed = wt.changed_paths()
+        protected = git.protected_changes(changed, list(self.settings.protect))
+        if protected:
+            wt.discard(protected)
+            shown = ", ".join(protected[:5]) + (f" and {len(protected) - 5} more" if len(protected) > 5 else "")
+            return f"refused: the doer changed protected paths ({shown}); its edits to them were discarded"
+        if not changed:
+            return "refused: the doer changed nothing"
+        last = evidence.last_do_run(self.service.ctx, claim)
+        if last is not None and last.diff_digest == run.diff_digest:
+            return f"refused: no progress, the same change as attempt {last.attempt}"
+        head = wt.commit_all(f"milepost: {claim.milestone.name}, attempt {claim.attempt}")
+        run.result_commit = head
+        if head is not None and a.base is not None:
+            run.diff_stat = wt.diff_stat(a.base, head)
+        return None
+
+    # -- after the gate ------------------------------------------------------------------
+
+    def after_gate(self, claim: Claim, result: GateResult) -> GateResult:
+        """The gate passed in the worktree: merge the attempt's branch into the
+        integration branch. A conflict fails the attempt (its log holds the
+        conflict; the branch starts again from the new tip)."""
+        a = self.running.pop((claim.milestone.name, claim.attempt), None)
+        if a is None or a.worktree is None or self.integration is None or self.repo is None:
+            return result
+        m = claim.milestone
+        assert self.base is not None
+        self.integration = git.integration_checkout(self.repo, self.base, self.service.store.home)  # (a user may edit)
+        merged = git.merge(self.integration, self._branch(m), f"milepost: merge {m.name} (attempt {claim.attempt})")
+        if merged.ok:
+            if merged.commit is not None:
+                evidence.set_merge_commit(self.service.ctx, claim, merged.commit)
+            return result
+        with open(claim.log_path, "a", encoding="utf-8") as log:
+            log.write(f"\n=== merge of {self._branch(m)} into {self.base} failed: conflict\n{merged.conflict}\n")
+        git.Worktrees(self.repo).reset_branch(a.worktree.path, self._branch(m), self._tip())
+        why = f"merge conflict with {self.base}: {merged.conflict.splitlines()[0] if merged.conflict else ''}"
+        return result.model_copy(update={"outcome": Outcome.FAILED, "reason": why.rstrip(": ")})
+
+    def forget(self, claim: Claim) -> None:
+        """The attempt ended another way (interrupted, its gate failed)."""
+        self.running.pop((claim.milestone.name, claim.attempt), None)
+
+
+def _failure(claim: Claim, reason: str, result: GateResult | None = None) -> GateResult:
+    """An attempt's failure before its gate ran."""
+    now = datetime.now(UTC)
+    return GateResult(
+        outcome=Outcome.FAILED,
+        reason=reason,
+        exit_code=result.exit_code if result is not None else None,
+        duration=result.duration if result is not None else 0.0,
+        tail=result.tail if result is not None else "",
+        started_at=result.started_at if result is not None else now,
+        finished_at=now,
+        log_path=str(do_files(claim).log),
+    )

@@ -1,0 +1,106 @@
+"""What doers did, in the store: one ``do_runs`` row per do attempt (its
+evidence, beside the attempt's row in ``gate_runs``), what doers have cost
+an item and a milestone, and the last attempt's diff (a doer that hands in
+the same change again made no progress). See docs/doers.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from milepost._schema import DO_RUNS, MILESTONES
+from milepost.results import Claim, DoRun
+from milepost.service._find import head, resolve
+from milepost.service._tx import Context, unknown_milestone
+
+__all__ = ["do_runs", "last_do_run", "record_do_run", "set_merge_commit", "spent"]
+
+_FIELDS = (
+    "attempt",
+    "outcome",
+    "reason",
+    "exit_code",
+    "duration",
+    "tail",
+    "host",
+    "command",
+    "worktree",
+    "base_commit",
+    "result_commit",
+    "diff_stat",
+    "diff_digest",
+    "cost_usd",
+    "tokens",
+    "merge_commit",
+    "started_at",
+    "finished_at",
+)
+
+
+def record_do_run(ctx: Context, claim: Claim, run: DoRun) -> None:
+    """Keep ``run`` as the do run of ``claim``'s attempt. Written once: a
+    second record of the same attempt (a driver that took a dead one's
+    lease over) leaves the first."""
+    values: dict[str, Any] = {f: getattr(run, f) for f in _FIELDS}
+    values.update(item_id=claim.item, milestone_id=claim.pk)
+    values["log_path"] = ctx.store.relative(ctx.store.resolve(run.log_path)) if run.log_path else None
+    try:
+        with ctx.store.write() as conn:
+            conn.execute(insert(DO_RUNS).values(values))
+    except IntegrityError:
+        return
+
+
+def set_merge_commit(ctx: Context, claim: Claim, commit: str) -> None:
+    """The merge that brought ``claim``'s passed attempt into the integration branch."""
+    with ctx.store.write() as conn:
+        conn.execute(
+            update(DO_RUNS)
+            .where(DO_RUNS.c.milestone_id == claim.pk, DO_RUNS.c.attempt == claim.attempt)
+            .values(merge_commit=commit)
+        )
+
+
+def spent(ctx: Context, item: int, pk: int | None = None) -> float:
+    """What doers of ``item`` (of one milestone, by its key) said they cost, in dollars."""
+    q = select(func.coalesce(func.sum(DO_RUNS.c.cost_usd), 0.0)).where(DO_RUNS.c.item_id == item)
+    if pk is not None:
+        q = q.where(DO_RUNS.c.milestone_id == pk)
+    with ctx.store.read() as conn:
+        return float(conn.execute(q).scalar() or 0.0)
+
+
+def last_do_run(ctx: Context, claim: Claim) -> DoRun | None:
+    """The do run of the milestone's latest attempt before ``claim``'s."""
+    with ctx.store.read() as conn:
+        row = conn.execute(
+            select(DO_RUNS)
+            .where(DO_RUNS.c.milestone_id == claim.pk, DO_RUNS.c.attempt < claim.attempt)
+            .order_by(DO_RUNS.c.attempt.desc())
+            .limit(1)
+        ).first()
+    return None if row is None else _run(ctx, row, claim.item, claim.milestone.name)
+
+
+def do_runs(ctx: Context, name: str, item: int | None = None) -> list[DoRun]:
+    """Every do run of a milestone, oldest first."""
+    item_id = resolve(ctx, item)
+    with ctx.store.read() as conn:
+        head(conn, item_id)
+        pk = conn.execute(
+            select(MILESTONES.c.id).where(MILESTONES.c.item_id == item_id, MILESTONES.c.name == name)
+        ).scalar()
+        if pk is None:
+            raise unknown_milestone(conn, item_id, name)
+        found = conn.execute(select(DO_RUNS).where(DO_RUNS.c.milestone_id == pk).order_by(DO_RUNS.c.attempt)).all()
+    return [_run(ctx, r, item_id, name) for r in found]
+
+
+def _run(ctx: Context, row: Any, item: int, name: str) -> DoRun:
+    data = dict(row._mapping)
+    log = data.get("log_path")
+    data.update(item=item, milestone=name, log_path=str(ctx.store.resolve(log)) if log else None)
+    return DoRun.model_validate(data)

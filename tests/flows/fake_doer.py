@@ -1,0 +1,58 @@
+"""A deterministic fake coding agent for the doer tests (and the example):
+``python3 fake_doer.py SCENARIO.json [RECORD.jsonl]``.
+
+SCENARIO maps ``milestone#attempt`` (or ``milestone``, for every attempt)
+to a step: ``write`` {path: text}, ``append`` {path: text}, ``delete``
+[paths], ``cost`` {"usd": .., "tokens": ..}, ``sleep`` seconds (after a
+``touch`` path, if given), ``rm_worktree`` true, ``exit`` code. Each run
+appends what it was given (its environment's MILEPOST_ and secret-looking
+variables, its folder, its prompt, the failure log) to RECORD.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    scenario = json.loads(Path(sys.argv[1]).read_text())
+    name, attempt = os.environ["MILEPOST_MILESTONE"], os.environ["MILEPOST_ATTEMPT"]
+    step = scenario.get(f"{name}#{attempt}", scenario.get(name, {}))
+    here = Path.cwd()
+    if len(sys.argv) > 2:
+        seen = {
+            "key": f"{name}#{attempt}",
+            "env": {k: v for k, v in os.environ.items() if k.startswith(("MILEPOST_", "PREFECT_", "SECRET", "DOER_"))},
+            "cwd": str(here),
+            "files": sorted(str(p.relative_to(here)) for p in here.rglob("*.py")),
+            "prompt": Path(os.environ["MILEPOST_PROMPT"]).read_text(),
+        }
+        if "MILEPOST_FAILURE_LOG" in os.environ:
+            seen["failure"] = Path(os.environ["MILEPOST_FAILURE_LOG"]).read_text(errors="replace")
+        with open(sys.argv[2], "a") as out:
+            out.write(json.dumps(seen) + "\n")
+    for path, text in step.get("write", {}).items():
+        (here / path).parent.mkdir(parents=True, exist_ok=True)
+        (here / path).write_text(text)
+    for path, text in step.get("append", {}).items():
+        with open(here / path, "a") as f:
+            f.write(text)
+    for path in step.get("delete", []):
+        (here / path).unlink()
+    if "cost" in step:
+        Path(os.environ["MILEPOST_COST_FILE"]).write_text(json.dumps(step["cost"]))
+    if "touch" in step:
+        Path(step["touch"]).touch()
+    time.sleep(step.get("sleep", 0))
+    if step.get("rm_worktree"):
+        shutil.rmtree(here)
+    return int(step.get("exit", 0))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,364 @@
+"""Agents as doers (docs/doers.md): a deterministic fake agent
+(tests/flows/fake_doer.py) works milestones of real git repositories in
+temporary folders, through real drives on a real Prefect server: worktrees,
+refusals, the merge in dependency order, conflicts, budgets, timeouts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from milepost.errors import InputError
+from milepost.flows.drive import run_drive
+from milepost.graph import MilestoneStatus
+from milepost.planfile import parse_plan
+from milepost.service import Service
+from tests.flows.conftest import flow_run_edges
+
+pytestmark = pytest.mark.xdist_group("prefect")
+
+S = MilestoneStatus
+FAKE = Path(__file__).with_name("fake_doer.py")
+
+
+def git(ws: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ws, check=True, capture_output=True, text=True).stdout
+
+
+def repo(ws: Path, files: dict[str, str] | None = None) -> None:
+    """``ws`` as a git repository on ``main`` with ``files`` committed."""
+    git(ws, "init", "-q", "-b", "main")
+    git(ws, "config", "user.email", "dev@example.com")
+    git(ws, "config", "user.name", "dev")
+    for path, text in (files or {"src/app.py": "x = 1\n", "tests/test_app.py": "def test_x(): pass\n"}).items():
+        (ws / path).parent.mkdir(parents=True, exist_ok=True)
+        (ws / path).write_text(text)
+    (ws / ".milepost").mkdir(exist_ok=True)
+    (ws / ".milepost" / ".gitignore").write_text("*\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-q", "-m", "start")
+
+
+class Doer:
+    """The fake agent's scenario and what it saw."""
+
+    def __init__(self, tmp: Path, scenario: dict[str, Any]) -> None:
+        self.scenario_path, self.record = tmp / "scenario.json", tmp / "seen.jsonl"
+        self.scenario_path.write_text(json.dumps(scenario))
+
+    @property
+    def command(self) -> str:
+        return f"{sys.executable} {FAKE} {self.scenario_path} {self.record}"
+
+    def seen(self) -> list[dict[str, Any]]:
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+    def of(self, key: str) -> dict[str, Any]:
+        return next(s for s in self.seen() if s["key"] == key)
+
+
+def apply(svc: Service, text: str) -> int:
+    return svc.apply_plan(parse_plan(text)).id
+
+
+def merges(ws: Path, branch: str = "main") -> list[str]:
+    """The merge commits' subjects on ``branch``, oldest first."""
+    return git(ws, "log", "--merges", "--reverse", "--format=%s", branch).splitlines()
+
+
+def statuses(svc: Service, item: int) -> dict[str, S]:
+    return {m.name: m.status for m in svc.get_item(item).milestones}
+
+
+def test_two_doers_in_parallel_then_their_dependent_built_on_both(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    repo(workspace)
+    doer = Doer(
+        tmp_path,
+        {
+            "a": {"write": {"src/a.py": "A = 'a'\n"}, "sleep": 0.5},
+            "b": {"write": {"src/b.py": "B = 'b'\n"}, "sleep": 0.5},
+            "c": {"write": {"src/c.py": "from a import A\nfrom b import B\nC = A + B\n"}},
+        },
+    )
+    check_c = 'cd src && python3 -c "import c; assert c.C == chr(97) + chr(98)"'
+    item = apply(
+        service,
+        f"""objective: three modules
+doer: {{protect: ['tests/**']}}
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'test -f src/a.py'}}
+  - {{name: b, do: '{doer.command}', gate: 'test -f src/b.py'}}
+  - {{name: c, deps: [a, b], do: '{doer.command}', gate: '{check_c}'}}
+""",
+    )
+    summary = run_drive(service, item, max_parallel=2, max_doers=2)
+    assert summary.ok, summary.message
+    assert statuses(service, item) == {"a": S.DONE, "b": S.DONE, "c": S.DONE}
+    # c's doer started from the integration tip that held both deps' work
+    assert {"src/a.py", "src/b.py"} <= set(doer.of("c#1")["files"])
+    subjects = merges(workspace)
+    assert len(subjects) == 3 and "merge c " in subjects[2] + " ", subjects
+    assert {s.split()[2] for s in subjects[:2]} == {"a", "b"}
+    assert (workspace / "src" / "c.py").exists()  # the workspace is the integration checkout
+    assert git(workspace, "status", "--porcelain", "--untracked-files=no") == ""
+    # a and b worked at once: each doer started before the other ended
+    runs = {n: _do_runs(service, n, item) for n in ("a", "b")}
+    a, b = runs["a"][0], runs["b"][0]
+    assert a.started_at < b.finished_at and b.started_at < a.finished_at
+    assert a.outcome == "passed" and a.result_commit and a.merge_commit and a.diff_stat
+
+
+def _do_runs(service: Service, name: str, item: int) -> list[Any]:
+    from milepost.service.doers import do_runs
+
+    return do_runs(service.ctx, name, item)
+
+
+def test_a_failed_gate_feeds_the_next_attempt_which_fixes_it(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    repo(workspace)
+    doer = Doer(
+        tmp_path, {"a#1": {"write": {"src/a.py": "VALUE = 1\n"}}, "a#2": {"write": {"src/a.py": "VALUE = 2\n"}}}
+    )
+    item = apply(
+        service,
+        f"""objective: fix it
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'grep -q "VALUE = 2" src/a.py || (echo wanted VALUE = 2; exit 1)'}}
+""",
+    )
+    summary = run_drive(service, item)
+    assert summary.ok, summary.message
+    assert [r.outcome.value for r in service.runs("a", item)] == ["failed", "passed"]
+    second = doer.of("a#2")
+    assert "wanted VALUE = 2" in second["failure"]  # MILEPOST_FAILURE_LOG: the failed attempt's log
+    assert "Your last attempt failed" in second["prompt"]
+    assert "MILEPOST_FAILURE_LOG" not in doer.of("a#1")["env"]
+    # the failed attempt's work stayed on the branch for the second to build on; one merge
+    assert git(workspace, "log", "--format=%s", "milepost/1/a").count("attempt") == 2
+    assert len(merges(workspace)) == 1
+    assert (workspace / "src" / "a.py").read_text() == "VALUE = 2\n"
+
+
+def test_protected_paths_no_change_and_the_same_change_are_refused(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    repo(workspace)
+    doer = Doer(
+        tmp_path,
+        {
+            "a#1": {"write": {"src/a.py": "A = 1\n", "tests/test_app.py": "def test_x(): assert True\n"}},
+            "a#2": {},  # changes nothing
+            "a#3": {"write": {"src/a.py": "A = 1\n"}, "exit": 3},  # fails: its change is not kept
+            "a#4": {"write": {"src/a.py": "A = 1\n"}},  # the same change as attempt 3: no progress
+            "a#5": {"write": {"src/a.py": "A = 5\n"}},
+        },
+    )
+    item = apply(
+        service,
+        f"""objective: refusals
+doer: {{protect: ['tests/**']}}
+milestones:
+  - {{name: a, retries: 4, do: '{doer.command}', gate: 'test -f src/a.py'}}
+""",
+    )
+    summary = run_drive(service, item)
+    assert summary.ok, summary.message
+    reasons = [r.reason for r in _do_runs(service, "a", item)]
+    assert "protected paths (tests/test_app.py)" in reasons[0]
+    assert "changed nothing" in reasons[1]
+    assert reasons[2] == "exit 3"
+    assert "no progress, the same change as attempt 3" in reasons[3]
+    assert [r.outcome for r in _do_runs(service, "a", item)] == ["refused", "refused", "failed", "refused", "passed"]
+    assert (workspace / "tests" / "test_app.py").read_text() == "def test_x(): pass\n"  # the tests never changed
+    root = git(workspace, "rev-list", "--max-parents=0", "main").strip()
+    assert git(workspace, "log", "--name-only", "--format=", f"{root}..main").split() == ["src/a.py"]
+
+
+def test_a_doer_killed_at_its_timeout_is_a_failed_attempt(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    repo(workspace)
+    doer = Doer(
+        tmp_path, {"a#1": {"write": {"src/a.py": "A = 1\n"}, "sleep": 60}, "a#2": {"write": {"src/a.py": "A = 2\n"}}}
+    )
+    item = apply(
+        service,
+        f"objective: slow\nmilestones:\n  - {{name: a, do: '{doer.command}', do_timeout: 1,"
+        " gate: 'test -f src/a.py'}\n",
+    )
+    summary = run_drive(service, item)
+    assert summary.ok, summary.message
+    first = _do_runs(service, "a", item)[0]
+    assert first.outcome == "failed" and "timed out after 1 s" in first.reason and first.duration < 30
+    assert (workspace / "src" / "a.py").read_text() == "A = 2\n"
+
+
+def test_siblings_editing_one_line_one_merges_the_other_retries_from_the_new_tip(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    repo(workspace, {"src/shared.py": "LINE = 'start'\n"})
+    doer = Doer(
+        tmp_path,
+        {
+            "a": {"write": {"src/shared.py": "LINE = 'a'\n"}},
+            "b#1": {"write": {"src/shared.py": "LINE = 'b'\n"}, "sleep": 1.5},
+            "b#2": {"append": {"src/shared.py": "OTHER = 'b'\n"}},
+        },
+    )
+    item = apply(
+        service,
+        f"""objective: one line
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'true'}}
+  - {{name: b, do: '{doer.command}', gate: 'true'}}
+""",
+    )
+    summary = run_drive(service, item, max_parallel=2, max_doers=2)
+    assert summary.ok, summary.message
+    b_runs = service.runs("b", item)
+    assert b_runs[0].outcome.value == "failed" and "merge conflict" in b_runs[0].reason
+    assert (
+        "CONFLICT" in Path(b_runs[0].log_path or "").read_text()
+        or "<<<<<<<" in Path(b_runs[0].log_path or "").read_text()
+    )
+    assert "merge conflict" in doer.of("b#2")["prompt"] or "conflict" in doer.of("b#2").get("failure", "")
+    assert (workspace / "src" / "shared.py").read_text() == "LINE = 'a'\nOTHER = 'b'\n"
+    assert len(merges(workspace)) == 2
+    assert git(workspace, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def test_the_item_budget_stops_further_doers(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    repo(workspace)
+    doer = Doer(
+        tmp_path,
+        {
+            "a": {"write": {"src/a.py": "A = 1\n"}, "cost": {"usd": 0.3, "tokens": 1000}},
+            "b": {"write": {"src/b.py": "B = 1\n"}, "cost": {"usd": 0.3, "tokens": 1000}},
+            "c": {"write": {"src/c.py": "C = 1\n"}},
+        },
+    )
+    item = apply(
+        service,
+        f"""objective: budget
+doer: {{budget_usd: 0.5}}
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'true'}}
+  - {{name: b, do: '{doer.command}', gate: 'true'}}
+  - {{name: c, do: '{doer.command}', gate: 'true'}}
+""",
+    )
+    summary = run_drive(service, item)
+    assert not summary.ok
+    shown = service.get_item(item).milestones
+    assert [m.status for m in shown] == [S.DONE, S.DONE, S.STUCK]
+    assert "budget" in (shown[2].reason or "")
+    assert [s["key"].split("#")[0] for s in doer.seen()] == ["a", "b"]  # c's doer never ran
+    assert _do_runs(service, "a", item)[0].cost_usd == 0.3 and _do_runs(service, "a", item)[0].tokens == 1000
+
+
+def test_a_users_uncommitted_change_is_left_untouched(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    repo(workspace)
+    (workspace / "src" / "app.py").write_text("x = 'mine, not committed'\n")
+    (workspace / "notes.txt").write_text("my notes\n")
+    doer = Doer(tmp_path, {"a": {"write": {"src/a.py": "A = 1\n"}}})
+    item = apply(
+        service, f"objective: dirty\nmilestones:\n  - {{name: a, do: '{doer.command}', gate: 'test -f src/a.py'}}\n"
+    )
+    summary = run_drive(service, item)
+    assert summary.ok, summary.message
+    assert (workspace / "src" / "app.py").read_text() == "x = 'mine, not committed'\n"
+    assert (workspace / "notes.txt").read_text() == "my notes\n"
+    assert not (workspace / "src" / "a.py").exists()  # merged into main, not into the user's checkout
+    assert "src/a.py" in git(workspace, "ls-tree", "-r", "--name-only", "main")
+    assert len(merges(workspace)) == 1
+
+
+def test_a_doer_gets_no_store_and_its_own_facts(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo(workspace)
+    monkeypatch.setenv("MILEPOST_DB", "sqlite:////nowhere/secret.db")
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    monkeypatch.setenv("DOER_ALLOWED", "yes")
+    doer = Doer(tmp_path, {"a": {"write": {"src/a.py": "A = 1\n"}}})
+    item = apply(
+        service,
+        f"""objective: what a doer is given
+doer: {{env: [DOER_ALLOWED]}}
+milestones:
+  - {{name: a, acceptance: 'a module a', do: '{doer.command}', gate: 'test -f src/a.py', inputs: ['src/**']}}
+""",
+    )
+    assert run_drive(service, item).ok
+    seen = doer.of("a#1")
+    env = seen["env"]
+    assert "MILEPOST_DB" not in env and "SECRET_TOKEN" not in env and env.get("DOER_ALLOWED") == "yes"
+    assert not any(k.startswith("PREFECT_") for k in env)
+    assert env["MILEPOST_ITEM"] == str(item) and env["MILEPOST_MILESTONE"] == "a" and env["MILEPOST_ATTEMPT"] == "1"
+    assert env["MILEPOST_AGENT"] == "doer"
+    assert seen["cwd"] == env["MILEPOST_WORKTREE"] != str(workspace)
+    assert "MILEPOST_COST_FILE" in env
+    for part in ("what a doer is given", "a module a", "test -f src/a.py", "src/**"):
+        assert part in seen["prompt"]
+
+
+def test_the_flow_run_shows_do_before_gate(prefect_api: str, service: Service, workspace: Path, tmp_path: Path) -> None:
+    repo(workspace)
+    doer = Doer(tmp_path, {"a": {"write": {"src/a.py": "A = 1\n"}}, "b": {"write": {"src/b.py": "B = 1\n"}}})
+    item = apply(
+        service,
+        f"""objective: the UI
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'true'}}
+  - {{name: b, deps: [a], do: '{doer.command}', gate: 'true'}}
+""",
+    )
+    summary = run_drive(service, item)
+    assert summary.ok and summary.flow_run_id
+    labels, edges = flow_run_edges(prefect_api, summary.flow_run_id)
+    assert {"do a", "a", "do b", "b"} <= labels
+    assert {("do a", "a"), ("a", "do b"), ("do b", "b")} <= edges
+
+
+def test_bad_doer_setups_are_refused_before_anything_runs(service: Service, workspace: Path, tmp_path: Path) -> None:
+    doer = Doer(tmp_path, {})
+    item = apply(service, f"objective: no git\nmilestones:\n  - {{name: a, do: '{doer.command}', gate: 'true'}}\n")
+    with pytest.raises(InputError, match="not in a git repository"):
+        run_drive(service, item)
+    assert statuses(service, item) == {"a": S.PENDING} and doer.seen() == []
+    repo(workspace)
+    other = apply(
+        service,
+        f"objective: no base\ndoer: {{base: nope}}\nmilestones:\n  - {{name: a, do: '{doer.command}', gate: 'true'}}\n",
+    )
+    with pytest.raises(InputError, match=r"doer\.base 'nope' is not a branch"):
+        run_drive(service, other)
+    assert statuses(service, other) == {"a": S.PENDING}
+
+
+def test_a_doer_that_deletes_its_worktree_fails_and_the_next_attempt_gets_a_new_one(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    repo(workspace)
+    doer = Doer(tmp_path, {"a#1": {"rm_worktree": True}, "a#2": {"write": {"src/a.py": "A = 1\n"}}})
+    item = apply(
+        service, f"objective: gone\nmilestones:\n  - {{name: a, do: '{doer.command}', gate: 'test -f src/a.py'}}\n"
+    )
+    summary = run_drive(service, item)
+    assert summary.ok, summary.message
+    assert "deleted its worktree" in _do_runs(service, "a", item)[0].reason
