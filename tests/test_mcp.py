@@ -216,7 +216,13 @@ def test_prime_and_plan_schema_from_the_cli(refactor: Path) -> None:
         "inputs",
         "cache",
         "flaky",
+        "do",
+        "do_timeout",
+        "do_budget_usd",
     }
+    doer = schema["$defs"]["PlanDoer"]["properties"]
+    assert set(doer) == {"isolate", "base", "setup", "protect", "env", "budget_usd"}
+    assert "doer" in schema["properties"]
     assert "gitignore-style" in milestone["inputs"]["description"]
     assert "inputs" in schema["$defs"]["PlanDefaults"]["properties"]
 

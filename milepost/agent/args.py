@@ -65,6 +65,9 @@ class MilestoneArgs(ToolArgs):
     retries: int | None = None
     timeout: float | None = None
     review: bool = False
+    do: str | None = Field(None, description="add: a command that does the work before the gate (docs/doers.md)")
+    do_timeout: float | None = Field(None, description="add: seconds before the do command is killed")
+    do_budget_usd: float | None = Field(None, description="add: dollars its doers may cost in all")
     verdict: str | None = Field(None, description="done: a note kept with the gate run")
     reason: str | None = Field(None, description="needs_fix, reset, reject, lock, unlock")
     expect_revision: int | None = None
@@ -93,5 +96,6 @@ class DriveArgs(ToolArgs):
 
     item: Id | None = None
     max_parallel: int = Field(1, ge=1, le=1000)
+    max_doers: int = Field(1, ge=1, le=1000, description="doers (do: commands) at once, apart from the gates")
     until: str | None = Field(None, description="drive only this milestone and its deps")
     expect_revision: int | None = None

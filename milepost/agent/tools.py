@@ -164,6 +164,9 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
             timeout=a.timeout,
             review=a.review,
             inputs=a.inputs,
+            do=a.do,
+            do_timeout=a.do_timeout,
+            do_budget_usd=a.do_budget_usd,
             item=a.item,
             expect_revision=rev,
         )
@@ -238,7 +241,9 @@ def drive(svc: Service, a: DriveArgs) -> dict[str, Any]:
     own = Service(
         svc.store, svc.agent, operator=svc.operator, lease_ttl=svc.lease_ttl.total_seconds(), clock=svc.ctx.clock
     )
-    s = run_drive(own, item, max_parallel=a.max_parallel, until=a.until, expect_revision=a.expect_revision)
+    s = run_drive(
+        own, item, max_parallel=a.max_parallel, max_doers=a.max_doers, until=a.until, expect_revision=a.expect_revision
+    )
     return {
         "item": s.item,
         "ok": s.ok,
