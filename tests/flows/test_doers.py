@@ -35,7 +35,8 @@ def repo(ws: Path, files: dict[str, str] | None = None) -> None:
     git(ws, "init", "-q", "-b", "main")
     git(ws, "config", "user.email", "dev@example.com")
     git(ws, "config", "user.name", "dev")
-    for path, text in (files or {"src/app.py": "x = 1\n", "tests/test_app.py": "def test_x(): pass\n"}).items():
+    default = {"src/app.py": "x = 1\n", "tests/test_app.py": "def test_x(): pass\n"}
+    for path, text in (default if files is None else files).items():
         (ws / path).parent.mkdir(parents=True, exist_ok=True)
         (ws / path).write_text(text)
     (ws / ".milepost").mkdir(exist_ok=True)
@@ -362,3 +363,25 @@ def test_a_doer_that_deletes_its_worktree_fails_and_the_next_attempt_gets_a_new_
     summary = run_drive(service, item)
     assert summary.ok, summary.message
     assert "deleted its worktree" in _do_runs(service, "a", item)[0].reason
+
+
+def test_the_example_as_a_user_runs_it(prefect_api: str, service: Service, workspace: Path) -> None:
+    """examples/doers, as docs/doers.md tells: every milestone's work merged
+    into main in dependency order, square fixed on its retry, tests unchanged."""
+    import shutil
+
+    from tests.conftest import EXAMPLES
+
+    for p in (EXAMPLES / "doers").iterdir():
+        (shutil.copytree if p.is_dir() else shutil.copy)(p, workspace / p.name)
+    repo(workspace, {})
+    item = apply(service, (workspace / "plan.yaml").read_text())
+    summary = run_drive(service, item, max_parallel=2, max_doers=2)
+    assert summary.ok, summary.message
+    subjects = merges(workspace)
+    assert [s.split()[2] for s in subjects][-1] == "registry" and len(subjects) == 3
+    assert [r.outcome.value for r in service.runs("square", item)] == ["failed", "passed"]
+    root = git(workspace, "rev-list", "--max-parents=0", "main").strip()
+    changed = git(workspace, "diff", "--name-only", root, "main").split()
+    assert sorted(changed) == ["src/shapes/circle.py", "src/shapes/registry.py", "src/shapes/square.py"]
+    assert git(workspace, "status", "--porcelain", "--untracked-files=no") == ""
