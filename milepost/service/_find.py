@@ -10,10 +10,10 @@ from sqlalchemy import Connection, Row, select
 
 from milepost.errors import NotFoundError
 from milepost.graph.models import MAX_ID
-from milepost.service._rows import FOCUS, ITEMS
-from milepost.service._tx import Context
+from milepost.service._rows import FOCUS, ITEMS, MILESTONES
+from milepost.service._tx import Context, unknown_milestone
 
-__all__ = ["focused", "head", "resolve"]
+__all__ = ["focused", "head", "milestone_pk", "resolve"]
 
 
 def focused(conn: Connection, agent: str) -> int | None:
@@ -42,3 +42,15 @@ def head(conn: Connection, item_id: int) -> Row[Any]:
     if row is None:
         raise NotFoundError(f"no work item {item_id}; see `milepost item list`", item=item_id)
     return row
+
+
+def milestone_pk(conn: Connection, item_id: int, name: str) -> int:
+    """The key of the item's milestone ``name`` (the item read with :func:`head`
+    first), or :class:`NotFoundError` naming the milestones there are."""
+    head(conn, item_id)
+    pk = conn.execute(
+        select(MILESTONES.c.id).where(MILESTONES.c.item_id == item_id, MILESTONES.c.name == name)
+    ).scalar()
+    if pk is None:
+        raise unknown_milestone(conn, item_id, name)
+    return int(pk)

@@ -11,10 +11,10 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from milepost._schema import DO_RUNS, MILESTONES
+from milepost._schema import DO_RUNS
 from milepost.results import Claim, DoRun
-from milepost.service._find import head, resolve
-from milepost.service._tx import Context, unknown_milestone
+from milepost.service._find import milestone_pk, resolve
+from milepost.service._tx import Context
 
 __all__ = ["do_runs", "last_do_run", "record_do_run", "set_merge_commit", "spent"]
 
@@ -89,12 +89,7 @@ def do_runs(ctx: Context, name: str, item: int | None = None) -> list[DoRun]:
     """Every do run of a milestone, oldest first."""
     item_id = resolve(ctx, item)
     with ctx.store.read() as conn:
-        head(conn, item_id)
-        pk = conn.execute(
-            select(MILESTONES.c.id).where(MILESTONES.c.item_id == item_id, MILESTONES.c.name == name)
-        ).scalar()
-        if pk is None:
-            raise unknown_milestone(conn, item_id, name)
+        pk = milestone_pk(conn, item_id, name)
         found = conn.execute(select(DO_RUNS).where(DO_RUNS.c.milestone_id == pk).order_by(DO_RUNS.c.attempt)).all()
     return [_run(ctx, r, item_id, name) for r in found]
 

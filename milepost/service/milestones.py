@@ -24,9 +24,10 @@ from milepost.graph.status import Action, MilestoneStatus
 from milepost.graph.steps import nothing_ready_reason
 from milepost.graph.validate import check_removable
 from milepost.results import ActionResult, DryRun, GateRun, MilestoneView, NextResult
+from milepost.service._find import milestone_pk
 from milepost.service._rows import DEPS, EVENTS, MILESTONES, RUNS
 from milepost.service._rows import gate_run as gate_run_of
-from milepost.service._tx import Context, ItemEvent, Tx, unknown_milestone, write
+from milepost.service._tx import Context, ItemEvent, Tx, write
 from milepost.service.items import create_item, head, insert_milestones, read, read_checked, resolve
 
 if TYPE_CHECKING:
@@ -375,12 +376,7 @@ def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, li
 def runs(ctx: Context, name: str, item: int | None = None) -> list[GateRun]:
     item_id = resolve(ctx, item)
     with ctx.store.read() as conn:
-        head(conn, item_id)
-        pk = conn.execute(
-            select(MILESTONES.c.id).where(MILESTONES.c.item_id == item_id, MILESTONES.c.name == name)
-        ).scalar()
-        if pk is None:
-            raise unknown_milestone(conn, item_id, name)
+        pk = milestone_pk(conn, item_id, name)
         found = conn.execute(select(RUNS).where(RUNS.c.milestone_id == pk).order_by(RUNS.c.attempt)).all()
         sources = _sources(conn, [r.source_run_id for r in found if r.source_run_id is not None])
     store = ctx.store
