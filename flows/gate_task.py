@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -269,6 +270,9 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
     log_path = Path(spec.log_path)
     if spec.cached:
         return _task_state(spec, box.keep(GateResult.model_validate_json(spec.files.result.read_text())))
+    if box.early is None and box.confirm is not None and not box.confirm():
+        box.lost = True
+        return _task_state(spec, box.keep(_lease_lost(spec)))
     # The run logger is bound to this task run's context: take it here, use it in the monitor's thread.
     watched = _Watched(spec, get_run_logger(), MAX_LOG_LINES)
     # The drive's monitor; a task in another process (a Dask worker) watches its gate with one of its own.
@@ -302,6 +306,17 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
         spec.files.write_result(result)
     return _task_state(spec, box.keep(result))
+
+
+def _lease_lost(spec: GateSpec) -> GateResult:
+    """The verdict of an attempt whose lease another driver took over
+    before it started (this drive stalled past the lease's expiry after
+    its claim): not started, so the attempt runs once, under the driver
+    that took it over and recorded it. Not written to the attempt's files,
+    which are that driver's record now."""
+    now = datetime.now(UTC)
+    why = f"interrupted: not started, its lease passed to another driver before its {spec.kind.value} started"
+    return GateResult(outcome=Outcome.INTERRUPTED, reason=why, log_path=spec.log_path, started_at=now, finished_at=now)
 
 
 def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:
@@ -341,7 +356,19 @@ class SpecBox:
     worker, only the spec travels: the loop reads the file when Prefect has
     ended the task run."""
 
-    __slots__ = ("_end_lock", "deferring", "early", "interrupt", "monitor", "on_end", "spec", "units", "verdict")
+    __slots__ = (
+        "_end_lock",
+        "confirm",
+        "deferring",
+        "early",
+        "interrupt",
+        "lost",
+        "monitor",
+        "on_end",
+        "spec",
+        "units",
+        "verdict",
+    )
 
     def __init__(
         self,
@@ -360,6 +387,9 @@ class SpecBox:
         self.deferring = False
         self.interrupt: BaseException | None = None
         self.early: EarlyGate | None = None  # the gate's command, started before the flow run (flows/early.py)
+        # Whether the claim's lease is still the drive's, asked right before the gate starts (None: not asked).
+        self.confirm: Callable[[], bool] | None = None
+        self.lost = False  # it was not: another driver took the attempt over, nothing started
 
     def __reduce__(self) -> tuple[type[SpecBox], tuple[GateSpec]]:
         return (SpecBox, (self.spec,))

@@ -172,6 +172,8 @@ class Loop:
         # Its end reaches done_q once, through its box (SpecBox.end): from the task as soon as its verdict is
         # kept (the loop goes on while Prefect ends the task run), else from its future's end.
         box = SpecBox(spec, self.session.units, self.monitor, functools.partial(self.done_q.put, key))
+        if kind is not TaskKind.FIX and not cached:
+            box.confirm = functools.partial(self.session.leases.confirm, claim)
         if self.ctx.inline:
             self.inline.append((key, deps))  # run by the loop when it would wait (_run_inline)
         else:
@@ -219,6 +221,9 @@ class Loop:
                 self.reporter.warning(f"{name} not started: {self.session.busy[name]}")
             if claim is None:
                 return
+            # Renewed from its claim on, not from its submission: reporting it and reading a proof may outlast
+            # a short lease under load, and another driver would take over an attempt about to start.
+            self.session.leases.add(claim)
             crash_point("claimed")
             self.claimed += 1
             m = claim.milestone
@@ -307,6 +312,9 @@ class Loop:
 
     def _finish(self, r: _Running) -> None:
         result = read_result(r.box, r.future, self.crashes)
+        if r.box.lost:
+            self._lost(r, result)
+            return
         if r.kind is TaskKind.DO:
             self._after_do(r, result)
             return
@@ -340,6 +348,14 @@ class Loop:
                 f"{name}: its gate changed its own inputs ({describe_changes(result.rewrote)}): it stays stale"
             )
         self._after_failure(r.claim, done, result)
+
+    def _lost(self, r: _Running, result: GateResult) -> None:
+        """Another driver took the attempt over before its task started
+        anything (see :attr:`SpecBox.lost`), and recorded it: nothing to record."""
+        self.session.leases.remove(r.claim)
+        self.reporter.warning(f"{r.claim.milestone.name}: {result.reason.removeprefix('interrupted: ')}")
+        if self.doing is not None:
+            self.doing.forget(r.claim)
 
     def _may_chain(self, result: GateResult) -> bool:
         """Whether the record of ``result`` may claim the next gate in its

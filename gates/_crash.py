@@ -8,23 +8,38 @@ claim's transaction, before it commits), ``claimed`` (after a claim
 committed, before its gate starts), ``gate`` (its gate just started),
 ``record`` (inside the transaction recording an attempt, before it commits),
 ``reclaim`` (a dead driver's lease taken over, its attempt not yet fenced).
+
+Two more ways to fail at a point, for the tests of a driver that stalls
+rather than dies: ``MILEPOST_CRASH_SIGNAL=SIGSTOP`` freezes the whole
+process there instead (until a SIGCONT), and ``MILEPOST_STALL_AT=NAME:FILE``
+makes the thread that reaches NAME wait there, once, until FILE exists (at
+most two minutes; the process's other threads, such as its lease keeper,
+go on).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 __all__ = ["crash_point"]
 
 _SPEC = os.environ.get("MILEPOST_CRASH_AT", "").strip()
 _TARGET, _, _NTH = _SPEC.partition(":")
 _SEEN: dict[str, int] = {}
+_SIGNAL = getattr(signal, os.environ.get("MILEPOST_CRASH_SIGNAL", "SIGKILL").strip() or "SIGKILL", signal.SIGKILL)
+_STALL, _, _UNTIL = os.environ.get("MILEPOST_STALL_AT", "").strip().partition(":")
 
 
 def crash_point(name: str) -> None:
+    if _STALL and name == _STALL:
+        _SEEN[f"stall:{name}"] = _SEEN.get(f"stall:{name}", 0) + 1
+        deadline = time.monotonic() + 120
+        while _SEEN[f"stall:{name}"] == 1 and not os.path.exists(_UNTIL) and time.monotonic() < deadline:
+            time.sleep(0.05)
     if not _SPEC or name != _TARGET:
         return
     _SEEN[name] = _SEEN.get(name, 0) + 1
     if _SEEN[name] == int(_NTH or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), _SIGNAL)

@@ -85,7 +85,17 @@ def take_lease(
         )
     if start:
         tx.save(pk, start, applied=True, written=1)
-    return Claim(item=tx.id, pk=pk, milestone=m, attempt=attempt, owner=owner, log_path=str(log), reproof=reproof)
+    until = lease["expires"]
+    return Claim(
+        item=tx.id,
+        pk=pk,
+        milestone=m,
+        attempt=attempt,
+        owner=owner,
+        log_path=str(log),
+        reproof=reproof,
+        leased_until=until,
+    )
 
 
 class LeaseKeeper:
@@ -95,6 +105,7 @@ class LeaseKeeper:
     def __init__(self, ctx: Context, claims: Iterable[Claim] = ()) -> None:
         self.ctx = ctx
         self._claims = {c.owner + str(c.pk): c for c in claims}
+        self._until: dict[str, datetime] = {}  # (the latest expiry this keeper wrote, per claim)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="milepost-leases", daemon=True)
@@ -106,15 +117,44 @@ class LeaseKeeper:
     def remove(self, claim: Claim) -> None:
         with self._lock:
             self._claims.pop(claim.owner + str(claim.pk), None)
+            self._until.pop(claim.owner + str(claim.pk), None)
+
+    def confirm(self, claim: Claim) -> bool:
+        """Whether ``claim``'s lease is still this owner's, renewed for a
+        whole lifetime if so: asked right before its gate or doer starts.
+        False when another driver took it over (this one stalled past its
+        expiry after the claim), which has fenced and recorded the attempt:
+        it must not start. A database out of reach cannot say: True (the
+        other drivers cannot reach it either, and the lease has slack).
+        Within the first half of a lease this process took or renewed it is
+        so without asking."""
+        with self._lock:
+            until = max(filter(None, (claim.leased_until, self._until.get(claim.owner + str(claim.pk)))), default=None)
+        if until is not None and self.ctx.clock() < until - self.ctx.lease_ttl / 2:
+            return True
+        try:
+            renewed = self.ctx.clock() + self.ctx.lease_ttl
+            with self.ctx.store.write() as conn:
+                if not renew(conn, self.ctx, claim):
+                    return False
+        except EnvironmentProblem:
+            return True
+        with self._lock:
+            if claim.owner + str(claim.pk) in self._claims:
+                self._until[claim.owner + str(claim.pk)] = renewed
+        return True
 
     def renew(self) -> None:
         with self._lock:
             claims = list(self._claims.values())
         if not claims:
             return
+        until = self.ctx.clock() + self.ctx.lease_ttl
         with self.ctx.store.write() as conn:
-            for c in claims:
-                renew(conn, self.ctx, c)
+            kept = [c for c in claims if renew(conn, self.ctx, c)]
+        with self._lock:
+            for c in kept:
+                self._until[c.owner + str(c.pk)] = until
 
     def _run(self) -> None:
         while not self._stop.wait(self.ctx.lease_ttl.total_seconds() / 4):
@@ -132,9 +172,10 @@ class LeaseKeeper:
         self._thread.join(timeout=10)
 
 
-def renew(conn: Connection, ctx: Context, c: Claim) -> None:
-    conn.execute(
+def renew(conn: Connection, ctx: Context, c: Claim) -> int:
+    """Push ``c``'s lease out by a lifetime if ``c.owner`` still holds it; 1 if so, else 0."""
+    return conn.execute(
         update(MILESTONES)
         .where(MILESTONES.c.id == c.pk, MILESTONES.c.lease_owner == c.owner)
         .values(lease_expires=ctx.clock() + ctx.lease_ttl)
-    )
+    ).rowcount

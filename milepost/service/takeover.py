@@ -223,7 +223,16 @@ def _take_lease(ctx: Context, item: int, r: Any, owner: str, now: datetime, *, g
     else:
         log = AttemptFiles.of(ctx.store.evidence_dir("logs"), item, r.name, attempt).log
     reproof = bool(info.get("reproof"))
-    return Claim(item=item, pk=r.id, milestone=m, attempt=attempt, owner=owner, log_path=str(log), reproof=reproof)
+    return Claim(
+        item=item,
+        pk=r.id,
+        milestone=m,
+        attempt=attempt,
+        owner=owner,
+        log_path=str(log),
+        reproof=reproof,
+        leased_until=until,
+    )
 
 
 def _claimed_at(info: dict[str, Any], default: datetime) -> datetime:
