@@ -175,11 +175,11 @@ class Doing:
 
     def _env(self, claim: Claim, cwd: Path, files: AttemptFiles) -> dict[str, str]:
         m = claim.milestone
-        stem = str(files.log).removesuffix(".log")
-        last = AttemptFiles(Path(claim.log_path)).log.parent / f"attempt-{claim.attempt - 1}.log"
-        failure = last.read_text(errors="replace")[-8000:] if claim.attempt > 1 and last.exists() else None
+        before = AttemptFiles(Path(claim.log_path)).previous()
+        last = before.log if before is not None else None
+        failure = last.read_text(errors="replace")[-8000:] if last is not None and last.exists() else None
         prompt = write_prompt(
-            Path(stem + ".prompt.md"),
+            files.prompt,
             m,
             PromptFacts(
                 objective=self.objective,
@@ -197,9 +197,9 @@ class Doing:
             "MILEPOST_ATTEMPT": str(claim.attempt),
             "MILEPOST_PROMPT": str(prompt),
             "MILEPOST_WORKTREE": str(cwd),
-            "MILEPOST_COST_FILE": stem + ".cost.json",
+            "MILEPOST_COST_FILE": str(files.cost),
         }
-        if failure is not None:
+        if failure is not None and last is not None:
             given["MILEPOST_FAILURE_LOG"] = str(last)
         return doer_env(os.environ, self.settings.env, given)
 
@@ -211,7 +211,7 @@ class Doing:
         and its do run, recorded."""
         a = self.running[(claim.milestone.name, claim.attempt)]
         files = do_files(claim)
-        cost = read_cost(Path(str(files.log).removesuffix(".log") + ".cost.json"))
+        cost = read_cost(files.cost)
         run = DoRun(
             item=self.item,
             milestone=claim.milestone.name,

@@ -16,7 +16,10 @@ An attempt of a milestone's gate has a log under the store's logs folder,
   own beside it (``.fix.proc``, ``.fix.result.json``);
 - ``attempt-N.do.log``: the doer run before its gate (docs/doers.md), with
   ``.do.proc``, ``.do.result.json``, its prompt ``.do.prompt.md`` and the
-  cost it reported, ``.do.cost.json``.
+  cost it reported, ``.do.cost.json``;
+- ``attempt-N.unit-K.log`` (and ``.unit-K.proc``): unit K of an ``each``
+  step while it runs, appended to the attempt's log and removed when it
+  ends.
 
 A driver that dies leaves these behind: :meth:`AttemptFiles.recover` reads
 how its attempt ended from them (on the machine that ran it), and the
@@ -126,8 +129,37 @@ class AttemptFiles:
     @property
     def do(self) -> AttemptFiles:
         """The files of the doer run before this attempt's gate (its log, and
-        beside it its prompt ``.do.prompt.md`` and cost ``.do.cost.json``)."""
+        beside it its :attr:`prompt` and :attr:`cost`)."""
         return AttemptFiles(Path(self._stem + ".do.log"))
+
+    @property
+    def prompt(self) -> Path:
+        """A doer's prompt (of the files :attr:`do` names)."""
+        return Path(self._stem + ".prompt.md")
+
+    @property
+    def cost(self) -> Path:
+        """What a doer says it cost (of the files :attr:`do` names)."""
+        return Path(self._stem + ".cost.json")
+
+    def unit(self, n: int) -> AttemptFiles:
+        """The files of the ``n``-th unit of an ``each`` step run in this
+        attempt (a log and ``.proc`` of its own, appended to the attempt's
+        log and removed when the unit ends)."""
+        return AttemptFiles(Path(f"{self._stem}.unit-{n}.log"))
+
+    def previous(self) -> AttemptFiles | None:
+        """The files of the attempt before this one (None for a first attempt)."""
+        stem, sep, number = self._stem.rpartition("attempt-")
+        if not sep or not number.isdigit() or int(number) <= 1:
+            return None
+        return AttemptFiles(Path(f"{stem}attempt-{int(number) - 1}.log"))
+
+    def discard(self) -> None:
+        """Remove the log and ``.proc`` (best effort)."""
+        for path in (self.log, self.proc):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     # -- the verdict ---------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from milepost.gates import log_room
+from milepost.gates.attempt import AttemptFiles
 from milepost.gates.inputs import Snapshot
 from milepost.gates.log_room import command_header
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
@@ -134,13 +135,13 @@ class UnitRuns:
                 log_room.write(fd, text)
 
         def unit(n: int, path: str) -> CommandResult:
-            own = log_path.with_name(f"{log_path.stem}.unit-{first + n}.log")
+            own = AttemptFiles(log_path).unit(first + n)
 
             def run(c: GateCommand, i: int) -> CommandResult:
-                ufd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                ufd = os.open(own.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 try:
                     with book.worker():  # within --max-parallel, whichever gate runs it
-                        return run_one(index=i, cmd=c, log_fd=ufd, log_path=own, stop=halt, on_interrupt=None)
+                        return run_one(index=i, cmd=c, log_fd=ufd, log_path=own.log, stop=halt, on_interrupt=None)
                 finally:
                     os.close(ufd)
                     _append(own, fd, lock)
@@ -164,14 +165,12 @@ class UnitRuns:
         return [f.result() for f in futures]
 
 
-def _append(part: Path, fd: int, lock: threading.Lock) -> None:
+def _append(part: AttemptFiles, fd: int, lock: threading.Lock) -> None:
     """A unit's own log into the attempt's, then gone (best effort: a full disk loses the copy, not the verdict)."""
-    with lock, contextlib.suppress(OSError), open(part, "rb") as f:
+    with lock, contextlib.suppress(OSError), open(part.log, "rb") as f:
         while chunk := f.read(1 << 20):
             os.write(fd, chunk)
-    for leftover in (part, part.with_suffix(".proc")):
-        with contextlib.suppress(OSError):
-            leftover.unlink()
+    part.discard()
 
 
 def _adopted(found: Adopted, write: Callable[[str], None]) -> CommandResult:

@@ -26,6 +26,27 @@ def test_the_files_of_an_attempt_and_of_its_fix(tmp_path: Path) -> None:
     assert files.fix.result == folder / "attempt-3.fix.result.json"
 
 
+def test_the_files_of_a_doer_a_unit_and_the_attempt_before(tmp_path: Path) -> None:
+    files = AttemptFiles.of(tmp_path / "logs", 7, "build", 3)
+    folder = tmp_path / "logs" / "item-7" / "build"
+    assert (files.do.log, files.do.prompt, files.do.cost) == (
+        folder / "attempt-3.do.log",
+        folder / "attempt-3.do.prompt.md",
+        folder / "attempt-3.do.cost.json",
+    )
+    unit = files.unit(4)
+    assert (unit.log, unit.proc) == (folder / "attempt-3.unit-4.log", folder / "attempt-3.unit-4.proc")
+    before = files.previous()
+    assert before is not None and before.log == folder / "attempt-2.log"
+    assert AttemptFiles.of(tmp_path, 7, "build", 1).previous() is None  # a first attempt has none
+    assert AttemptFiles(tmp_path / "attempt-12.log").previous() == AttemptFiles(tmp_path / "attempt-11.log")
+    folder.mkdir(parents=True)
+    unit.log.write_text("out\n")
+    unit.proc.write_text("{}\n")
+    unit.discard()
+    assert list(folder.iterdir()) == []
+
+
 def test_a_verdict_is_written_whole_and_read_back(tmp_path: Path) -> None:
     files = AttemptFiles(tmp_path / "attempt-1.log")
     assert files.read_result() is None  # none written
