@@ -48,6 +48,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -243,42 +245,52 @@ class _Settling:
         self.recorded = seen
 
 
-def in_process(args: argparse.Namespace, ws: Any) -> None:  # noqa: PLR0915 (a benchmark's script, read top to bottom)
-    from milepost.flows.drive import run_drive
-    from milepost.planfile import parse_plan
-    from milepost.service import Service
-    from milepost.store import Store
-
-    n = args.n
-
-    # The same hand-written flow as the whole-process comparison runs.
+def _hand_written_flow() -> Callable[[int, str], None]:
+    """The same hand-written flow as the whole-process comparison runs, defined in this process."""
     defined: dict[str, Any] = {"__name__": "hand_written"}
     exec(HAND_SCRIPT, defined)
-    hand = defined["hand"]
+    hand: Callable[[int, str], None] = defined["hand"]
+    return hand
 
-    server = _Settling(n)  # let the server settle between runs, as in whole_process
 
-    def milepost_once() -> float:
-        svc = Service(Store.open(ws.url, ws.home, ws.root, create=True))
-        item = svc.apply_plan(parse_plan(plan_text(n))).id
+@dataclass
+class _InProcessWays:
+    """One timed run of each way of running ``n`` `true` gates in this process; after each flow the server
+    is let settle, as in whole_process."""
+
+    ws: Any
+    n: int
+    hand: Callable[[int, str], None]
+    server: _Settling
+
+    def milepost_once(self) -> float:
+        from milepost.flows.drive import run_drive
+        from milepost.planfile import parse_plan
+        from milepost.service import Service
+        from milepost.store import Store
+
+        svc = Service(Store.open(self.ws.url, self.ws.home, self.ws.root, create=True))
+        item = svc.apply_plan(parse_plan(plan_text(self.n))).id
         t0 = time.perf_counter()
         s = run_drive(svc, item, wait_recorded=False)  # as `drive` with a server of its own
         dt = time.perf_counter() - t0
         assert s.ok, s.message
         svc.close()
-        server.settle()
+        self.server.settle()
         return dt
 
-    def hand_once(how: str) -> float:
+    def hand_once(self, how: str) -> float:
         t0 = time.perf_counter()
-        hand(n, how)
+        self.hand(self.n, how)
         dt = time.perf_counter() - t0
-        server.settle()
+        self.server.settle()
         return dt
 
-    def doit_once() -> float:
+    def doit_once(self) -> float:
         from doit.cmd_base import ModuleTaskLoader
         from doit.doit_cmd import DoitMain
+
+        n = self.n
 
         def task_m() -> Any:
             for i in range(n):
@@ -292,26 +304,45 @@ def in_process(args: argparse.Namespace, ws: Any) -> None:  # noqa: PLR0915 (a b
         assert code == 0, code
         return dt
 
-    def plain_once() -> float:
+    def plain_once(self) -> float:
         t0 = time.perf_counter()
-        for _ in range(n):
+        for _ in range(self.n):
             subprocess.run(["/bin/sh", "-c", "true"], check=False)
         return time.perf_counter() - t0
 
+
+@dataclass
+class _InProcessTimes:
+    """Seconds of each run of each way."""
+
+    mp: list[float] = field(default_factory=list)  # milepost drive
+    hc: list[float] = field(default_factory=list)  # hand-written, task calls
+    hs: list[float] = field(default_factory=list)  # hand-written, submit().wait()
+    pl: list[float] = field(default_factory=list)  # plain subprocess loop
+    dt: list[float] = field(default_factory=list)  # doit
+
+
+def _in_process_times(ways: _InProcessWays, repeat: int) -> _InProcessTimes:
+    """A warm-up, then ``repeat`` runs of each way, interleaved."""
     # Warm up both paths once (first flow of a process pays for imports and client set-up).
-    milepost_once()
-    hand_once("call")
-    mp, hc, hs, pl, dt = [], [], [], [], []
-    for _ in range(args.repeat):
-        mp.append(milepost_once())
-        hc.append(hand_once("call"))
-        hs.append(hand_once("submit"))
-        pl.append(plain_once())
-        dt.append(doit_once())
+    ways.milepost_once()
+    ways.hand_once("call")
+    times = _InProcessTimes()
+    for _ in range(repeat):
+        times.mp.append(ways.milepost_once())
+        times.hc.append(ways.hand_once("call"))
+        times.hs.append(ways.hand_once("submit"))
+        times.pl.append(ways.plain_once())
+        times.dt.append(ways.doit_once())
+    return times
+
+
+def _print_in_process(n: int, repeat: int, times: _InProcessTimes) -> None:
+    mp, hc, hs, pl, dt = times.mp, times.hc, times.hs, times.pl, times.dt
     m_mp, m_hc, m_hs, m_pl, m_dt = (statistics.median(x) * 1000 / n for x in (mp, hc, hs, pl, dt))
     m_hw = min(m_hc, m_hs)
     print(
-        f"in process, {n} milestones with `true` gates, median of {args.repeat}"
+        f"in process, {n} milestones with `true` gates, median of {repeat}"
         " (ms per milestone, flow start and end included):"
     )
     print(f"  milepost drive                 {m_mp:8.1f}   spread {_spread(mp):.2f}")
@@ -321,6 +352,13 @@ def in_process(args: argparse.Namespace, ws: Any) -> None:  # noqa: PLR0915 (a b
     print(f"  doit, same commands            {m_dt:8.1f}   ({m_dt * n / 1000:.2f} s for all {n}; no server, no UI)")
     ok = "met" if m_mp / m_hw <= RATIO_TARGET else "MISSED"
     print(f"  milepost / faster hand-written {m_mp / m_hw:8.2f}x   (target <= {RATIO_TARGET}: {ok})")
+
+
+def in_process(args: argparse.Namespace, ws: Any) -> None:
+    """milepost's drive, the hand-written flow (both ways), a plain loop and doit, in this process."""
+    hand = _hand_written_flow()
+    ways = _InProcessWays(ws=ws, n=args.n, hand=hand, server=_Settling(args.n))
+    _print_in_process(args.n, args.repeat, _in_process_times(ways, args.repeat))
 
 
 def parallel(args: argparse.Namespace, ws: Any) -> None:

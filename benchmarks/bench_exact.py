@@ -56,6 +56,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from milepost.gates.inputs import Snapshot
@@ -211,7 +212,49 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
-def main() -> None:  # noqa: C901, PLR0912, PLR0915 (a benchmark's script, read top to bottom)
+@dataclass
+class Bench:
+    """What every step shares: the arguments, the sdist, the gates' venv, the environment and the folders."""
+
+    args: argparse.Namespace
+    tree: Path  # the unpacked sdist
+    gate_bin: Path  # the gates' venv's bin folder
+    env: dict[str, str]  # without milepost's and Prefect's settings; the server's PREFECT_API_URL once it is up
+    tmp: Path  # the workspaces, removed at the end
+    host: Path  # the server's workspace
+    server_started: bool = False
+
+    def pytest(self, *targets: str) -> list[str]:
+        """pytest of the gates' venv over ``targets``, as one process."""
+        return [str(self.gate_bin / "python3"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *targets]
+
+    def suite_env(self) -> dict[str, str]:
+        """The environment of pytest run directly: the work tree's copy of jinja2 (``PYTHONPATH=src``)."""
+        return {**self.env, "PYTHONPATH": "src"}
+
+
+@dataclass
+class Figures:
+    """Every measure in seconds (lists: one sample each), and what the summary names with them."""
+
+    first: list[float] = field(default_factory=list)  # first drives of the scaffolded plan
+    suite: list[float] = field(default_factory=list)  # the suite as one pytest process
+    fixed: list[float] = field(default_factory=list)  # one-milestone drives
+    per_file: float = 0.0  # the suite one pytest process per test file, one after another
+    vfirst: float = 0.0  # the first drive of the plan with the issue's final gate (0.0: not run)
+    affected: list[str] = field(default_factory=list)  # the test files whose unit stands for the edited file
+    reproof: list[float] = field(default_factory=list)  # verify after the edit
+    direct: list[float] = field(default_factory=list)  # the affected test files in one pytest process
+    direct_each: list[float] = field(default_factory=list)  # the affected test files one process each
+    revert: list[float] = field(default_factory=list)  # verify after putting the file back
+    reproof_variant: list[float] = field(default_factory=list)  # verify after the edit, the issue's final gate
+    literal: int = 0  # the item with literal file lists
+    files: int = 0  # the paths of its lists
+    listed: dict[int, list[float]] = field(default_factory=dict)  # item -> `--json list` of it
+    stale: list[str] = field(default_factory=list)  # milestones of item 1 stale at the end
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="samples of each cheap measure")
     ap.add_argument("--list-repeat", type=int, default=7, help="samples of each stale check")
@@ -224,9 +267,12 @@ def main() -> None:  # noqa: C901, PLR0912, PLR0915 (a benchmark's script, read 
         help="skip the plan with the issue's final gate (pytest without -x: no unit shared)",
     )
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "milepost-bench-exact")
-    args = ap.parse_args()
-    args.cache.mkdir(parents=True, exist_ok=True)
+    return ap.parse_args()
 
+
+def set_up(args: argparse.Namespace) -> Bench:
+    """The sdist and the gates' venv (made once in the cache folder), the environment, a temporary folder."""
+    args.cache.mkdir(parents=True, exist_ok=True)
     tree = sdist(args.cache)
     gate_bin = test_venv(args.cache)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MILEPOST_", "PREFECT_"))}
@@ -234,99 +280,136 @@ def main() -> None:  # noqa: C901, PLR0912, PLR0915 (a benchmark's script, read 
     tmp = Path(tempfile.mkdtemp(prefix="bench-exact-"))
     host = tmp / "server"
     host.mkdir()
-    server_started = False
+    return Bench(args=args, tree=tree, gate_bin=gate_bin, env=env, tmp=tmp, host=host)
+
+
+def start_server(bench: Bench) -> None:
+    """Log the package and the machine; one server for every drive (its URL into ``bench.env``)."""
+    tree, env = bench.tree, bench.env
+    modules = len(list((tree / "src" / "jinja2").glob("*.py")))
+    tests = len(list((tree / "tests").glob("test_*.py")))
+    log(f"jinja2 {VERSION}: {modules} modules in src/jinja2, {tests} test files; gates run {bench.gate_bin}/python3")
+    log(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    run(mp("init"), bench.host, env)
+    t0 = time.perf_counter()
+    run(mp("server", "start"), bench.host, env)
+    bench.server_started = True
+    status = json.loads(run(mp("--json", "server", "status"), bench.host, env).stdout)
+    env["PREFECT_API_URL"] = status["api_url"]
+    log(f"milepost server start: {time.perf_counter() - t0:.1f} s, once (every drive below uses it)")
+
+
+def first_drives(bench: Bench, figures: Figures) -> Path:
+    """First drives, each in a fresh workspace (a store's cache would answer a second one); the last workspace."""
+    ws = bench.tmp / "ws0"
+    for n in range(bench.args.first_drives):
+        ws = workspace(bench.tree, bench.tmp / f"ws{n}", bench.env)
+        figures.first.append(timed(mp("drive", "1", "--max-parallel", "2"), ws, bench.env))
+        log(f"first drive {n + 1}: {figures.first[-1]:.1f} s")
+    return ws
+
+
+def suite_and_fixed_cost(bench: Bench, ws: Path, figures: Figures) -> None:
+    """The suite as one pytest process and a one-milestone drive, in turn; then the suite one process per file."""
+    for n in range(bench.args.repeat):
+        figures.suite.append(timed(bench.pytest("tests"), ws, bench.suite_env()))
+        item = one_milestone(ws, bench.env, n)
+        figures.fixed.append(timed(mp("drive", str(item)), ws, bench.env))
+    log(
+        f"suite: {', '.join(f'{x:.2f}' for x in figures.suite)} s; one-milestone drive: "
+        f"{', '.join(f'{x:.2f}' for x in figures.fixed)} s"
+    )
+    test_files = sorted(p.relative_to(ws).as_posix() for p in (ws / "tests").glob("test_*.py"))
+    figures.per_file = sum(timed(bench.pytest(t), ws, bench.suite_env()) for t in test_files)
+    log(f"the suite one pytest process per test file, one after another: {figures.per_file:.1f} s")
+
+
+def variant_first_drive(bench: Bench, figures: Figures) -> Path | None:
+    """The plan with the issue's final gate: pytest without -x, so its units share nothing with the modules'.
+    Its workspace, or None with --no-variant."""
+    if not bench.args.variant:
+        return None
+    ws_variant = workspace(bench.tree, bench.tmp / "ws-variant", bench.env, final_gate=ISSUE_FINAL_GATE)
+    figures.vfirst = timed(mp("drive", "1", "--max-parallel", "2"), ws_variant, bench.env)
+    log(f"first drive, the issue's final gate (pytest without -x): {figures.vfirst:.1f} s")
+    return ws_variant
+
+
+def one_edit(bench: Bench, ws: Path, n: int, original: bytes, figures: Figures) -> None:
+    """A one-line edit: verify, the affected files directly (one process, then one each); put back, verify."""
+    edited = ws / bench.args.edit
+    verify = mp("verify", "--item", "1", "--max-parallel", "2")
+    edited.write_bytes(original + f"# one-line edit {n} {time.time()}\n".encode())
+    figures.reproof.append(timed(verify, ws, bench.env))
+    figures.direct.append(timed(bench.pytest(*figures.affected), ws, bench.suite_env()))
+    figures.direct_each.append(sum(timed(bench.pytest(t), ws, bench.suite_env()) for t in figures.affected))
+    edited.write_bytes(original)
+    figures.revert.append(timed(verify, ws, bench.env))
+
+
+def one_variant_edit(bench: Bench, ws_variant: Path, n: int, original: bytes, figures: Figures) -> None:
+    """The same edit in the workspace with the issue's final gate: verify; put back, verify (not counted)."""
+    verify = mp("verify", "--item", "1", "--max-parallel", "2")
+    (ws_variant / bench.args.edit).write_bytes(original + f"# one-line edit {n} {time.time()}\n".encode())
+    figures.reproof_variant.append(timed(verify, ws_variant, bench.env))
+    (ws_variant / bench.args.edit).write_bytes(original)
+    timed(verify, ws_variant, bench.env)
+
+
+def edits(bench: Bench, ws: Path, ws_variant: Path | None, figures: Figures) -> None:
+    """``--repeat`` one-line edits of ``--edit`` and their re-proofs, against its affected test files run directly."""
+    original = (ws / bench.args.edit).read_bytes()
+    figures.affected = affected_tests(ws, bench.args.edit)
+    for n in range(bench.args.repeat):
+        one_edit(bench, ws, n, original, figures)
+        if ws_variant is not None:
+            one_variant_edit(bench, ws_variant, n, original, figures)
+    log(
+        f"edit {bench.args.edit}: affected units {len(figures.affected)} ({', '.join(figures.affected)}); re-proof "
+        f"{', '.join(f'{x:.2f}' for x in figures.reproof)} s; direct {', '.join(f'{x:.2f}' for x in figures.direct)} s "
+        f"(one process each: {', '.join(f'{x:.2f}' for x in figures.direct_each)} s); "
+        f"verify after revert {', '.join(f'{x:.2f}' for x in figures.revert)} s"
+    )
+
+
+def stale_checks(bench: Bench, ws: Path, figures: Figures) -> None:
+    """``--json list`` of item 1 (module entries) against the same milestones with literal file lists."""
+    env = bench.env
+    figures.literal, figures.files = literal_item(ws, env)
+    literal = figures.literal
+    timed(mp("drive", str(literal), "--max-parallel", "2"), ws, env)  # its gates' units are all kept
+    figures.listed = {1: [], literal: []}
+    for item in (1, literal):  # warm the caches
+        timed(mp("--json", "list", "--item", str(item)), ws, env)
+    for _ in range(bench.args.list_repeat):
+        for item in (1, literal):
+            figures.listed[item].append(timed(mp("--json", "list", "--item", str(item)), ws, env))
+    views = json.loads(run(mp("--json", "list", "--item", "1"), ws, env).stdout)
+    figures.stale = [m["name"] for m in views["milestones"] if m.get("view") == "stale"]
+
+
+def measure(bench: Bench) -> Figures:
+    """Every measure, against one server; the server stopped and the workspaces removed at the end."""
+    figures = Figures()
     try:
-        modules = len(list((tree / "src" / "jinja2").glob("*.py")))
-        tests = len(list((tree / "tests").glob("test_*.py")))
-        log(f"jinja2 {VERSION}: {modules} modules in src/jinja2, {tests} test files; gates run {gate_bin}/python3")
-        log(f"machine: {os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        run(mp("init"), host, env)
-        t0 = time.perf_counter()
-        run(mp("server", "start"), host, env)
-        server_started = True
-        status = json.loads(run(mp("--json", "server", "status"), host, env).stdout)
-        env["PREFECT_API_URL"] = status["api_url"]
-        log(f"milepost server start: {time.perf_counter() - t0:.1f} s, once (every drive below uses it)")
-
-        # First drives, each in a fresh workspace (a store's cache would answer a second one).
-        first: list[float] = []
-        ws = tmp / "ws0"
-        for n in range(args.first_drives):
-            ws = workspace(tree, tmp / f"ws{n}", env)
-            first.append(timed(mp("drive", "1", "--max-parallel", "2"), ws, env))
-            log(f"first drive {n + 1}: {first[-1]:.1f} s")
-
-        suite_cmd = [str(gate_bin / "python3"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
-        suite_env = {**env, "PYTHONPATH": "src"}
-        suite: list[float] = []
-        fixed: list[float] = []
-        for n in range(args.repeat):
-            suite.append(timed(suite_cmd, ws, suite_env))
-            item = one_milestone(ws, env, n)
-            fixed.append(timed(mp("drive", str(item)), ws, env))
-        log(
-            f"suite: {', '.join(f'{x:.2f}' for x in suite)} s; one-milestone drive: "
-            f"{', '.join(f'{x:.2f}' for x in fixed)} s"
-        )
-        test_files = sorted(p.relative_to(ws).as_posix() for p in (ws / "tests").glob("test_*.py"))
-        per_file = sum(timed([*suite_cmd[:-1], t], ws, suite_env) for t in test_files)
-        log(f"the suite one pytest process per test file, one after another: {per_file:.1f} s")
-
-        # The plan with the issue's final gate: pytest without -x, so its units share nothing with the modules'.
-        vfirst = 0.0
-        ws_variant: Path | None = None
-        if args.variant:
-            ws_variant = workspace(tree, tmp / "ws-variant", env, final_gate=ISSUE_FINAL_GATE)
-            vfirst = timed(mp("drive", "1", "--max-parallel", "2"), ws_variant, env)
-            log(f"first drive, the issue's final gate (pytest without -x): {vfirst:.1f} s")
-
-        edited = ws / args.edit
-        original = edited.read_bytes()
-        affected = affected_tests(ws, args.edit)
-        direct_cmd = [str(gate_bin / "python3"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *affected]
-        reproof: list[float] = []
-        direct: list[float] = []
-        direct_each: list[float] = []
-        revert: list[float] = []
-        reproof_variant: list[float] = []
-        verify = mp("verify", "--item", "1", "--max-parallel", "2")
-        for n in range(args.repeat):
-            edited.write_bytes(original + f"# one-line edit {n} {time.time()}\n".encode())
-            reproof.append(timed(verify, ws, env))
-            direct.append(timed(direct_cmd, ws, suite_env))
-            direct_each.append(sum(timed([*direct_cmd[: -len(affected)], t], ws, suite_env) for t in affected))
-            edited.write_bytes(original)
-            revert.append(timed(verify, ws, env))
-            if ws_variant is not None:
-                (ws_variant / args.edit).write_bytes(original + f"# one-line edit {n} {time.time()}\n".encode())
-                reproof_variant.append(timed(verify, ws_variant, env))
-                (ws_variant / args.edit).write_bytes(original)
-                timed(verify, ws_variant, env)
-        log(
-            f"edit {args.edit}: affected units {len(affected)} ({', '.join(affected)}); re-proof "
-            f"{', '.join(f'{x:.2f}' for x in reproof)} s; direct {', '.join(f'{x:.2f}' for x in direct)} s "
-            f"(one process each: {', '.join(f'{x:.2f}' for x in direct_each)} s); "
-            f"verify after revert {', '.join(f'{x:.2f}' for x in revert)} s"
-        )
-
-        literal, files = literal_item(ws, env)
-        timed(mp("drive", str(literal), "--max-parallel", "2"), ws, env)  # its gates' units are all kept
-        listed: dict[int, list[float]] = {1: [], literal: []}
-        for item in (1, literal):  # warm the caches
-            timed(mp("--json", "list", "--item", str(item)), ws, env)
-        for _ in range(args.list_repeat):
-            for item in (1, literal):
-                listed[item].append(timed(mp("--json", "list", "--item", str(item)), ws, env))
-        views = json.loads(run(mp("--json", "list", "--item", "1"), ws, env).stdout)
-        stale = [m["name"] for m in views["milestones"] if m.get("view") == "stale"]
+        start_server(bench)
+        ws = first_drives(bench, figures)
+        suite_and_fixed_cost(bench, ws, figures)
+        ws_variant = variant_first_drive(bench, figures)
+        edits(bench, ws, ws_variant, figures)
+        stale_checks(bench, ws, figures)
     finally:
-        if server_started:
-            run(mp("server", "stop"), host, env, check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if bench.server_started:
+            run(mp("server", "stop"), bench.host, bench.env, check=False)
+        shutil.rmtree(bench.tmp, ignore_errors=True)
+    return figures
 
-    s, f, d = med(suite), med(fixed), med(first)
-    r, dr, rv = med(reproof), med(direct), med(revert)
-    lm, ll = med(listed[1]), med(listed[literal])
+
+def print_summary(args: argparse.Namespace, figures: Figures) -> None:
+    s, f, d = med(figures.suite), med(figures.fixed), med(figures.first)
+    r, dr, rv = med(figures.reproof), med(figures.direct), med(figures.revert)
+    lm, ll = med(figures.listed[1]), med(figures.listed[figures.literal])
+    vfirst, per_file, files = figures.vfirst, figures.per_file, figures.files
     log("")
     log(f"jinja2 {VERSION}, medians ({args.repeat} samples; first drive {args.first_drives}; list {args.list_repeat}):")
     log(f"  suite, one pytest process               {s:6.2f} s")
@@ -345,14 +428,14 @@ def main() -> None:  # noqa: C901, PLR0912, PLR0915 (a benchmark's script, read 
         f"  re-proof after an edit (verify -j2)     {r:6.2f} s; affected files directly {dr:.2f} s: "
         f"{r / dr:.1f}x (target <= 1.5x + 2 s = {1.5 * dr + 2:.2f} s: {verdict(r <= 1.5 * dr + 2)})"
     )
-    if reproof_variant:
+    if figures.reproof_variant:
         log(
-            f"    the same, the issue's final gate (no -x) {med(reproof_variant):6.2f} s: "
-            f"{med(reproof_variant) / dr:.1f}x (for information)"
+            f"    the same, the issue's final gate (no -x) {med(figures.reproof_variant):6.2f} s: "
+            f"{med(figures.reproof_variant) / dr:.1f}x (for information)"
         )
     log(
-        f"    the affected files one process each, one after another: {med(direct_each):.2f} s "
-        f"({len(affected)} files: {', '.join(affected)})"
+        f"    the affected files one process each, one after another: {med(figures.direct_each):.2f} s "
+        f"({len(figures.affected)} files: {', '.join(figures.affected)})"
     )
     log(f"  verify after revert                     {rv:6.2f} s (target < 2 s: {verdict(rv < 2)})")
     log(
@@ -360,8 +443,13 @@ def main() -> None:  # noqa: C901, PLR0912, PLR0915 (a benchmark's script, read 
         f"{lm / ll:.2f}x (target <= 1.5x: {verdict(lm <= 1.5 * ll)})"
     )
     log(f"  load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    if stale:
-        log(f"  warning: stale at the end: {', '.join(stale)}")
+    if figures.stale:
+        log(f"  warning: stale at the end: {', '.join(figures.stale)}")
+
+
+def main() -> None:
+    args = parse_args()
+    print_summary(args, measure(set_up(args)))
 
 
 if __name__ == "__main__":

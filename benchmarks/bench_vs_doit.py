@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 TARGET = 1.2
@@ -120,11 +121,31 @@ def edit(root: Path, n: int) -> None:
     path.write_text(path.read_text() + f"\nEDIT = {n}\n")
 
 
-def main() -> None:  # noqa: PLR0915 (a benchmark's script, read top to bottom)
+@dataclass
+class Bench:
+    """What every run shares: the folders, the environments and the command that runs milepost."""
+
+    base: Path  # the temporary folder of the whole benchmark
+    template: Path  # the package, copied afresh for each run
+    env: dict[str, str]  # this environment without milepost's and Prefect's settings
+    mp: list[str]  # `python -m milepost`
+    server_ws: Path  # the workspace of the one Prefect server
+    env_mp: dict[str, str] = field(default_factory=dict)  # env with the server's PREFECT_API_URL, once it is up
+
+
+# tool -> run ("first", "edit", "none") -> (fixed start, whole run) of each counted repetition
+Figures = dict[str, dict[str, list[tuple[float, float]]]]
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--parallel", default="1,2", help="milepost --max-parallel and doit -n, comma-separated")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def set_up() -> Bench:
+    """The package's template and the server's workspace (initialised), in a fresh temporary folder."""
     base = Path(tempfile.mkdtemp(prefix="milepost-bench-doit-"))
     template = base / "template"
     make_package(template)
@@ -134,64 +155,97 @@ def main() -> None:  # noqa: PLR0915 (a benchmark's script, read top to bottom)
     server_ws = base / "server"
     server_ws.mkdir()
     subprocess.run([*mp, "init"], cwd=server_ws, env=env, check=True, capture_output=True)
+    return Bench(base=base, template=template, env=env, mp=mp, server_ws=server_ws)
+
+
+def start_server(bench: Bench) -> None:
+    """One Prefect server for every drive: its URL goes into ``bench.env_mp``."""
+    info = json.loads(
+        subprocess.run(
+            [*bench.mp, "--json", "server", "start"],
+            cwd=bench.server_ws,
+            env=bench.env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    bench.env_mp = {**bench.env, "PREFECT_API_URL": info["api_url"]}
+
+
+def prepare(bench: Bench, tool: str, ws: Path, par: int) -> list[str]:
+    """Make the copy at ``ws`` ready for ``tool`` (milepost's plan applied, or doit's dodo.py); its command."""
+    if tool == "milepost":
+        subprocess.run([*bench.mp, "init"], cwd=ws, env=bench.env, check=True, capture_output=True)
+        (ws / "plan.yaml").write_text(plan_yaml())
+        subprocess.run(
+            [*bench.mp, "plan", "apply", "plan.yaml"], cwd=ws, env=bench.env, check=True, capture_output=True
+        )
+        return [*bench.mp, "drive", "--max-parallel", str(par)]
+    (ws / "dodo.py").write_text(dodo_py())
+    return [sys.executable, "-m", "doit", "-n", str(par)]
+
+
+def one_repetition(bench: Bench, tool: str, par: int, r: int) -> dict[str, tuple[float, float]]:
+    """In a fresh copy of the package: the first run, the run after a one-line edit and a run with nothing changed."""
+    ws = bench.base / f"{tool}-{par}-{r + 1}"
+    shutil.copytree(bench.template, ws)
+    cmd = prepare(bench, tool, ws, par)
+    runs = {"first": timed(cmd, ws, bench.env_mp)}
+    edit(ws, r + 2)
+    runs["edit"] = timed(cmd, ws, bench.env_mp)
+    runs["none"] = timed(cmd, ws, bench.env_mp)
+    shutil.rmtree(ws, ignore_errors=True)
+    return runs
+
+
+def measure(bench: Bench, par: int, repeat: int) -> Figures:
+    """``repeat`` repetitions of each tool, interleaved, after one that is not counted."""
+    figures: Figures = {tool: {"first": [], "edit": [], "none": []} for tool in ("milepost", "doit")}
+    for r in range(-1, repeat):  # (the first repetition warms the server and the caches: not counted)
+        for tool in ("milepost", "doit"):
+            runs = one_repetition(bench, tool, par, r)
+            if r >= 0:
+                for k, v in runs.items():
+                    figures[tool][k].append(v)
+    return figures
+
+
+def medians(runs: list[tuple[float, float]], k: str) -> tuple[float, float, float]:
+    """(whole run, fixed start, the rest) of one tool's runs of kind ``k``; a run with nothing changed starts no
+    gate, so it has no fixed start and its rest is the whole run."""
+    fixed = statistics.median(f for f, _ in runs) if k != "none" else 0.0
+    whole = statistics.median(e for _, e in runs)
+    return whole, fixed, statistics.median(e - f for f, e in runs) if k != "none" else whole
+
+
+def print_table(figures: Figures, par: int, repeat: int) -> None:
+    print(f"--max-parallel / -n {par}, medians of {repeat} (seconds; fixed start = to the first gate):")
+    for k, what in (("first", "first run"), ("edit", "after a one-line edit"), ("none", "nothing changed")):
+        row = {tool: medians(figures[tool][k], k) for tool in ("milepost", "doit")}
+        line = f"  {what:22s}"
+        for tool in ("milepost", "doit"):
+            whole, fixed, rest = row[tool]
+            line += f"  {tool} {whole:5.2f} (start {fixed:4.2f}, rest {rest:5.2f})"
+        if k != "none":
+            ratio = row["milepost"][2] / row["doit"][2]
+            line += f"  rest {ratio:4.2f}x (target {TARGET}x: {'met' if ratio <= TARGET else 'NOT met'})"
+            line += f"; whole {row['milepost'][0] / row['doit'][0]:4.2f}x"
+        print(line)
+
+
+def main() -> None:
+    args = parse_args()
+    bench = set_up()
     try:
         print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
-        info = json.loads(
-            subprocess.run(
-                [*mp, "--json", "server", "start"], cwd=server_ws, env=env, check=True, capture_output=True, text=True
-            ).stdout
-        )
-        env_mp = {**env, "PREFECT_API_URL": info["api_url"]}
+        start_server(bench)
         for par in (int(x) for x in args.parallel.split(",")):
-            figures: dict[str, dict[str, list[tuple[float, float]]]] = {
-                tool: {"first": [], "edit": [], "none": []} for tool in ("milepost", "doit")
-            }
-            for r in range(-1, args.repeat):  # (the first repetition warms the server and the caches: not counted)
-                for tool in ("milepost", "doit"):
-                    ws = base / f"{tool}-{par}-{r + 1}"
-                    shutil.copytree(template, ws)
-                    if tool == "milepost":
-                        subprocess.run([*mp, "init"], cwd=ws, env=env, check=True, capture_output=True)
-                        (ws / "plan.yaml").write_text(plan_yaml())
-                        subprocess.run(
-                            [*mp, "plan", "apply", "plan.yaml"], cwd=ws, env=env, check=True, capture_output=True
-                        )
-                        cmd = [*mp, "drive", "--max-parallel", str(par)]
-                    else:
-                        (ws / "dodo.py").write_text(dodo_py())
-                        cmd = [sys.executable, "-m", "doit", "-n", str(par)]
-                    runs = {"first": timed(cmd, ws, env_mp)}
-                    edit(ws, r + 2)
-                    runs["edit"] = timed(cmd, ws, env_mp)
-                    runs["none"] = timed(cmd, ws, env_mp)
-                    if r >= 0:
-                        for k, v in runs.items():
-                            figures[tool][k].append(v)
-                    shutil.rmtree(ws, ignore_errors=True)
-            print(f"--max-parallel / -n {par}, medians of {args.repeat} (seconds; fixed start = to the first gate):")
-            for k, what in (("first", "first run"), ("edit", "after a one-line edit"), ("none", "nothing changed")):
-                row = {}
-                for tool in ("milepost", "doit"):
-                    fixed = statistics.median(f for f, _ in figures[tool][k]) if k != "none" else 0.0
-                    whole = statistics.median(e for _, e in figures[tool][k])
-                    row[tool] = (
-                        whole,
-                        fixed,
-                        statistics.median(e - f for f, e in figures[tool][k]) if k != "none" else whole,
-                    )
-                line = f"  {what:22s}"
-                for tool in ("milepost", "doit"):
-                    whole, fixed, rest = row[tool]
-                    line += f"  {tool} {whole:5.2f} (start {fixed:4.2f}, rest {rest:5.2f})"
-                if k != "none":
-                    ratio = row["milepost"][2] / row["doit"][2]
-                    line += f"  rest {ratio:4.2f}x (target {TARGET}x: {'met' if ratio <= TARGET else 'NOT met'})"
-                    line += f"; whole {row['milepost'][0] / row['doit'][0]:4.2f}x"
-                print(line)
+            print_table(measure(bench, par, args.repeat), par, args.repeat)
         print(f"load average after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
     finally:
-        subprocess.run([*mp, "server", "stop"], cwd=server_ws, env=env, capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
+        subprocess.run([*bench.mp, "server", "stop"], cwd=bench.server_ws, env=bench.env, capture_output=True)
+        shutil.rmtree(bench.base, ignore_errors=True)
 
 
 if __name__ == "__main__":
