@@ -30,7 +30,7 @@ from milepost.results import Claim, DoRun
 from milepost.service import Service
 from milepost.service import doers as evidence
 
-__all__ = ["DoStart", "Doing", "check_doers", "do_files"]
+__all__ = ["DoStart", "Doing", "NotStarted", "check_doers", "do_files"]
 
 
 def check_doers(service: Service, item: int, until: str | None = None) -> bool:
@@ -60,6 +60,16 @@ class DoStart:
     cwd: Path
     env: dict[str, str]
     log_path: str
+
+
+@dataclass(frozen=True)
+class NotStarted:
+    """An attempt that ends before any doer started: its failure, and whether
+    it is ``final`` (its budget is spent: no later attempt could start a
+    doer, so the milestone is stuck at once)."""
+
+    result: GateResult
+    final: bool = False
 
 
 @dataclass
@@ -128,13 +138,13 @@ class Doing:
 
     # -- an attempt ------------------------------------------------------------------
 
-    def start(self, claim: Claim) -> DoStart | GateResult:
+    def start(self, claim: Claim) -> DoStart | NotStarted:
         """Make the attempt's worktree and its do task, or the attempt's
-        failure without a doer (its budget spent, a worktree git refused)."""
+        failure without a doer (its budget spent: final; a worktree git refused)."""
         m = claim.milestone
         spent = self._budget_problem(claim)
         if spent is not None:
-            return _failure(claim, spent)
+            return NotStarted(_failure(claim, spent), final=True)
         files = do_files(claim)
         files.log.parent.mkdir(parents=True, exist_ok=True)
         fresh, cwd, wt, base = False, self.service.store.root, None, None
@@ -144,7 +154,7 @@ class Doing:
                 fresh = not path.exists()
                 wt = git.Worktrees(self.repo).ensure(path, self._branch(m), self._tip())
             except git.GitError as e:
-                return _failure(claim, f"do not started: {e}")
+                return NotStarted(_failure(claim, f"do not started: {e}"))
             cwd, base = wt.path, wt.head()
         commands = [GateCommand(name="do", run=m.do or "")]
         if fresh and self.settings.setup:
@@ -161,7 +171,8 @@ class Doing:
         return self.repo.tip(self.base)
 
     def _budget_problem(self, claim: Claim) -> str | None:
-        """Why no doer may start for ``claim`` (a budget spent), or None."""
+        """Why no doer may start for ``claim`` (a budget spent: no later
+        attempt could start one either), or None."""
         limit, m = self.settings.budget_usd, claim.milestone
         if limit is not None:
             spent = evidence.spent(self.service.ctx, self.item)

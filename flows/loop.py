@@ -26,7 +26,7 @@ from prefect.states import Failed
 
 from milepost.errors import EnvironmentProblem, MilepostError
 from milepost.events import DriveSummary, Reporter
-from milepost.flows.doing import Doing
+from milepost.flows.doing import Doing, NotStarted
 from milepost.flows.gate_task import (
     GATE_TASKS,
     GateSpec,
@@ -271,8 +271,8 @@ class Loop:
         assert self.doing is not None
         try:
             start = self.doing.start(claim)
-            if isinstance(start, GateResult):
-                self._end_attempt(claim, start)
+            if isinstance(start, NotStarted):
+                self._end_attempt(claim, start.result, final=start.final)  # (final: stuck at once)
                 return
             m = claim.milestone
             self._submit(TaskKind.DO, claim, start.commands, start.log_path, m.do_timeout, start.env, cwd=start.cwd)
@@ -296,9 +296,10 @@ class Loop:
         m = r.claim.milestone
         self._submit(TaskKind.GATE, r.claim, m.gate, r.claim.log_path, m.timeout, cwd=after)
 
-    def _end_attempt(self, claim: Claim, result: GateResult) -> None:
-        """Record an attempt that ended before its gate ran (its doer failed or was refused)."""
-        done = self._record(claim, result)
+    def _end_attempt(self, claim: Claim, result: GateResult, *, final: bool = False) -> None:
+        """Record an attempt that ended before its gate ran (its doer failed or was
+        refused, or none could start); a ``final`` one leaves the milestone stuck."""
+        done = self._record(claim, result, final=final)
         self.reporter.gate_finished(claim, done)
         if done.note:
             self.reporter.warning(f"{claim.milestone.name}: {done.note}")
@@ -306,9 +307,9 @@ class Loop:
 
     # -- finishing -----------------------------------------------------------
 
-    def _record(self, claim: Claim, result: GateResult) -> DoneResult:
+    def _record(self, claim: Claim, result: GateResult, *, final: bool = False) -> DoneResult:
         self.session.leases.remove(claim)
-        return self.session.record(claim, result, release=result.outcome is Outcome.INTERRUPTED)
+        return self.session.record(claim, result, release=result.outcome is Outcome.INTERRUPTED, final=final)
 
     def _finish(self, r: _Running) -> None:
         result = read_result(r.box, r.future, self.crashes)

@@ -192,6 +192,7 @@ def record_attempt(
     at: datetime | None = None,
     free: bool = False,
     fingerprint: str | None = None,
+    final: bool = False,
 ) -> Change:
     """One finished gate attempt of an in-progress milestone: pass -> done
     (or waiting for review when it has a review gate); fail -> needs_fix
@@ -200,7 +201,9 @@ def record_attempt(
     re-proof of a done milestone, or a cached result) spends no budget when
     it passes; a failing re-proof is the first attempt of a fresh budget
     (the seed's second verification failed: the work is open again).
-    ``fingerprint``: of the inputs the attempt ran on."""
+    ``fingerprint``: of the inputs the attempt ran on. A ``final`` failure
+    is stuck whatever budget is left: no later attempt could go otherwise
+    (its doers' money is spent, docs/doers.md)."""
     name = m.name
     if m.awaiting_review:
         raise TransitionError(f"{name!r} waits for review; its gate already passed", milestone=name)
@@ -213,7 +216,7 @@ def record_attempt(
         review_ = m.review
         action = Action.AWAIT_REVIEW if review_ else Action.DONE
     else:
-        action = Action.FAIL if attempts < m.max_attempts else Action.EXHAUST
+        action = Action.FAIL if attempts < m.max_attempts and not final else Action.EXHAUST
         if action is Action.FAIL and at is not None:
             when = retry_at(at, m.retry_delay, attempts - 1)  # (the failures before this one, in its round)
     target = transition(name, m.status, action)

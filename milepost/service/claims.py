@@ -119,11 +119,11 @@ def record(
     release: bool = False,
     cache: GraphCache | None = None,
     manifest: dict[str, str] | None = None,
+    final: bool = False,
 ) -> DoneResult:
     """:func:`record_step` in a write transaction of its own."""
-    return write(
-        ctx, c.item, record_step(ctx, c, result, verdict=verdict, release=release, manifest=manifest), cache=cache
-    )
+    step = record_step(ctx, c, result, verdict=verdict, release=release, manifest=manifest, final=final)
+    return write(ctx, c.item, step, cache=cache)
 
 
 def record_step(
@@ -134,6 +134,7 @@ def record_step(
     verdict: str | None = None,
     release: bool = False,
     manifest: dict[str, str] | None = None,
+    final: bool = False,
 ) -> Callable[[Tx], DoneResult]:
     """The step of a write transaction that stores a gate run (always: evidence is never dropped), frees
     the lease and applies the outcome while the milestone is still in progress: pass -> done (or in review),
@@ -142,7 +143,8 @@ def record_step(
     interrupted by hand). A re-proof (``c.reproof``) that passes spends no budget; one that fails reopens the
     done milestones built on it (pending behind it); one interrupted leaves the milestone done. A passing
     run's fingerprint becomes the milestone's proof, and its file list (``manifest``, else the file beside
-    its log) is kept for the reasons of a later stale view.
+    its log) is kept for the reasons of a later stale view. A ``final`` failure makes the milestone stuck
+    whatever retries are left (no doer may start any more: its budget is spent, docs/doers.md).
 
     Only the lease's holder records: when another driver took the lease over (this one was frozen or cut off
     from the database long enough for it to expire), that driver records this attempt; nothing is written here."""
@@ -165,7 +167,7 @@ def record_step(
                 passed=result.passed,
                 note=f"{m.name!r} became {m.status.value} while its gate ran: the run is kept as evidence only",
             )
-        return _apply_outcome(tx, c, m, result, release, base)
+        return _apply_outcome(tx, c, m, result, release, base, final=final)
 
     return fn
 
@@ -227,7 +229,7 @@ def _store_run(
 
 
 def _apply_outcome(
-    tx: Tx, c: Claim, m: Milestone, result: GateResult, release: bool, base: dict[str, Any]
+    tx: Tx, c: Claim, m: Milestone, result: GateResult, release: bool, base: dict[str, Any], *, final: bool = False
 ) -> DoneResult:
     """The run's outcome applied to the milestone in progress (see :func:`record_step`)."""
     if result.outcome is Outcome.INTERRUPTED:
@@ -250,6 +252,7 @@ def _apply_outcome(
             at=result.finished_at,
             free=c.reproof or result.outcome is Outcome.CACHED,
             fingerprint=result.fingerprint,
+            final=final and not result.passed,
         )
     out = tx.save(c.pk, [change])
     crash_point("record")

@@ -190,9 +190,15 @@ class DriveSession:
             return claim
 
     def record(
-        self, claim: Claim, result: GateResult, *, release: bool = False, manifest: dict[str, str] | None = None
+        self,
+        claim: Claim,
+        result: GateResult,
+        *,
+        release: bool = False,
+        manifest: dict[str, str] | None = None,
+        final: bool = False,
     ) -> DoneResult:
-        return claims.record(self.ctx, claim, result, release=release, cache=self.cache, manifest=manifest)
+        return claims.record(self.ctx, claim, result, release=release, cache=self.cache, manifest=manifest, final=final)
 
     def record_fix(self, claim: Claim, result: GateResult) -> None:
         claims.record_fix(self.ctx, claim, result)

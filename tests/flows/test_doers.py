@@ -18,6 +18,7 @@ from milepost.flows.drive import run_drive
 from milepost.graph import MilestoneStatus
 from milepost.planfile import parse_plan
 from milepost.service import Service
+from tests.conftest import InProcessCLI
 from tests.flows.conftest import flow_run_edges
 
 pytestmark = pytest.mark.xdist_group("prefect")
@@ -258,16 +259,51 @@ doer: {{budget_usd: 0.5}}
 milestones:
   - {{name: a, do: '{doer.command}', gate: 'true'}}
   - {{name: b, do: '{doer.command}', gate: 'true'}}
-  - {{name: c, do: '{doer.command}', gate: 'true'}}
+  - {{name: c, retries: 3, do: '{doer.command}', gate: 'true'}}
+""",
+    )
+    summary = run_drive(service, item)
+    assert not summary.ok and "stuck" in summary.message, summary.message
+    shown = service.get_item(item).milestones
+    assert [m.status for m in shown] == [S.DONE, S.DONE, S.STUCK]
+    why = "budget: the item's doers cost $0.60 of doer.budget_usd $0.50"
+    assert (shown[2].reason or "").startswith(why), shown[2].reason
+    # stuck at once: one attempt, refused for the budget, though three retries were left; no doer ran for it
+    assert [(r.attempt, r.outcome.value, r.reason) for r in service.runs("c", item)] == [(1, "failed", why)]
+    assert why in InProcessCLI(workspace)("runs", "c", "--item", str(item), check=True).out
+    assert [s["key"].split("#")[0] for s in doer.seen()] == ["a", "b"]  # c's doer never ran
+    assert _do_runs(service, "c", item) == []
+    assert _do_runs(service, "a", item)[0].cost_usd == 0.3 and _do_runs(service, "a", item)[0].tokens == 1000
+
+
+def test_a_milestones_spent_budget_makes_it_stuck_at_once(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    repo(workspace)
+    doer = Doer(
+        tmp_path,
+        {
+            "a#1": {"write": {"src/a.py": "VALUE = 1\n"}, "cost": {"usd": 0.3}},
+            "a#2": {"write": {"src/a.py": "VALUE = 2\n"}},
+            "b": {"write": {"src/b.py": "B = 1\n"}, "cost": {"usd": 0.3}},
+        },
+    )
+    item = apply(
+        service,
+        f"""objective: a milestone's budget
+milestones:
+  - {{name: a, retries: 3, do_budget_usd: 0.25, do: '{doer.command}', gate: 'grep -q "VALUE = 2" src/a.py'}}
+  - {{name: b, do_budget_usd: 0.25, do: '{doer.command}', gate: 'true'}}
 """,
     )
     summary = run_drive(service, item)
     assert not summary.ok
-    shown = service.get_item(item).milestones
-    assert [m.status for m in shown] == [S.DONE, S.DONE, S.STUCK]
-    assert "budget" in (shown[2].reason or "")
-    assert [s["key"].split("#")[0] for s in doer.seen()] == ["a", "b"]  # c's doer never ran
-    assert _do_runs(service, "a", item)[0].cost_usd == 0.3 and _do_runs(service, "a", item)[0].tokens == 1000
+    assert statuses(service, item) == {"a": S.STUCK, "b": S.DONE}  # b's own budget was its own
+    why = "budget: a's doers cost $0.30 of do_budget_usd $0.25"
+    runs = [(r.attempt, r.outcome.value, r.reason) for r in service.runs("a", item)]
+    assert runs[0][:2] == (1, "failed") and runs[1:] == [(2, "failed", why)], runs
+    assert sorted(s["key"] for s in doer.seen()) == ["a#1", "b#1"]  # no doer for a's second attempt
+    assert len(merges(workspace)) == 1
 
 
 def test_a_users_uncommitted_change_is_left_untouched(

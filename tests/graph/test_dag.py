@@ -89,6 +89,17 @@ def test_failing_gate_then_stuck_with_budget() -> None:
     assert g.next_ready().name == "x"
 
 
+def test_a_final_failure_is_stuck_with_budget_left() -> None:
+    from milepost.graph import steps
+
+    g = WorkGraph()
+    g.add("x", retries=3)
+    g.apply("x", Action.START)
+    ch = steps.record_attempt(g.get("x"), False, "budget: spent", final=True)
+    assert ch.after.status is S.STUCK and ch.after.attempts == 1 and ch.action is Action.EXHAUST
+    assert ch.after.reason == "budget: spent" and ch.after.retry_at is None
+
+
 def test_reason_required() -> None:
     g = WorkGraph()
     g.add("x")
