@@ -62,6 +62,11 @@ FORMAT = "milepost-imports-1"
 MODULE_LEVEL = "m"
 IN_FUNCTION = "f"
 TYPE_CHECKING = "t"
+# CPython 3.11 keeps the AST constructor's recursion depth per interpreter, not per thread: parses in
+# several threads at once (gates fingerprinted side by side, --max-parallel 2) can fail with "SystemError:
+# AST constructor recursion depth mismatch" (python/cpython#106905; seen on 3.11.7 in a drive of jinja2).
+# milepost's parses take turns: a few milliseconds a module, next to the reading of its file.
+_PARSE_TURNS = threading.Lock()
 _TEST_FILE = re.compile(r"(?:test_\w*|\w+_test)\.py")
 DEFAULT_ROOTS = ("", "src")
 
@@ -94,7 +99,8 @@ def parse_imports(source: bytes) -> list[Statement] | None:
     """Every import statement of a module's source with where it runs; None
     when the source does not parse."""
     try:
-        tree = ast.parse(source)
+        with _PARSE_TURNS:
+            tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
     out: list[Statement] = []

@@ -96,6 +96,36 @@ async def afn():
     assert parse_imports(b"def (:") is None
 
 
+def test_parses_take_turns_across_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPython 3.11's AST constructor fails now and then when two threads
+    parse at once (python/cpython#106905, seen in a drive at --max-parallel
+    2): parse_imports never lets two parses overlap, whichever threads call it."""
+    import ast
+    import threading
+
+    inside, most, lock = [0], [0], threading.Lock()
+    real = ast.parse
+
+    def slow_parse(source: bytes) -> ast.Module:
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.01)  # long enough for every other thread to try
+        try:
+            return real(source)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ast, "parse", slow_parse)
+    threads = [threading.Thread(target=parse_imports, args=(b"import os\n",)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == [1]
+
+
 def test_a_module_entry_is_the_module_and_what_it_imports_at_run_time(pkg: Path) -> None:
     assert files_of(pkg, "module:shop.prices") == ["src/shop/__init__.py", "src/shop/prices.py"]
     assert files_of(pkg, "module:shop.cart") == ["src/shop/__init__.py", "src/shop/cart.py", "src/shop/prices.py"]
