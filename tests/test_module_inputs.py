@@ -9,6 +9,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,13 +107,13 @@ def test_parses_take_turns_across_threads(monkeypatch: pytest.MonkeyPatch) -> No
     inside, most, lock = [0], [0], threading.Lock()
     real = ast.parse
 
-    def slow_parse(source: bytes) -> ast.Module:
+    def slow_parse(source: bytes, *args: Any, **kw: Any) -> ast.Module:
         with lock:
             inside[0] += 1
             most[0] = max(most[0], inside[0])
         time.sleep(0.01)  # long enough for every other thread to try
         try:
-            return real(source)
+            return real(source, *args, **kw)
         finally:
             with lock:
                 inside[0] -= 1
