@@ -6,7 +6,7 @@ to a step: ``write`` {path: text}, ``append`` {path: text}, ``delete``
 [paths], ``cost`` {"usd": .., "tokens": ..}, ``sleep`` seconds (after a
 ``touch`` path, if given), ``rm_worktree`` true, ``exit`` code. Each run
 appends what it was given (its environment's MILEPOST_ and secret-looking
-variables, its folder, its prompt, the failure log) to RECORD.
+variables, its pid, its folder, its prompt, the failure log) to RECORD.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def main() -> int:
     if len(sys.argv) > 2:
         seen = {
             "key": f"{name}#{attempt}",
+            "pid": os.getpid(),
             "env": {k: v for k, v in os.environ.items() if k.startswith(("MILEPOST_", "PREFECT_", "SECRET", "DOER_"))},
             "cwd": str(here),
             "files": sorted(str(p.relative_to(here)) for p in here.rglob("*.py")),

@@ -6,8 +6,11 @@ refusals, the merge in dependency order, conflicts, budgets, timeouts."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +21,49 @@ from milepost.flows.drive import run_drive
 from milepost.graph import MilestoneStatus
 from milepost.planfile import parse_plan
 from milepost.service import Service
-from tests.conftest import InProcessCLI
+from tests.conftest import CLI, InProcessCLI, Postgres, wait_until
 from tests.flows.conftest import flow_run_edges
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
 S = MilestoneStatus
 FAKE = Path(__file__).with_name("fake_doer.py")
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+TTL = "1"  # the drivers' lease (seconds) in the test of a killed driver
+
+
+def _pg_url(request: pytest.FixtureRequest) -> str:
+    """A fresh PostgreSQL database of this test's own."""
+    pg: Postgres = request.getfixturevalue("postgres")
+    return pg.create_db(f"mp_doers_{request.node.originalname[-40:]}")
+
+
+@pytest.fixture(params=BACKENDS)
+def any_service(request: pytest.FixtureRequest, workspace: Path) -> Iterator[Service]:
+    """The store of the representative doer tests, on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        yield request.getfixturevalue("service")
+        return
+    from milepost.store import Store
+
+    home = workspace / ".milepost"
+    home.mkdir(exist_ok=True)
+    svc = Service(Store.open(_pg_url(request), home, workspace, create=True))
+    yield svc
+    svc.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def any_cli(request: pytest.FixtureRequest, prefect_api: str, workspace: Path) -> CLI:
+    """The real ``milepost`` in subprocesses (drivers to kill), with a short
+    lease, on SQLite and on PostgreSQL, in a git repository."""
+    repo(workspace)
+    env = {"MILEPOST_LEASE_TTL": TTL}
+    if request.param == "postgresql":
+        env["MILEPOST_DB"] = _pg_url(request)
+    c = CLI(workspace, env)
+    c("init", check=True)
+    return c
 
 
 def git(ws: Path, *args: str) -> str:
@@ -80,8 +119,9 @@ def statuses(svc: Service, item: int) -> dict[str, S]:
 
 
 def test_two_doers_in_parallel_then_their_dependent_built_on_both(
-    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+    prefect_api: str, any_service: Service, workspace: Path, tmp_path: Path
 ) -> None:
+    service = any_service
     repo(workspace)
     doer = Doer(
         tmp_path,
@@ -207,8 +247,9 @@ def test_a_doer_killed_at_its_timeout_is_a_failed_attempt(
 
 
 def test_siblings_editing_one_line_one_merges_the_other_retries_from_the_new_tip(
-    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+    prefect_api: str, any_service: Service, workspace: Path, tmp_path: Path
 ) -> None:
+    service = any_service
     repo(workspace, {"src/shared.py": "LINE = 'start'\n"})
     doer = Doer(
         tmp_path,
@@ -304,6 +345,64 @@ milestones:
     assert runs[0][:2] == (1, "failed") and runs[1:] == [(2, "failed", why)], runs
     assert sorted(s["key"] for s in doer.seen()) == ["a#1", "b#1"]  # no doer for a's second attempt
     assert len(merges(workspace)) == 1
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"
+
+
+def test_a_driver_killed_during_its_doer_then_driven_again(any_cli: CLI, workspace: Path, tmp_path: Path) -> None:
+    """SIGKILL to a driver while its doer works: the doer dies with it, the
+    next drive takes the expired lease over (the attempt interrupted, no retry
+    spent: the milestone has none), and its doer starts in a clean worktree."""
+    cli, started = any_cli, tmp_path / "doer-started"
+    doer = Doer(
+        tmp_path,
+        {
+            "a#1": {
+                "write": {"src/junk.py": "JUNK = 1\n"},
+                "append": {"src/app.py": "y = 'half done'\n"},
+                "touch": str(started),
+                "sleep": 120,
+            },
+            "a#2": {"write": {"src/a.py": "A = 2\n"}},
+        },
+    )
+    gate = "test -f src/a.py && test ! -e src/junk.py && ! grep -q half src/app.py"
+    plan = tmp_path / "plan.yaml"  # (outside the repository: the checkout stays clean)
+    plan.write_text(
+        f"objective: killed\nmilestones:\n  - {{name: a, retries: 0, do: '{doer.command}', gate: '{gate}'}}\n"
+    )
+    item = str(cli.json("plan", "apply", str(plan))["id"])
+    first = cli.popen("drive", item)
+    try:
+        wait_until(started.exists, timeout=120, what="the first attempt's doer at work")
+        pid = doer.of("a#1")["pid"]
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=30)
+        wait_until(lambda: _gone(pid), timeout=10, what="the doer to die with its driver")
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    time.sleep(float(TTL) + 0.3)  # its lease expires
+    again = cli("drive", item, timeout=180)
+    assert again.code == 0, again.out + again.err
+    runs = cli.json("runs", "a", "--item", item)["runs"]
+    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "interrupted"), (2, "passed")], runs
+    assert "expired: its driver stopped" in runs[0]["reason"]
+    assert cli.json("list", "--item", item)["milestones"][0]["status"] == "done"  # (retries: 0, and none was spent)
+    assert [s["key"] for s in doer.seen()] == ["a#1", "a#2"]
+    assert "src/junk.py" not in doer.of("a#2")["files"]  # the killed attempt's leftovers were reset away
+    assert merges(workspace) == ["milepost: merge a (attempt 2)"]
+    assert (workspace / "src" / "a.py").read_text() == "A = 2\n"
+    assert (workspace / "src" / "app.py").read_text() == "x = 1\n" and not (workspace / "src" / "junk.py").exists()
+    assert git(workspace, "status", "--porcelain") == ""
 
 
 def test_a_users_uncommitted_change_is_left_untouched(
