@@ -133,7 +133,11 @@ class Doing:
         return doing
 
     def busy(self) -> bool:
-        """Whether as many doers run as may (``--max-doers``)."""
+        """Whether as many doers run as may (``--max-doers``). In the
+        workspace itself (``isolate: none``) an attempt holds its place
+        until its gate ended too: no doer edits the files a gate proves."""
+        if self.settings.isolate is Isolation.NONE:
+            return len(self.running) >= self.max_doers
         return len([a for a in self.running.values() if a.run is None]) >= self.max_doers
 
     # -- an attempt ------------------------------------------------------------------
@@ -197,9 +201,10 @@ class Doing:
                 item=self.item,
                 attempt=claim.attempt,
                 worktree=str(cwd),
-                deps_done=[(d, "done and merged") for d in m.deps],
+                deps_done=[(d, "done and merged" if self.repo is not None else "done") for d in m.deps],
                 failure=failure,
                 protect=self.settings.protect,
+                isolated=self.repo is not None,
             ),
         )
         given = {

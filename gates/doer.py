@@ -62,6 +62,7 @@ class PromptFacts:
     deps_done: Sequence[tuple[str, str]] = ()  # (name, what its doer did: a diff stat, or its acceptance)
     failure: str | None = None  # the last failed attempt's reason and log's end
     protect: Sequence[str] = ()
+    isolated: bool = True  # in a worktree of its own (False: doer.isolate none, in the workspace itself)
 
 
 def write_prompt(path: Path, m: Milestone, facts: PromptFacts) -> Path:
@@ -88,10 +89,12 @@ def write_prompt(path: Path, m: Milestone, facts: PromptFacts) -> Path:
     if facts.deps_done:
         lines += ["", "## Done before you (its work is in your worktree)", *(f"- {n}: {d}" for n, d in facts.deps_done)]
     if facts.protect:
-        lines += ["", "## Do not change (an attempt that does is refused)", *(f"- `{p}`" for p in facts.protect)]
+        enforced = "an attempt that does is refused" if facts.isolated else "the gate's tests judge you"
+        lines += ["", f"## Do not change ({enforced})", *(f"- `{p}`" for p in facts.protect)]
     if facts.failure:
         lines += ["", "## Your last attempt failed", "```", facts.failure.rstrip(), "```"]
-    lines += ["", f"Work in {facts.worktree}. Your changes are committed for you when you exit 0.", ""]
+    kept = "Your changes are committed for you when you exit 0." if facts.isolated else "Nothing is committed for you."
+    lines += ["", f"Work in {facts.worktree}. {kept}", ""]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path

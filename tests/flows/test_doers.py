@@ -5,6 +5,7 @@ refusals, the merge in dependency order, conflicts, budgets, timeouts."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -451,6 +452,55 @@ milestones:
     assert "MILEPOST_COST_FILE" in env
     for part in ("what a doer is given", "a module a", "test -f src/a.py", "src/**"):
         assert part in seen["prompt"]
+
+
+def test_isolate_none_works_in_the_workspace_one_attempt_at_a_time(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    """doer.isolate: none (docs/doers.md): no git repository needed, the doer
+    works in the workspace itself, one attempt (its doer, then its gate) at a
+    time whatever --max-doers says, no branch, no refusals, no merge: the gate
+    alone decides; a failed attempt's work stays for the next."""
+    (workspace / "src").mkdir()
+    doer = Doer(
+        tmp_path,
+        {
+            "a#1": {"write": {"src/a.py": "A = 1\n"}, "sleep": 0.3},
+            "a#2": {"append": {"src/a.py": "A2 = 2\n"}, "sleep": 0.3},
+            "b": {"write": {"src/b.py": "B = 1\n", "tests/t.py": "# changed\n"}, "sleep": 0.3},
+            "c": {},  # changes nothing: not refused, its gate decides
+        },
+    )
+    item = apply(
+        service,
+        f"""objective: in place
+doer: {{isolate: none, protect: ['tests/**']}}
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'sleep 0.5; grep -q A2 src/a.py'}}
+  - {{name: b, do: '{doer.command}', gate: 'sleep 0.5; test -f src/b.py'}}
+  - {{name: c, deps: [a, b], do: '{doer.command}', gate: 'test -f src/a.py && test -f src/b.py'}}
+""",
+    )
+    summary = run_drive(service, item, max_parallel=2, max_doers=2)
+    assert summary.ok, summary.message
+    assert statuses(service, item) == {"a": S.DONE, "b": S.DONE, "c": S.DONE}
+    assert (workspace / "src" / "a.py").read_text() == "A = 1\nA2 = 2\n"  # attempt 2 built on what 1 left
+    assert (workspace / "tests" / "t.py").exists()  # (protect is not enforced in the workspace itself)
+    assert not (workspace / ".git").exists() and not (workspace / ".milepost" / "worktrees").exists()
+    for seen in doer.seen():
+        assert seen["cwd"] == seen["env"]["MILEPOST_WORKTREE"] == str(workspace)
+        assert "Nothing is committed for you" in seen["prompt"]
+    runs = {n: _do_runs(service, n, item) for n in ("a", "b", "c")}
+    assert [r.outcome for r in runs["a"]] == ["passed", "passed"]  # the gate failed attempt 1, not the doer
+    assert [r.outcome for r in runs["c"]] == ["passed"]
+    assert all(r.base_commit is None and r.merge_commit is None for rs in runs.values() for r in rs)
+    # one attempt at a time: from its doer's start to its gate's end, no other attempt's doer or gate ran
+    spans = sorted(
+        (d.started_at, g.finished_at)
+        for n in ("a", "b", "c")
+        for d, g in zip(runs[n], service.runs(n, item), strict=True)
+    )
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), spans
 
 
 def test_the_flow_run_shows_do_before_gate(prefect_api: str, service: Service, workspace: Path, tmp_path: Path) -> None:
