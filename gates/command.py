@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -100,7 +101,7 @@ def _run_one(
     return CommandResult.ended(cmd.name, cmd.run, status, outcome, reason, tail)
 
 
-def run_gate(  # noqa: PLR0915 (not split yet: issue 31 item 5)
+def run_gate(
     commands: Sequence[GateCommand],
     log_path: Path,
     *,
@@ -148,46 +149,19 @@ def run_gate(  # noqa: PLR0915 (not split yet: issue 31 item 5)
         return GateResult(
             outcome=Outcome.FAILED, reason=reason, tail=reason, started_at=started, finished_at=datetime.now(UTC)
         )
-    results: list[CommandResult] = []
     # (inherit_env False: ``env`` is the whole environment, a doer's: gates/doer.py)
     base_env = {**(os.environ if inherit_env else {}), **(env or {})}
+    run = _Attempt(fd, log_path, default_cwd, base_env, default_timeout, stop, on_interrupt, units, origin)
+    run.where = root or default_cwd
     proven: Fingerprint | None = None
     files = AttemptFiles(log_path)
-    where = root or default_cwd
     try:
         if inputs:
-            proven = _fingerprint(where, inputs, commands, default_timeout, fd)
+            proven = _fingerprint(run.where, inputs, commands, default_timeout, fd)
             if proven is not None:
                 files.write_inputs(proven)
-        index = 0  # of the process started (a unit's too), in the supervisor's record
-        for cmd in commands:
-            if any(not r.outcome.proves for r in results):
-                index += max(1, len(cmd.each))
-                why = "skipped: an earlier command failed"
-                if results[-1].outcome is Outcome.INTERRUPTED:
-                    why = "skipped: the attempt was interrupted"
-                results.append(CommandResult(name=cmd.name, run=cmd.run, outcome=Outcome.SKIPPED, reason=why))
-                continue
-            cwd = Path(cmd.cwd) if cmd.cwd else default_cwd
-            if not cwd.is_absolute():
-                cwd = default_cwd / cwd
-            timeout = cmd.timeout if cmd.timeout is not None else default_timeout
-            run_env = {**base_env, **cmd.env}
-            if cmd.each:
-                one = functools.partial(_run_one, log_fd=fd, log_path=log_path, cwd=cwd, env=run_env,
-                                        timeout=timeout, stop=stop, on_interrupt=on_interrupt)  # fmt: skip
-                runs = UnitRuns(where, units, origin, default_timeout)
-                results += runs.run(cmd, one, index, fd, stop, log_path, on_interrupt)
-                index += len(cmd.each)
-                continue
-            results.append(_run_one(index, cmd, fd, log_path, cwd, run_env, timeout, stop, on_interrupt))
-            index += 1
-        rewrote: list[str] = []
-        if proven is not None and results and all(r.outcome.proves for r in results):
-            after = _fingerprint(where, inputs, commands, default_timeout, None)
-            if after is not None and (after.files != proven.files or after.unreadable != proven.unreadable):
-                rewrote = changed_paths(proven.files, after.files) or sorted(after.unreadable)
-                _note(fd, f"the gate changed its own inputs: {describe_changes(rewrote)} (its milestone stays stale)")
+        results = run.commands(commands)
+        rewrote = _rewrote(run, proven, inputs, commands, results)
     finally:
         os.close(fd)
     result = verdict(results, started, datetime.now(UTC), time.monotonic() - t0, str(log_path))
@@ -204,14 +178,87 @@ def run_gate(  # noqa: PLR0915 (not split yet: issue 31 item 5)
     return result
 
 
+@dataclass
+class _Attempt:
+    """What the commands of one attempt run with (see :func:`run_gate`)."""
+
+    fd: int
+    log_path: Path
+    default_cwd: Path
+    base_env: dict[str, str]
+    default_timeout: float | None
+    stop: threading.Event | None
+    on_interrupt: Callable[[BaseException], None] | None
+    units: UnitBook | None
+    origin: CachedFrom | None
+    where: Path = field(default_factory=Path)
+
+    def commands(self, commands: Sequence[GateCommand]) -> list[CommandResult]:
+        """Run them in order; after a failure the rest are skipped."""
+        results: list[CommandResult] = []
+        index = 0  # of the process started (a unit's too), in the supervisor's record
+        for cmd in commands:
+            if any(not r.outcome.proves for r in results):
+                index += max(1, len(cmd.each))
+                why = "skipped: an earlier command failed"
+                if results[-1].outcome is Outcome.INTERRUPTED:
+                    why = "skipped: the attempt was interrupted"
+                results.append(CommandResult(name=cmd.name, run=cmd.run, outcome=Outcome.SKIPPED, reason=why))
+                continue
+            results += self.command(cmd, index)
+            index += max(1, len(cmd.each))
+        return results
+
+    def command(self, cmd: GateCommand, index: int) -> list[CommandResult]:
+        """One command (each of its units, with ``each``), started as process ``index`` of the attempt."""
+        cwd = Path(cmd.cwd) if cmd.cwd else self.default_cwd
+        if not cwd.is_absolute():
+            cwd = self.default_cwd / cwd
+        timeout = cmd.timeout if cmd.timeout is not None else self.default_timeout
+        run_env = {**self.base_env, **cmd.env}
+        if not cmd.each:
+            return [_run_one(index, cmd, self.fd, self.log_path, cwd, run_env, timeout, self.stop, self.on_interrupt)]
+        one = functools.partial(
+            _run_one,
+            log_fd=self.fd,
+            log_path=self.log_path,
+            cwd=cwd,
+            env=run_env,
+            timeout=timeout,
+            stop=self.stop,
+            on_interrupt=self.on_interrupt,
+        )
+        runs = UnitRuns(self.where, self.units, self.origin, self.default_timeout)
+        return runs.run(cmd, one, index, self.fd, self.stop, self.log_path, self.on_interrupt)
+
+
+def _rewrote(
+    run: _Attempt,
+    proven: Fingerprint | None,
+    inputs: Sequence[str],
+    commands: Sequence[GateCommand],
+    results: list[CommandResult],
+) -> list[str]:
+    """The inputs a passing gate changed itself (taken again after it), noted in its log."""
+    if proven is None or not results or not all(r.outcome.proves for r in results):
+        return []
+    after = _fingerprint(run.where, inputs, commands, run.default_timeout, None)
+    if after is None or (after.files == proven.files and after.unreadable == proven.unreadable):
+        return []
+    rewrote = changed_paths(proven.files, after.files) or sorted(after.unreadable)
+    _note(run.fd, f"the gate changed its own inputs: {describe_changes(rewrote)} (its milestone stays stale)")
+    return rewrote
+
+
 def _note(fd: int | None, text: str) -> None:
     if fd is not None:
         with contextlib.suppress(OSError):
             os.write(fd, f"milepost: {text}\n".encode(errors="replace"))
 
 
-def _fingerprint(root: Path, inputs: Sequence[str], commands: Sequence[GateCommand], default_timeout: float | None,
-                 fd: int | None) -> Fingerprint | None:  # fmt: skip
+def _fingerprint(
+    root: Path, inputs: Sequence[str], commands: Sequence[GateCommand], default_timeout: float | None, fd: int | None
+) -> Fingerprint | None:
     """The inputs' fingerprint now, noted in the log; None (and the reason
     in the log) when it cannot be taken: then nothing is proven."""
     try:
