@@ -245,11 +245,32 @@ def test_waits_and_wakes_through_the_wait_tool(refactor: Path, tmp_path: Path) -
 
 def test_the_milestone_tool_offers_every_user_action_and_its_own_reads() -> None:
     """The tool's choices are the domain's user actions (one source: ``USER_ACTIONS``)
-    plus what only the tool does: read (next, list), add, verify."""
+    plus what only the tool does: read (next, list, runs), add, verify."""
     from typing import get_args
 
     from milepost.agent import MilestoneArgs
     from milepost.graph.status import USER_ACTIONS
 
     offered = set(get_args(MilestoneArgs.model_fields["action"].annotation))
-    assert offered == {a.value for a in USER_ACTIONS} | {"next", "list", "add", "verify"}
+    assert offered == {a.value for a in USER_ACTIONS} | {"next", "list", "runs", "add", "verify"}
+
+
+def test_another_agents_item_is_refused_in_the_tools_words(refactor: Path, tmp_path: Path) -> None:
+    """A server serving agent 'claude' meets items planned from a shell (agent
+    'default'): its refusals say how to pick an item and how to serve the
+    tools as their owner, in the tools' arguments and the server's start."""
+    CLI(refactor)("plan", "apply", "plan.yaml", check=True)
+    before = fingerprint(refactor)
+
+    async def go() -> None:
+        async with server(refactor, tmp_path / "mcp.log", MILEPOST_AGENT="claude") as s:
+            e = await refused(s, "milestone", action="next")
+            assert "work_item action=pick id=ID, or pass item=ID" in e["message"], e
+            assert "--item" not in e["message"]
+            e = await refused(s, "milestone", action="start", name="analyze-a", item=1)
+            assert "belongs to agent 'default', not 'claude'" in e["message"], e
+            assert "serve the tools as that agent (milepost --agent default mcp" in e["message"], e
+            assert "(--operator)" not in e["message"]
+
+    run(go)
+    assert fingerprint(refactor) == before

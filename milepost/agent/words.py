@@ -22,7 +22,12 @@ _TOOL_WORDS: list[tuple[re.Pattern[str], str]] = [
         re.compile(r"\(milepost item update (\d+) --plan-status draft\)"),
         r"(work_item action=update id=\1 plan_status=draft)",
     ),
-    (re.compile(r"pass --item ID"), "pass item=ID"),
+    (
+        re.compile(r"act as that agent \(--agent (\S+)\) or as an operator \(--operator\)"),
+        r"serve the tools as that agent (milepost --agent \1 mcp, or MILEPOST_AGENT=\1)"
+        r" or as an operator (milepost --operator mcp)",
+    ),
+    (re.compile(r"pass --item (?:ID|N)"), "pass item=ID"),
     (re.compile(r"(?:pass )?--reason TEXT"), "pass reason"),
     (re.compile(r"reject --reason"), "reject with a reason"),
     (re.compile(r"reset with --reason"), "reset with a reason"),
