@@ -104,6 +104,11 @@ class Action(StrEnum):
         """The CLI spelling of the action."""
         return self.value.replace("_", "-")
 
+    @property
+    def verb(self) -> str:
+        """The action in a sentence ("cannot finish 'a'"): its command, where that reads as a verb."""
+        return {"done": "finish", "needs_fix": "mark needs-fix"}.get(self.value, self.command)
+
 
 S = MilestoneStatus
 A = Action
@@ -168,8 +173,10 @@ def transition(name: str, status: MilestoneStatus, action: Action) -> MilestoneS
         options = ", ".join(a.command for a in allowed) if allowed else "nothing (an operator must act)"
         if status is MilestoneStatus.STUCK:
             options = "reset (operator, with --reason)"
+        if action is Action.DONE and Action.START in allowed:
+            options += f" (start it first: milepost start {name})"
         raise TransitionError(
-            f"cannot {action.command} {name!r}: status is {status.value}; allowed from {status.value}: {options}",
+            f"cannot {action.verb} {name!r}: status is {status.value}; allowed from {status.value}: {options}",
             milestone=name,
             status=status.value,
             action=action.value,

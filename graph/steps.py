@@ -172,7 +172,7 @@ def _done_update(m: Milestone, update: dict[str, Any]) -> Action:
     name = m.name
     if m.awaiting_review:
         raise TransitionError(
-            f"cannot done {name!r}: its gate passed and it waits for review; allowed: approve, reject --reason",
+            f"cannot finish {name!r}: its gate passed and it waits for review; allowed: approve, reject --reason",
             milestone=name,
         )
     if m.has_gate:

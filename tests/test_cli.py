@@ -196,7 +196,7 @@ BAD = [
     (
         "not allowed from status",
         ["done", "a"],
-        r"cannot done 'a': status is pending; allowed from pending: start, lock",
+        r"cannot finish 'a': status is pending; allowed from pending: start, lock \(start it first: milepost start a\)",
     ),
     ("blocked start", ["start", "b"], r"cannot start 'b': blocked by a \(pending\)"),
     (

@@ -301,7 +301,7 @@ def test_review_gate_approve_and_reject() -> None:
     ch = g.record_attempt("design", passed=True)
     assert ch.after.status is S.IN_PROGRESS and ch.after.awaiting_review and ch.action is Action.AWAIT_REVIEW
     assert g.next_ready() is None and "waiting for review: design" in g.why_nothing_ready()
-    with pytest.raises(TransitionError, match=r"cannot done 'design': its gate passed and it waits for review"):
+    with pytest.raises(TransitionError, match=r"cannot finish 'design': its gate passed and it waits for review"):
         g.apply("design", Action.DONE)
     with pytest.raises(InvalidValueError, match=r"reject 'design' needs a reason"):
         g.review("design", approve=False)

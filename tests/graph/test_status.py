@@ -44,7 +44,7 @@ def test_every_pair(status: MilestoneStatus, action: Action) -> None:
     if key in EXPECTED:
         assert transition("m", status, action) is MilestoneStatus(EXPECTED[key])
     else:
-        with pytest.raises(TransitionError, match=rf"cannot {action.command} 'm': status is {status.value}") as e:
+        with pytest.raises(TransitionError, match=rf"cannot {action.verb} 'm': status is {status.value}") as e:
             transition("m", status, action)
         assert e.value.details["allowed"] == [a.command for a in allowed_actions(status)]
         assert e.value.exit_code == 2
@@ -58,6 +58,10 @@ def test_refusal_lists_allowed_actions() -> None:
     with pytest.raises(TransitionError, match=r"allowed from done: needs-fix$"):
         transition("merge", S.DONE, A.START)
     with pytest.raises(TransitionError, match=r"allowed from pending: start, lock$"):
+        transition("merge", S.PENDING, A.APPROVE)
+    # finishing a milestone not started says how to start it
+    hint = r"^cannot finish 'merge': .* start, lock \(start it first: milepost start merge\)$"
+    with pytest.raises(TransitionError, match=hint):
         transition("merge", S.PENDING, A.DONE)
 
 
