@@ -214,6 +214,8 @@ def _sum_up(ctx: DriveContext, loop: Loop, item_id: int, end: _Ending) -> DriveS
         summary.message = f"{end.crash}; {summary.message}"
     summary.gate_runs = loop.gate_runs
     summary.cached = len(loop.cached)
+    if loop.do_totals.runs:
+        summary.doers = loop.do_totals
     ctx.summary = summary
     try:
         if not end.interrupted:

@@ -25,7 +25,7 @@ from prefect.futures import PrefectFuture
 from prefect.states import Failed
 
 from milepost.errors import EnvironmentProblem, MilepostError
-from milepost.events import DriveSummary, Reporter
+from milepost.events import DoTotals, DriveSummary, Reporter
 from milepost.flows.doing import Doing, NotStarted
 from milepost.flows.gate_task import (
     GATE_TASKS,
@@ -125,6 +125,7 @@ class Loop:
         self.doing: Doing | None = None  # the drive's doers, when a milestone in scope has a do: command
         self.doer_holds: set[str] = set()  # doer milestones held while as many doers run as may
         self.do_futures: dict[str, PrefectFuture[Any] | State[Any]] = {}  # a doer's task, for its gate to follow
+        self.do_totals = DoTotals()  # what this drive's doers did, for its summary
 
     # -- submitting --------------------------------------------------------
 
@@ -289,6 +290,7 @@ class Loop:
             self._end_attempt(r.claim, result)
             return
         after, run = self.doing.after_do(r.claim, result)
+        self.do_totals.add(run)
         self.reporter.do_finished(r.claim, run)
         if isinstance(after, GateResult):
             self._end_attempt(r.claim, after)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import IO, Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from milepost._text import holder, printable
 from milepost.gates.command import GateResult
@@ -29,6 +29,7 @@ from milepost.graph.words import count
 from milepost.results import Claim, DoneResult, DoRun, StaleInfo
 
 __all__ = [
+    "DoTotals",
     "DriveEvent",
     "DriveSummary",
     "JsonLinesReporter",
@@ -74,9 +75,31 @@ class MilestoneSummary(BaseModel):
     cached_from: CachedFrom | None = None  # its attempt in this drive was cached: the passed run that stood in
 
 
+class DoTotals(BaseModel):
+    """What the doers of one drive did (docs/doers.md): how many ran, how
+    many handed their change to its gate, and what they said they cost
+    (``MILEPOST_COST_FILE``; a doer that wrote nothing adds nothing)."""
+
+    runs: int = 0
+    passed: int = 0
+    cost_usd: float = 0.0
+    tokens: int = 0
+
+    def add(self, run: DoRun) -> None:
+        self.runs += 1
+        self.passed += run.outcome == "passed"
+        self.cost_usd = round(self.cost_usd + (run.cost_usd or 0.0), 6)
+        self.tokens += run.tokens or 0
+
+    def text(self) -> str:
+        """``2 do runs (1 passed), $0.60, 2000 tokens``."""
+        return f"{count(self.runs, 'do run')} ({self.passed} passed), ${self.cost_usd:.2f}, {self.tokens} tokens"
+
+
 class DriveSummary(BaseModel):
     """The verdict of one drive: ``ok`` only when every milestone (of
-    ``--until``'s scope) is done and none is stale."""
+    ``--until``'s scope) is done and none is stale. ``doers``: what the
+    drive's doers did, absent (not even null) when none ran."""
 
     item: int
     objective: str
@@ -91,6 +114,14 @@ class DriveSummary(BaseModel):
     interrupted: bool = False
     milestones: list[MilestoneSummary] = Field(default_factory=list)
     duration: float = 0.0
+    doers: DoTotals | None = None
+
+    @model_serializer(mode="wrap")
+    def _no_empty_doers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("doers") is None:
+            data.pop("doers", None)  # a drive without doers says what it always said
+        return data
 
 
 class Reporter(Protocol):

@@ -274,3 +274,10 @@ def test_another_agents_item_is_refused_in_the_tools_words(refactor: Path, tmp_p
 
     run(go)
     assert fingerprint(refactor) == before
+
+
+def test_tool_words_of_a_finish_before_a_start() -> None:
+    from milepost.agent.words import tool_words
+
+    text = "cannot finish 'a': status is pending; allowed from pending: start, lock (start it first: milepost start a)"
+    assert tool_words(text).endswith("(start it first: milestone action=start name=a)")

@@ -38,12 +38,13 @@ class WorkItemArgs(ToolArgs):
 
 
 class MilestoneArgs(ToolArgs):
-    """next, list, add, start, done (runs the gate), verify (proves again what was proven, stale first),
-    needs_fix, reset, approve, reject, lock, unlock, confirm."""
+    """next, list, runs (gate and do runs of name), add, start, done (runs the gate), verify (proves again
+    what was proven, stale first), needs_fix, reset, approve, reject, lock, unlock, confirm."""
 
     action: Literal[
         "next",
         "list",
+        "runs",
         "add",
         "start",
         "done",

@@ -37,6 +37,8 @@ def _milestone(m: Milestone, view: str | None = None, *, full: bool = False) -> 
             out["acceptance"] = m.acceptance
         if m.gate:
             out["gate"] = [g.run for g in m.gate]
+        if m.do:
+            out["do"] = m.do
         if m.inputs:
             out["inputs"] = m.inputs
     return out
@@ -154,6 +156,8 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
             ],
         }
     name = _need(a.name, "name", a.action)
+    if a.action == "runs":
+        return runs(svc, name, a.item)
     if a.action == "add":
         added = svc.add_milestone(
             name,
@@ -192,6 +196,16 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
     if a.action in ("approve", "reject"):
         return _change(svc.review(name, a.action == "approve", reason=a.reason, item=a.item, expect_revision=rev))
     return _change(svc.act(name, Action(a.action), reason=a.reason, item=a.item, expect_revision=rev))
+
+
+def runs(svc: Service, name: str, item: int | None) -> dict[str, Any]:
+    """A milestone's evidence, as ``milepost --json runs NAME`` prints it: every
+    gate run, and every do run when a doer ran (docs/doers.md)."""
+    out: dict[str, Any] = {"milestone": name, "runs": [r.model_dump(mode="json") for r in svc.runs(name, item)]}
+    dos = svc.do_runs(name, item)
+    if dos:
+        out["do_runs"] = [d.model_dump(mode="json") for d in dos]
+    return out
 
 
 def wait(svc: Service, a: WaitArgs) -> dict[str, Any]:
@@ -252,6 +266,7 @@ def drive(svc: Service, a: DriveArgs) -> dict[str, Any]:
         "cached": s.cached,
         "milestones": {m.name: m.view for m in s.milestones},
         "flow_run": s.flow_run_url or s.flow_run_id,
+        **({"doers": s.doers.model_dump()} if s.doers is not None else {}),
     }
 
 
@@ -305,7 +320,7 @@ TOOLS: dict[str, ToolSpec] = {
             _out(
                 item="integer",
                 revision="integer",
-                milestone="object",
+                milestone="object|string",
                 next="object|null",
                 why="string",
                 ready="array",
@@ -317,6 +332,8 @@ TOOLS: dict[str, ToolSpec] = {
                 ok="boolean",
                 message="string",
                 verified="array",
+                runs="array",
+                do_runs="array",
             ),
         ),
         ToolSpec("wait", WaitArgs, wait, True, _out(**_ITEM, woken="array")),
@@ -351,6 +368,7 @@ TOOLS: dict[str, ToolSpec] = {
                 cached="integer",
                 milestones="object",
                 flow_run="string|null",
+                doers="object",
             ),
         ),
     )

@@ -17,6 +17,7 @@ _TOOL_WORDS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"`milepost item pick ID`"), "work_item action=pick id=ID"),
     (re.compile(r"`milepost item list`"), "work_item action=list"),
     (re.compile(r"`milepost add NAME`"), "milestone action=add name=NAME"),
+    (re.compile(r"start it first: milepost start (\S+)\)"), r"start it first: milestone action=start name=\1)"),
     (re.compile(r"`milepost verify`"), "milestone action=verify"),
     (
         re.compile(r"\(milepost item update (\d+) --plan-status draft\)"),

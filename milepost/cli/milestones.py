@@ -17,7 +17,7 @@ from milepost.graph.words import count
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from milepost.results import GateRun
+    from milepost.results import DoRun, GateRun
 
 from milepost.cli._base import (
     DELAY,
@@ -33,6 +33,7 @@ from milepost.cli._base import (
     split_list,
 )
 from milepost.present.terminal import (
+    do_outcome,
     esc,
     milestone_table,
     run_outcome,
@@ -274,7 +275,7 @@ def next_(c: Ctx, item: int | None) -> None:
 @item_option
 @pass_ctx
 def list_(c: Ctx, item: int | None) -> None:
-    """The milestones of the current work item with their statuses."""
+    """The milestones of the current work item with their statuses, gates (and do: commands, docs/doers.md)."""
     it, views = c.service.milestone_views(item)
     data = {"item": it.id, "revision": it.revision, "milestones": [v.model_dump(mode="json") for v in views]}
     c.emit(data, lambda con: milestone_table(con, views))
@@ -368,30 +369,76 @@ def _show_do_runs(con: Console, ds: list[Any]) -> None:
 @cli.command()
 @click.argument("name")
 @click.option("--attempt", type=ID, default=None, help="Attempt number (default: the last).")
+@click.option(
+    "--do",
+    "do",
+    is_flag=True,
+    help="The doer's log of the attempt (attempt-N.do.log, docs/doers.md) instead of its gate's; the last"
+    " attempt that ran a doer by default.",
+)
 @item_option
 @pass_ctx
-def log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
-    """Print a gate attempt's output (the whole log file).
+def log(c: Ctx, name: str, attempt: int | None, do: bool, item: int | None) -> None:
+    """Print a gate attempt's output (the whole log file), then a line with
+    its outcome (and its doer's, for a milestone with do:).
 
-    With --json, prints the run record with its log_path instead of the text.
-    If the log file is gone, says so and prints the tail kept in the store.
+    With --json, prints the run record with its log_path instead of the text
+    (and the attempt's do_run when a doer ran). If the log file is gone, says
+    so and prints the tail kept in the store. With --do, the doer's log and
+    outcome; with --json, its do_run, the gate's run (null before its gate
+    ended) and whether the doer's log exists.
     """
+    if do:
+        _do_log(c, name, attempt, item)
+        return
     r: GateRun = c.service.run(name, attempt, item)
+    d = _do_run_of(c, name, r.attempt, item)
     path = Path(r.log_path) if r.log_path else None
     exists = bool(path and path.is_file())
     if c.json:
-        click.echo(json.dumps({"run": r.model_dump(mode="json"), "log_exists": exists}))
+        data: dict[str, Any] = {"run": r.model_dump(mode="json"), "log_exists": exists}
+        if d is not None:
+            data["do_run"] = d.model_dump(mode="json")
+        click.echo(json.dumps(data))
         return
+    ends_line = _print_log(path, exists, r.tail, f"log file of attempt {r.attempt} of {name!r}")
+    click.echo(("" if ends_line else "\n") + run_outcome(r, d))  # the attempt's outcome, last
+
+
+def _do_run_of(c: Ctx, name: str, attempt: int, item: int | None) -> DoRun | None:
+    """The do run of ``attempt``, if a doer ran in it."""
+    return next((d for d in c.service.do_runs(name, item) if d.attempt == attempt), None)
+
+
+def _do_log(c: Ctx, name: str, attempt: int | None, item: int | None) -> None:
+    """``log --do``: the doer's log of an attempt, then its outcome."""
+    from milepost.errors import NotFoundError
+
+    d = c.service.do_run(name, attempt, item)
+    try:
+        r: GateRun | None = c.service.run(name, d.attempt, item)
+    except NotFoundError:
+        r = None  # its gate has not ended yet
+    path = Path(d.log_path) if d.log_path else None
+    exists = bool(path and path.is_file())
+    if c.json:
+        run = r.model_dump(mode="json") if r is not None else None
+        click.echo(json.dumps({"do_run": d.model_dump(mode="json"), "run": run, "log_exists": exists}))
+        return
+    ends_line = _print_log(path, exists, d.tail, f"the doer's log file of attempt {d.attempt} of {name!r}")
+    click.echo(("" if ends_line else "\n") + f"=== attempt {d.attempt} {do_outcome(d)}")
+
+
+def _print_log(path: Path | None, exists: bool, tail: str, what: str) -> bool:
+    """Copy the log at ``path`` to stdout (when it is gone, say so and print
+    ``tail``, kept in the store). Returns whether the output ends a line."""
     if path is not None and exists:
         with open(path, "rb") as f:
             out = sys.stdout.buffer
             shutil.copyfileobj(f, out, 1 << 16)
             ends_line = f.tell() == 0 or (f.seek(-1, 1) >= 0 and f.read(1) == b"\n")
             out.flush()
-    else:
-        click.echo(
-            f"log file of attempt {r.attempt} of {name!r} is missing ({path}); the tail kept in the store:", err=True
-        )
-        click.echo(r.tail, nl=False)
-        ends_line = not r.tail or r.tail.endswith("\n")
-    click.echo(("" if ends_line else "\n") + run_outcome(r))  # the attempt's outcome, last
+        return ends_line
+    click.echo(f"{what} is missing ({path}); the tail kept in the store:", err=True)
+    click.echo(tail, nl=False)
+    return not tail or tail.endswith("\n")

@@ -119,7 +119,8 @@ def _duration(seconds: float) -> str:
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     metavar="FILE",
-    help="Write a JUnit XML report: a test case per milestone (for CI).",
+    help="Write a JUnit XML report: a test case per milestone (for CI); a milestone with do: carries its"
+    " doer's evidence as do_* properties.",
 )
 @click.option("--no-cache", is_flag=True, help="Run every gate, even where a passed run on the same inputs exists.")
 @click.option(
@@ -157,7 +158,8 @@ def drive(
     from their files). Uses the workspace's Prefect server when one runs,
     else starts it in the background, kept for the next drives until unused
     for MILEPOST_SERVER_IDLE seconds (MILEPOST_SERVER=temporary: a server
-    for this drive only); its home is .milepost/prefect.
+    for this drive only); its home is .milepost/prefect. When doers ran
+    (do:, docs/doers.md), the summary adds their count, cost and tokens.
     """
     svc = c.service
     item = svc.resolve_item(item_id)

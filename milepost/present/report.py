@@ -12,7 +12,17 @@ time spent in this drive. A milestone whose attempt in this drive was
 ``cached`` (a passed run on the same gate and inputs stood in, nothing ran)
 passed, and says so: the properties ``outcome`` (``cached``) and
 ``cached_from_item``, ``cached_from_milestone``, ``cached_from_attempt``
-name the run reused, and its ``system-out`` says it in a sentence."""
+name the run reused, and its ``system-out`` says it in a sentence.
+
+A milestone with a ``do:`` command (docs/doers.md) carries its doer's
+evidence as properties: ``do_runs`` and ``do_cost_usd_total`` (all its do
+runs), and its last do run's ``do_attempt``, ``do_outcome``, ``do_reason``,
+``do_exit_code``, ``do_duration``, ``do_cost_usd``, ``do_tokens``,
+``do_base_commit``, ``do_result_commit``, ``do_merge_commit``,
+``do_diff_stat`` and ``do_log``; a failure's text names the doer's outcome
+when one ran in the last attempt. The suite's properties add the drive's
+doers in all (``do_runs``, ``do_passed``, ``do_cost_usd``, ``do_tokens``)
+when any ran."""
 
 from __future__ import annotations
 
@@ -20,10 +30,12 @@ import re
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
-from milepost.events import DriveSummary, cached_text
+from milepost.events import DriveSummary, MilestoneSummary, cached_text
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.status import DisplayStatus
 from milepost.present.diagram import to_mermaid
+from milepost.present.terminal import do_outcome
+from milepost.results import DoRun
 from milepost.service import Service
 
 __all__ = ["junit_xml", "step_summary"]
@@ -51,23 +63,9 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
             "testcase", classname=f"milepost.item-{summary.item}", name=ms.name, time=f"{ms.duration:.3f}"
         )
         total_time += ms.duration
+        dos = svc.do_runs(ms.name, summary.item) if m.has_doer else []
         props = ET.SubElement(case, "properties")
-        props_: list[tuple[str, object]] = [
-            ("status", ms.view),
-            ("budget", f"{ms.attempts}/{ms.max_attempts}"),
-            ("id", ms.id),
-            ("last_attempt", ms.last_attempt or ""),
-            ("total_time", f"{ms.total_duration:.3f}"),
-        ]
-        if ms.cached_from is not None:
-            src = ms.cached_from
-            props_ += [
-                ("outcome", "cached"),
-                ("cached_from_item", src.item),
-                ("cached_from_milestone", src.milestone),
-                ("cached_from_attempt", src.attempt),
-            ]
-        for key, value in props_:
+        for key, value in _case_props(ms) + _do_props(dos):
             ET.SubElement(props, "property", name=str(key), value=_xml_text(str(value)))
         if ms.cached_from is not None:
             said = f"cached: not run; the passed run of {cached_text(ms.cached_from)} on the same gate and inputs"
@@ -83,12 +81,12 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
             failures += 1
             why = ms.stale.reason if ms.stale is not None else "inputs changed since proven"
             failure = ET.SubElement(case, "failure", message=_xml_text(f"stale: {why}"), type=view)
-            failure.text = _xml_text(_last_tail(svc, summary.item, ms.name))
+            failure.text = _xml_text(_last_tail(svc, summary.item, ms.name, dos))
         elif view in (DisplayStatus.STUCK, DisplayStatus.NEEDS_FIX):
             failures += 1
             reason = ms.waiting_for_change or ms.last_reason or m.reason or view
             failure = ET.SubElement(case, "failure", message=_xml_text(f"{view}: {reason}"), type=view)
-            failure.text = _xml_text(_last_tail(svc, summary.item, ms.name))
+            failure.text = _xml_text(_last_tail(svc, summary.item, ms.name, dos))
         else:
             skipped += 1
             ET.SubElement(case, "skipped", message=_xml_text(_held_by(g, ms.name, view)))
@@ -121,6 +119,7 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
         ("flow_run", summary.flow_run_url or summary.flow_run_id or ""),
         ("gate_runs", summary.gate_runs),
         ("cached", summary.cached),
+        *_do_totals(summary),
     ):
         ET.SubElement(props, "property", name=key, value=_xml_text(str(value)))
     suite.extend(cases)
@@ -128,14 +127,75 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def _last_tail(svc: Service, item: int, name: str) -> str:
+def _case_props(ms: MilestoneSummary) -> list[tuple[str, object]]:
+    """A milestone's properties: status, budget, attempts, time (and the run a cached attempt reused)."""
+    props: list[tuple[str, object]] = [
+        ("status", ms.view),
+        ("budget", f"{ms.attempts}/{ms.max_attempts}"),
+        ("id", ms.id),
+        ("last_attempt", ms.last_attempt or ""),
+        ("total_time", f"{ms.total_duration:.3f}"),
+    ]
+    if ms.cached_from is not None:
+        src = ms.cached_from
+        props += [
+            ("outcome", "cached"),
+            ("cached_from_item", src.item),
+            ("cached_from_milestone", src.milestone),
+            ("cached_from_attempt", src.attempt),
+        ]
+    return props
+
+
+def _do_props(dos: list[DoRun]) -> list[tuple[str, object]]:
+    """A doer milestone's evidence (docs/doers.md): how many do runs, what they
+    cost in all, and its last do run's outcome, exit, cost, commits and change."""
+    if not dos:
+        return []
+    d = dos[-1]
+
+    def blank(value: object) -> object:
+        return "" if value is None else value
+
+    return [
+        ("do_runs", len(dos)),
+        ("do_cost_usd_total", f"{sum(r.cost_usd or 0.0 for r in dos):.4f}"),
+        ("do_attempt", d.attempt),
+        ("do_outcome", d.outcome),
+        ("do_reason", d.reason),
+        ("do_exit_code", blank(d.exit_code)),
+        ("do_duration", f"{d.duration:.3f}"),
+        ("do_cost_usd", blank(d.cost_usd)),
+        ("do_tokens", blank(d.tokens)),
+        ("do_base_commit", blank(d.base_commit)),
+        ("do_result_commit", blank(d.result_commit)),
+        ("do_merge_commit", blank(d.merge_commit)),
+        ("do_diff_stat", " ".join((d.diff_stat or "").split())),
+        ("do_log", blank(d.log_path)),
+    ]
+
+
+def _do_totals(summary: DriveSummary) -> list[tuple[str, object]]:
+    """The drive's doers in all, when any ran."""
+    t = summary.doers
+    if t is None:
+        return []
+    return [("do_runs", t.runs), ("do_passed", t.passed), ("do_cost_usd", f"{t.cost_usd:.4f}"), ("do_tokens", t.tokens)]
+
+
+def _last_tail(svc: Service, item: int, name: str, dos: list[DoRun]) -> str:
+    """A failure's text: its last attempt's reason and log, its doer's outcome
+    when one ran in that attempt, and the tail of its log."""
     runs = svc.runs(name, item)
     if not runs:
         return ""
     last = runs[-1]
     lines = last.tail.rstrip().splitlines()[-TAIL_LINES:]
-    head = f"attempt {last.attempt}: {last.reason} (log: {last.log_path})"
-    return "\n".join([head, *lines])
+    head = [f"attempt {last.attempt}: {last.reason} (log: {last.log_path})"]
+    do = next((d for d in dos if d.attempt == last.attempt), None)
+    if do is not None:
+        head.append(f"{do_outcome(do)} (do log: {do.log_path})")
+    return "\n".join([*head, *lines])
 
 
 def _held_by(g: WorkGraph, name: str, view: DisplayStatus) -> str:
@@ -153,31 +213,45 @@ def _held_by(g: WorkGraph, name: str, view: DisplayStatus) -> str:
 
 def step_summary(svc: Service, summary: DriveSummary) -> str:
     """The drive's summary as GitHub-flavoured markdown (GitHub renders the
-    Mermaid block as a diagram)."""
+    Mermaid block as a diagram). An item with doers has a ``do`` column: the
+    last do run of each milestone, with its cost."""
     _, g = svc.graph(summary.item)
     verdict = "all done" if summary.ok else "not all done"
     cached = f", {summary.cached} cached" if summary.cached else ""
+    doers = f", {summary.doers.text()}" if summary.doers is not None else ""
+    dos = {m.name: svc.do_runs(m.name, summary.item) for m in g if m.has_doer}
+    do_head, do_rule = (" do |", "---|") if dos else ("", "")
     lines: list[str] = [
         f"### milepost: work item {summary.item}: {summary.objective}",
         "",
-        f"**{verdict}**: {summary.message} ({summary.gate_runs} gate runs{cached}, {summary.duration:.1f} s)",
+        f"**{verdict}**: {summary.message} ({summary.gate_runs} gate runs{cached}{doers}, {summary.duration:.1f} s)",
         "",
         "```mermaid",
         to_mermaid(g).rstrip(),
         "```",
         "",
-        "| id | milestone | status | budget | last attempt | time | total | last reason |",
-        "|---:|---|---|---|---:|---:|---:|---|",
+        f"| id | milestone | status | budget | last attempt | time | total |{do_head} last reason |",
+        f"|---:|---|---|---|---:|---:|---:|{do_rule}---|",
     ]
     for m in summary.milestones:
         took, why = f"{m.duration:.1f} s", m.last_reason or ""
         if m.cached_from is not None:
             took, why = "cached", f"cached from {cached_text(m.cached_from)}"
         reason = why.replace("|", "\\|").replace("\n", " ")
+        do = f" {_do_cell(dos.get(m.name, []))} |" if dos else ""
         lines.append(
             f"| {m.id} | {m.name} | {m.view} | {m.attempts}/{m.max_attempts} | {m.last_attempt or '-'} |"
-            f" {took} | {m.total_duration:.1f} s | {reason} |"
+            f" {took} | {m.total_duration:.1f} s |{do} {reason} |"
         )
     if summary.flow_run_url:
         lines += ["", f"[Flow run in the Prefect UI]({summary.flow_run_url})"]
     return "\n".join(lines) + "\n"
+
+
+def _do_cell(dos: list[DoRun]) -> str:
+    """A milestone's last do run in a cell: ``passed (attempt 2, $0.30)``; ``-`` when none ran."""
+    if not dos:
+        return "-"
+    d = dos[-1]
+    cost = f", ${d.cost_usd:.2f}" if d.cost_usd is not None else ""
+    return f"{d.outcome} (attempt {d.attempt}{cost})"

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from milepost.graph.dag import WorkGraph
     from milepost.graph.models import GateCommand
-    from milepost.results import DoneResult, DryRun, GateRun, MilestoneView, VerifyResult
+    from milepost.results import DoneResult, DoRun, DryRun, GateRun, MilestoneView, VerifyResult
 
 
 def styled(status: str) -> str:
@@ -36,12 +36,30 @@ def esc(text: str) -> str:
     return escape(printable(text))
 
 
-def run_outcome(r: GateRun) -> str:
-    """The line ``log`` ends with: ``=== attempt 2 failed: exit 3 (exit code 3, 0.41 s)``."""
+def run_outcome(r: GateRun, do: DoRun | None = None) -> str:
+    """The line ``log`` ends with: ``=== attempt 2 failed: exit 3 (exit code 3, 0.41 s)``; with
+    the attempt's doer: ``...; do passed: exit 0 (exit code 0, 3.20 s, $0.30, 1 file changed, ...)``."""
     from milepost._text import printable
 
     code = "" if r.exit_code is None else f"exit code {r.exit_code}, "
-    return f"=== attempt {r.attempt} {r.outcome.value}: {printable(r.reason)} ({code}{r.duration:.2f} s)"
+    line = f"=== attempt {r.attempt} {r.outcome.value}: {printable(r.reason)} ({code}{r.duration:.2f} s)"
+    return line if do is None else f"{line}; {do_outcome(do)}"
+
+
+def do_outcome(d: DoRun) -> str:
+    """A doer's attempt in a line: ``do refused: refused: the doer changed nothing (exit code 0,
+    0.52 s, $0.10)``; a passed one adds its diff stat and the commit it left."""
+    from milepost._text import printable
+
+    facts = [] if d.exit_code is None else [f"exit code {d.exit_code}"]
+    facts.append(f"{d.duration:.2f} s")
+    if d.cost_usd is not None:
+        facts.append(f"${d.cost_usd:.2f}" + (f", {d.tokens} tokens" if d.tokens is not None else ""))
+    if d.diff_stat:
+        facts.append(" ".join(d.diff_stat.split()))
+    if d.result_commit:
+        facts.append(f"commit {d.result_commit[:10]}")
+    return f"do {d.outcome}: {printable(d.reason)} ({', '.join(facts)})"
 
 
 def show_changes(con: Console, changes: list[Any], name: str) -> None:
@@ -109,41 +127,40 @@ def _gate_cell(gate: Sequence[GateCommand]) -> str:
 def milestone_table(con: Console, views: list[MilestoneView]) -> None:
     """``list``: a milestone a line, in aligned columns (:func:`columns`; a
     rich ``Table`` took a minute for 100,000 milestones). Long cells are cut
-    (the gate at 40 characters, the deps after those that fit in 40, the
-    inputs after the first, with how many more): ``--json list`` and
-    ``graph`` have them whole."""
+    (the gate and the do command at 40 characters, the deps after those that
+    fit in 40, the inputs after the first, with how many more): ``--json
+    list`` and ``graph`` have them whole. The ``do`` column is there when a
+    milestone has a do: command (docs/doers.md)."""
     if not views:
         con.print("no milestones yet: `milepost add NAME --gate CMD`")
         return
+    doers = any(v.do for v in views)
     rows = []
     for v in views:
-        gate = _gate_cell(v.gate)
-        if len(gate) > 40:
-            gate = gate[:39] + "…"
-        if v.last_run is not None and v.reason in (None, v.last_run):
-            note = f"attempt {v.last_attempt}: {v.last_run}"  # what its last gate run said
-        else:
-            note = v.reason or ""
-        if v.waiting_on:
-            note = "waiting on " + ", ".join(v.waiting_on)
-        if v.stale is not None:
-            note = v.stale.reason
-        elif v.waiting_for_change:
-            note = v.waiting_for_change
-        rows.append(
-            [
-                str(v.id),
-                v.name,
-                ", ".join(_shown(v)),
-                f"{v.attempts}/{v.max_attempts}",
-                _deps(v.deps),
-                gate,
-                _inputs(v.inputs),
-                note,
-            ]
-        )
-    head = ["id", "name", "status", "budget", "deps", "gate", "inputs", "note"]
+        row = [str(v.id), v.name, ", ".join(_shown(v)), f"{v.attempts}/{v.max_attempts}", _deps(v.deps)]
+        row.append(_cut(_gate_cell(v.gate)))
+        if doers:
+            row.append(_cut(v.do or "-"))
+        rows.append([*row, _inputs(v.inputs), _note(v)])
+    head = ["id", "name", "status", "budget", "deps", "gate", *(["do"] if doers else []), "inputs", "note"]
     columns(con, head, rows, {2: [", ".join(styled(s) for s in _shown(v)) for v in views]})
+
+
+def _cut(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _note(v: MilestoneView) -> str:
+    """A list row's note: why it is stale or held, what it waits on, or what its last gate run said."""
+    if v.stale is not None:
+        return v.stale.reason
+    if v.waiting_for_change:
+        return v.waiting_for_change
+    if v.waiting_on:
+        return "waiting on " + ", ".join(v.waiting_on)
+    if v.last_run is not None and v.reason in (None, v.last_run):
+        return f"attempt {v.last_attempt}: {v.last_run}"  # what its last gate run said
+    return v.reason or ""
 
 
 def _shown(v: MilestoneView) -> list[str]:
@@ -282,7 +299,8 @@ def show_summary(con: Console, summary: Any) -> None:
     verdict = "[green]ok[/]" if summary.ok else "[red]not done[/]"
     runs = count(summary.gate_runs, "gate run")
     cached = f", {summary.cached} cached" if summary.cached else ""
-    con.print(f"{verdict}: {esc(summary.message)} ({runs}{cached}, {summary.duration:.1f} s)")
+    doers = f", {summary.doers.text()}" if getattr(summary, "doers", None) else ""
+    con.print(f"{verdict}: {esc(summary.message)} ({runs}{cached}{doers}, {summary.duration:.1f} s)")
     if summary.flow_run_url:
         con.print(f"flow run: {summary.flow_run_url}")
 

@@ -452,6 +452,12 @@ class Service:
 
         return doers.do_runs(self.ctx, name, item)
 
+    def do_run(self, name: str, attempt: int | None = None, item: int | None = None) -> DoRun:
+        """The do run of one attempt (the last by default); :class:`NotFoundError` when it ran no doer."""
+        from milepost.service import doers
+
+        return doers.do_run(self.ctx, name, attempt, item)
+
     def runs(self, name: str, item: int | None = None) -> list[GateRun]:
         return milestones.runs(self.ctx, name, item)
 

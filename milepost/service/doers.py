@@ -12,11 +12,12 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from milepost._schema import DO_RUNS
+from milepost.errors import NotFoundError
 from milepost.results import Claim, DoRun
 from milepost.service._find import milestone_pk, resolve
 from milepost.service._tx import Context
 
-__all__ = ["do_runs", "last_do_run", "record_do_run", "set_merge_commit", "spent"]
+__all__ = ["do_run", "do_runs", "last_do_run", "record_do_run", "set_merge_commit", "spent"]
 
 _FIELDS = (
     "attempt",
@@ -92,6 +93,20 @@ def do_runs(ctx: Context, name: str, item: int | None = None) -> list[DoRun]:
         pk = milestone_pk(conn, item_id, name)
         found = conn.execute(select(DO_RUNS).where(DO_RUNS.c.milestone_id == pk).order_by(DO_RUNS.c.attempt)).all()
     return [_run(ctx, r, item_id, name) for r in found]
+
+
+def do_run(ctx: Context, name: str, attempt: int | None = None, item: int | None = None) -> DoRun:
+    """The do run of one attempt of a milestone: the last by default."""
+    found = do_runs(ctx, name, item)
+    if not found:
+        raise NotFoundError(f"milestone {name!r} has no do runs (no do: command, or no doer ran yet)", milestone=name)
+    if attempt is None:
+        return found[-1]
+    for d in found:
+        if d.attempt == attempt:
+            return d
+    ran = ", ".join(str(d.attempt) for d in found)
+    raise NotFoundError(f"attempt {attempt} of {name!r} ran no doer; attempts with a do run: {ran}", milestone=name)
 
 
 def _run(ctx: Context, row: Any, item: int, name: str) -> DoRun:

@@ -2,7 +2,7 @@
 ``python3 fake_doer.py SCENARIO.json [RECORD.jsonl]``.
 
 SCENARIO maps ``milestone#attempt`` (or ``milestone``, for every attempt)
-to a step: ``write`` {path: text}, ``append`` {path: text}, ``delete``
+to a step: ``say`` text (printed), ``write`` {path: text}, ``append`` {path: text}, ``delete``
 [paths], ``cost`` {"usd": .., "tokens": ..}, ``sleep`` seconds (after a
 ``touch`` path, if given), ``rm_worktree`` true, ``exit`` code. Each run
 appends what it was given (its environment's MILEPOST_ and secret-looking
@@ -37,6 +37,8 @@ def main() -> int:
             seen["failure"] = Path(os.environ["MILEPOST_FAILURE_LOG"]).read_text(errors="replace")
         with open(sys.argv[2], "a") as out:
             out.write(json.dumps(seen) + "\n")
+    if "say" in step:
+        print(step["say"], flush=True)
     for path, text in step.get("write", {}).items():
         (here / path).parent.mkdir(parents=True, exist_ok=True)
         (here / path).write_text(text)

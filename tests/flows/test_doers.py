@@ -570,3 +570,129 @@ def test_the_example_as_a_user_runs_it(prefect_api: str, service: Service, works
     changed = git(workspace, "diff", "--name-only", root, "main").split()
     assert sorted(changed) == ["src/shapes/circle.py", "src/shapes/registry.py", "src/shapes/square.py"]
     assert git(workspace, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def _props(elem: Any) -> dict[str, str]:
+    return {p.get("name"): p.get("value") for p in elem.find("properties")}
+
+
+def test_the_doers_evidence_is_shown_where_users_look(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    """One real drive (the CLI, --json, --junit, GITHUB_STEP_SUMMARY), then
+    each surface read back: the drive's summary, the JUnit report, the step
+    summary, ``log`` and ``log --do``, ``list``, and the MCP tools
+    (``milestone runs`` as ``runs --json``, ``next`` with its do command, and
+    ``drive``'s doers)."""
+    import os
+    import xml.etree.ElementTree as ET
+
+    import anyio
+    from rich.console import Console
+
+    from milepost.events import DriveSummary
+    from milepost.present.terminal import show_summary
+    from tests.conftest import CLI
+    from tests.test_mcp import call, server
+
+    repo(workspace)
+    doer = Doer(
+        tmp_path,
+        {
+            "a": {"say": "a's doer at work", "write": {"src/a.py": "A = 1\n"}, "cost": {"usd": 0.25, "tokens": 500}},
+            "b": {"say": "b's doer gives up", "cost": {"usd": 0.1, "tokens": 40}, "exit": 3},
+            "d": {"write": {"src/d.py": "D = 1\n"}, "cost": {"usd": 0.05, "tokens": 7}},
+        },
+    )
+    item = apply(
+        service,
+        f"""objective: evidence
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'echo the gate of a; test -f src/a.py'}}
+  - {{name: b, retries: 0, do: '{doer.command}', gate: 'true'}}
+  - {{name: c, gate: 'true'}}
+""",
+    )
+    cli, junit, step = CLI(workspace), tmp_path / "report.xml", tmp_path / "step.md"
+    r = cli("--json", "drive", str(item), "--junit", str(junit), GITHUB_STEP_SUMMARY=str(step))
+    assert r.code == 1, r.out + r.err
+    a_run, b_run = _do_runs(service, "a", item)[0], _do_runs(service, "b", item)[0]
+    assert a_run.result_commit and a_run.merge_commit and b_run.exit_code == 3
+
+    # the drive's summary: the doers in all (JSON, and the line a person reads)
+    finished = json.loads(r.out.splitlines()[-1])
+    assert finished["event"] == "drive_finished"
+    assert finished["doers"] == {"runs": 2, "passed": 1, "cost_usd": 0.35, "tokens": 540}
+    con = Console(record=True, width=200)
+    show_summary(con, DriveSummary.model_validate({k: v for k, v in finished.items() if k not in ("event", "at")}))
+    assert "(2 gate runs, 2 do runs (1 passed), $0.35, 540 tokens, " in con.export_text(), con.export_text()
+
+    # JUnit: each doer milestone's last do run as properties; b's failure names its doer's
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    a, b = _props(cases["a"]), _props(cases["b"])
+    assert (a["do_outcome"], a["do_exit_code"], a["do_cost_usd"], a["do_tokens"]) == ("passed", "0", "0.25", "500")
+    assert (a["do_result_commit"], a["do_merge_commit"]) == (a_run.result_commit, a_run.merge_commit)
+    assert a["do_diff_stat"].startswith("1 file changed, 1 insertion(+)") and a["do_runs"] == "1"
+    assert (b["do_outcome"], b["do_exit_code"], b["do_result_commit"]) == ("failed", "3", "")
+    assert not [k for k in _props(cases["c"]) if k.startswith("do_")]
+    failure = cases["b"].find("failure")
+    assert failure is not None and failure.text is not None
+    assert "do failed: exit 3 (exit code 3, " in failure.text and "$0.10, 40 tokens" in failure.text
+    assert "b's doer gives up" in failure.text
+    totals = _props(suite)
+    assert (totals["do_runs"], totals["do_passed"], totals["do_cost_usd"], totals["do_tokens"]) == (
+        "2",
+        "1",
+        "0.3500",
+        "540",
+    )
+
+    # the step summary: a do column and the totals
+    md = step.read_text()
+    assert "| total | do | last reason |" in md and "2 do runs (1 passed), $0.35, 540 tokens" in md
+    assert "| passed (attempt 1, $0.25) |" in md and "| failed (attempt 1, $0.10) |" in md
+    assert "| - | " in md.split("| c |")[1].splitlines()[0]  # c has no doer
+
+    # log: the gate's log ends with the doer's outcome too; --do prints the doer's own log
+    ic = InProcessCLI(workspace)
+    gate_log = ic("log", "a", "--item", str(item), check=True).out
+    assert "the gate of a" in gate_log and "a's doer at work" not in gate_log
+    last = gate_log.splitlines()[-1]
+    assert last.startswith("=== attempt 1 passed: ") and "; do passed: exit 0 (exit code 0, " in last, last
+    assert "$0.25, 500 tokens, 1 file changed" in last and f"commit {a_run.result_commit[:10]}" in last
+    do_log = ic("log", "a", "--do", "--item", str(item), check=True).out
+    assert "a's doer at work" in do_log and "the gate of a" not in do_log
+    assert do_log.splitlines()[-1].startswith("=== attempt 1 do passed: exit 0 (exit code 0, "), do_log
+    shown = ic.json("log", "b", "--do", "--attempt", "1", "--item", str(item))
+    assert shown["do_run"]["exit_code"] == 3 and shown["log_exists"] is True
+    assert shown["run"]["attempt"] == 1 and shown["run"]["outcome"] == "failed"
+    assert ic.json("log", "a", "--item", str(item))["do_run"]["result_commit"] == a_run.result_commit
+    assert "do_run" not in ic.json("log", "c", "--item", str(item))
+    none = ic("log", "c", "--do", "--item", str(item))
+    assert none.code == 2 and "has no do runs" in none.err
+    missing = ic("log", "a", "--do", "--attempt", "2", "--item", str(item))
+    assert missing.code == 2 and "attempt 2 of 'a' ran no doer" in missing.err
+
+    # list: a do column beside the gate
+    table = ic("list", "--item", str(item), check=True).out.splitlines()
+    assert table[0].split()[5:7] == ["gate", "do"], table[0]
+    assert sys.executable[:20] in table[1] and table[3].split()[6] == "-", table
+
+    # the MCP tools
+    other = apply(service, f"objective: more\nmilestones:\n  - {{name: d, do: '{doer.command}', gate: 'true'}}\n")
+    prefect = {k: v for k, v in os.environ.items() if k.startswith(("PREFECT_", "DO_NOT_TRACK"))}
+
+    async def go() -> None:
+        async with server(workspace, tmp_path / "mcp.log", **prefect) as s:
+            runs = await call(s, "milestone", action="runs", name="a", item=item)
+            assert runs == cli.json("runs", "a", "--item", str(item))
+            assert runs["do_runs"][0]["cost_usd"] == 0.25 and runs["runs"][0]["outcome"] == "passed"
+            assert "do_runs" not in await call(s, "milestone", action="runs", name="c", item=item)
+            nxt = await call(s, "milestone", action="next", item=other)
+            assert nxt["next"]["do"] == doer.command
+            drove = await call(s, "drive", item=other)
+            assert drove["ok"] is True and drove["doers"] == {"runs": 1, "passed": 1, "cost_usd": 0.05, "tokens": 7}
+
+    anyio.run(go)
