@@ -57,4 +57,5 @@ screenshots: $(STAMP)
 		tests/flows/test_ui.py -k "page or artifact or redrive"
 
 clean:
+	-[ -d demo-workspace/.milepost ] && [ -x $(BIN)/milepost ] && (cd demo-workspace && $(abspath $(BIN))/milepost server stop)
 	rm -rf $(VENV) demo-workspace build dist *.egg-info

@@ -7,6 +7,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 ws=${1:-$PWD/demo-workspace}
+# A workspace from an earlier run may still have its Prefect server running: stop it before its folder goes.
+if [ -d "$ws/.milepost" ]; then (cd "$ws" && milepost server stop >/dev/null 2>&1) || true; fi
 rm -rf "$ws"
 cp -r "$here/refactor" "$ws"
 cd "$ws"
