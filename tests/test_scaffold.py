@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -641,6 +642,13 @@ def test_gates_naming_the_virtualenv_are_not_noted(example: CLI, gates: list[str
     r = example("plan", "scaffold", "kv", "--path", "src", *args, "-o", "scaffolded.yaml", check=True)
     assert VENV_NOTE not in r.err
     assert VENV_NOTE not in (example.cwd / "scaffolded.yaml").read_text()
+
+
+def test_mileposts_own_active_virtualenv_is_not_the_projects(example: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$VIRTUAL_ENV naming the virtualenv milepost runs in (activated to run it) is not noted as the project's."""
+    monkeypatch.setenv("VIRTUAL_ENV", sys.prefix)
+    data = example.json("plan", "scaffold", "kv", "--path", "src", "--gate", "pytest -q {tests}")
+    assert not [n for n in data["notes"] if VENV_NOTE in n], data["notes"]
 
 
 def test_no_virtualenv_no_note(example: CLI) -> None:

@@ -508,12 +508,16 @@ def _venv_note(o: _Options) -> str | None:
 
 def _virtualenv(base: Path) -> str | None:
     """The project's virtualenv as a gate names it: ``.venv`` or ``venv`` at the
-    workspace root (holding bin/python), else ``$VIRTUAL_ENV``."""
+    workspace root (holding bin/python), else ``$VIRTUAL_ENV`` unless that is
+    the one milepost itself runs in (milepost's own, activated: not the
+    project's, and first on the gates' PATH anyway)."""
     for name in (".venv", "venv"):
         if (base / name / "bin" / "python").is_file():
             return name
     env = os.environ.get("VIRTUAL_ENV")
-    return shown(Path(env), base) if env else None
+    if not env or Path(env).resolve() == Path(sys.prefix).resolve():
+        return None
+    return shown(Path(env), base)
 
 
 def _enclosing(module: str) -> list[str]:
