@@ -216,6 +216,8 @@ def _field_problems(e: ValidationError, data: Any, lines: dict[Loc, int]) -> lis
         prefix = f"{who}: " if who else ""
         if err["type"] == "extra_forbidden":
             msg = f"{prefix}unknown field {_dotted(rest)!r}; allowed here: {_allowed(loc)}"
+        elif err["type"] == "missing":  # (its input is the entry around it: nothing to show)
+            msg = f"{prefix}missing {_dotted(rest) or 'entry'}: it is required"
         else:
             found = err.get("input")
             shown = repr(found) if not isinstance(found, dict | list) else type(found).__name__

@@ -24,6 +24,13 @@ def refusal(text: str, source: str = "plan.yaml") -> MilepostError:
     return info.value
 
 
+def test_a_missing_field_is_named_missing_without_the_entry_around_it() -> None:
+    e = refusal("milestones:\n  - {name: a, gate: 'true'}\n  - {gate: 'true'}\n")
+    assert e.message == (
+        "plan.yaml:1: missing objective: it is required; plan.yaml:3: milestone #2: missing name: it is required"
+    )
+
+
 def test_every_field_problem_at_once_each_at_its_line_by_milestone_name() -> None:
     text = (
         "objective: o\n"  # 1
