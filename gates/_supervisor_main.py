@@ -8,16 +8,15 @@ only: it must start in milliseconds. Of milepost it loads one file, the
 process facts of ``liveness.py`` beside it (standard library only too).
 
 FD is its end of a Unix socket pair whose other end only the driver holds.
-The driver sends JSON lines, each spawn with the write end of a pipe of its
-own (``SCM_RIGHTS``) on which the supervisor answers for that command::
+The driver sends JSON lines::
 
     {"op": "spawn", "id": 1, "argv": [...], "cwd": "...", "env": {...},
      "log": "attempt-1.log", "proc": "attempt-1.proc", "cmd": 0,
      "timeout": 60.0, "grace": 2.0}
     {"op": "kill", "id": 1, "reason": "interrupted"}
 
-and reads back on the command's pipe, when it has ended, ``{"id": 1, "status": {"pid": P, "start":
-T, ...}}``, or ``{"id": 1, "error": "..."}`` when it could not be started.
+and reads back on the same socket, when it has ended, ``{"id": 1, "status":
+{"pid": P, "start": T, ...}}``, or ``{"id": 1, "error": "..."}`` when it could not be started.
 A command still running ``START_NOTICE_SECONDS`` after its start is also
 announced, ``{"id": 1, "pid": P, "start": T}``: most gates of a pipeline end
 sooner, and a message less is a wake-up less for the driver's threads. (The
@@ -44,7 +43,6 @@ import json
 import os
 import select
 import signal
-import socket
 import sys
 import time
 from typing import Any
@@ -60,8 +58,6 @@ except ImportError:  # run as ``python -I -S`` this file: milepost is not on the
 IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE)
 SHUTDOWN_GRACE = 0.5
 POLL_SECONDS = 0.25
-# Received descriptors close on exec from the start where the platform can (Linux).
-CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 START_NOTICE_SECONDS = 0.05
 
 
@@ -108,9 +104,8 @@ def append_json(path: str | None, record: dict[str, Any]) -> None:
 
 
 class Job:
-    def __init__(self, req: dict[str, Any], pid: int, start: int | None, out: int) -> None:
+    def __init__(self, req: dict[str, Any], pid: int, start: int | None) -> None:
         self.id = req["id"]
-        self.out = out  # the driver's pipe for this command's answers
         self.pid = pid
         self.start = start
         self.proc = req.get("proc")
@@ -279,66 +274,59 @@ def spawn_forked(req: dict[str, Any]) -> tuple[int | None, str | None]:
     return pid, None
 
 
-def main() -> None:  # noqa: C901, PLR0912, PLR0915 (not split yet: issue 31 item 5, see the changelog)
-    sock = int(sys.argv[1])
-    driver = int(sys.argv[2])
-    os.set_inheritable(sock, False)  # never into a gate
-    channel = socket.socket(fileno=sock)
-    pipes: list[int] = []  # answer pipes received, not yet taken by their spawn
-    for sig in IGNORED:
-        signal.signal(sig, signal.SIG_IGN)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    become_subreaper()
-    boot = boot_id()
-    spawner = Spawner()
-    jobs: dict[int, Job] = {}  # pid -> Job
-    by_id: dict[int, Job] = {}  # request id -> Job
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    poller.register(wake_r, select.POLLIN)
-    buf = b""
-    gone = False
+class Serving:
+    """The supervisor at work: the driver's requests in, its answers out, its
+    commands watched until each ends, every one stopped when the driver is gone."""
 
-    def send(out: int | None, msg: dict[str, Any], last: bool = False) -> None:
-        """Answer on a command's pipe (``last``: and close it)."""
-        if out is None:
-            return
+    def __init__(self, sock: int, driver: int) -> None:
+        self.sock, self.driver = sock, driver
+        self.boot = boot_id()
+        self.spawner = Spawner()
+        self.jobs: dict[int, Job] = {}  # pid -> Job
+        self.by_id: dict[int, Job] = {}  # request id -> Job
+        self.buf = b""
+        self.gone = False
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLIN)
+        self.poller.register(self.wake_r, select.POLLIN)
+
+    def send(self, msg: dict[str, Any]) -> None:
         data = (json.dumps(msg) + "\n").encode()
         try:
             while data:
-                data = data[os.write(out, data) :]
+                data = data[os.write(self.sock, data) :]
         except OSError:
-            pass  # the driver is gone, or stopped waiting
-        if last:
-            os.close(out)
+            pass  # the driver is gone: the end-of-file path stops everything
 
-    def handle(req: dict[str, Any]) -> None:
+    def handle(self, req: dict[str, Any]) -> None:
         op = req.get("op")
         if op == "spawn":
-            out = pipes.pop(0) if pipes else None  # each spawn came with its pipe, in order
-            try:
-                pid, error = spawner.spawn(req)
-            except Exception as e:
-                pid, error = None, str(e) or type(e).__name__
-            if pid is None or out is None:
-                send(out, {"id": req["id"], "error": error or "could not start"}, last=True)
-                return
-            job = Job(req, pid, process_start(pid), out)
-            jobs[pid] = job
-            by_id[job.id] = job
-            record = {"event": "start", "cmd": job.cmd, "pid": pid, "start": job.start, "boot": boot}
-            record["supervisor"] = os.getpid()
-            append_json(job.proc, record)
+            self.spawn(req)
         elif op == "kill":
-            target = by_id.get(int(req.get("id") or 0))
+            target = self.by_id.get(int(req.get("id") or 0))
             if target is not None:
                 target.stop(req.get("reason") or "stopped", time.monotonic())
 
-    def reap() -> None:
+    def spawn(self, req: dict[str, Any]) -> None:
+        try:
+            pid, error = self.spawner.spawn(req)
+        except Exception as e:
+            pid, error = None, str(e) or type(e).__name__
+        if pid is None:
+            self.send({"id": req["id"], "error": error or "could not start"})
+            return
+        job = Job(req, pid, process_start(pid))
+        self.jobs[pid] = job
+        self.by_id[job.id] = job
+        record = {"event": "start", "cmd": job.cmd, "pid": pid, "start": job.start, "boot": self.boot}
+        record["supervisor"] = os.getpid()
+        append_json(job.proc, record)
+
+    def reap(self) -> None:
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -346,69 +334,84 @@ def main() -> None:  # noqa: C901, PLR0912, PLR0915 (not split yet: issue 31 ite
                 return
             if pid == 0:
                 return
-            job = jobs.get(pid)
+            job = self.jobs.get(pid)
             if job is not None and job.status is None:
                 job.status = status
 
-    def finish_done() -> None:
+    def finish_done(self) -> None:
         now = time.monotonic()
-        for pid, job in list(jobs.items()):
+        for pid, job in list(self.jobs.items()):
             if not job.announced and job.status is None and now - job.began >= START_NOTICE_SECONDS:
                 job.announced = True
-                send(job.out, {"id": job.id, "pid": pid, "start": job.start})
+                self.send({"id": job.id, "pid": pid, "start": job.start})
             if job.tick(now):
                 out = job.outcome()
                 append_json(job.proc, {"event": "end", "cmd": job.cmd, **out})
-                send(job.out, {"id": job.id, "status": out}, last=True)
-                del jobs[pid]
-                by_id.pop(job.id, None)
+                self.send({"id": job.id, "status": out})
+                del self.jobs[pid]
+                self.by_id.pop(job.id, None)
 
-    while True:
-        deadlines = [d for d in (j.next_deadline() for j in jobs.values()) if d is not None]
+    def read_requests(self) -> None:
+        try:
+            data = os.read(self.sock, 1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            self.gone = True
+            return
+        *lines, self.buf = (self.buf + data).split(b"\n")
+        for line in lines:
+            if line.strip():
+                self.handle(json.loads(line))
+
+    def drain_wakeups(self) -> None:
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def step(self) -> None:
+        """Wait for a request, a signal or the next deadline; then reap and answer."""
+        deadlines = [d for d in (j.next_deadline() for j in self.jobs.values()) if d is not None]
         wait = POLL_SECONDS
         if deadlines:
             wait = max(0.0, min(wait, min(deadlines) - time.monotonic()))
-        for fd, _ev in poller.poll(int(wait * 1000) + 1):
-            if fd == wake_r:
-                try:
-                    while os.read(wake_r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
-            elif fd == sock:
-                try:
-                    data, fds, flags, _ = socket.recv_fds(channel, 1 << 16, 16, CLOEXEC)
-                except OSError:
-                    data, fds, flags = b"", [], 0
-                for got in fds:
-                    os.set_inheritable(got, False)  # never into a gate (its end of file is the driver's word)
-                pipes.extend(fds)
-                if flags & socket.MSG_CTRUNC:  # descriptors lost: answer nothing rather than the wrong job
-                    gone = True
-                if not data:
-                    gone = True
-                    continue
-                buf += data
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        handle(json.loads(line))
-        reap()
-        finish_done()
-        if not gone and os.getppid() != driver:
-            gone = True  # the driver died (its children were re-parented)
-        if gone:
-            break
-    # The driver is gone: stop every gate, then leave.
-    now = time.monotonic()
-    for job in jobs.values():
-        job.grace = SHUTDOWN_GRACE
-        job.stop("its driver stopped", now)
-    deadline = time.monotonic() + SHUTDOWN_GRACE + 1.5
-    while jobs and time.monotonic() < deadline:
-        time.sleep(0.02)
-        reap()
-        finish_done()
+        for fd, _ev in self.poller.poll(int(wait * 1000) + 1):
+            if fd == self.wake_r:
+                self.drain_wakeups()
+            elif fd == self.sock:
+                self.read_requests()
+        self.reap()
+        self.finish_done()
+        if not self.gone and os.getppid() != self.driver:
+            self.gone = True  # the driver died (its children were re-parented)
+
+    def stop_all(self) -> None:
+        """The driver is gone: stop every gate, then leave."""
+        now = time.monotonic()
+        for job in self.jobs.values():
+            job.grace = SHUTDOWN_GRACE
+            job.stop("its driver stopped", now)
+        deadline = time.monotonic() + SHUTDOWN_GRACE + 1.5
+        while self.jobs and time.monotonic() < deadline:
+            time.sleep(0.02)
+            self.reap()
+            self.finish_done()
+
+
+def main() -> None:
+    sock = int(sys.argv[1])
+    driver = int(sys.argv[2])
+    os.set_inheritable(sock, False)  # never into a gate
+    for sig in IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
+    serving = Serving(sock, driver)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    become_subreaper()
+    while not serving.gone:
+        serving.step()
+    serving.stop_all()
 
 
 if __name__ == "__main__":

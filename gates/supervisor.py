@@ -28,13 +28,11 @@ import functools
 import itertools
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +55,11 @@ class Job:
     round trip per gate, most of a short gate's cost): :meth:`wait` returns
     when the command has ended, or could not start (:attr:`error`).
 
-    The supervisor answers on a pipe of the job's own, whose write end went
-    with the request: the thread that waits reads its answer itself (a
-    reader thread shared by all jobs woke for every message, and then woke
-    the waiting thread: two threads to schedule per gate where one does).
+    The supervisor answers on the socket the two share; the supervisor's
+    reader thread (:meth:`Supervisor._read`) hands each answer to its job.
     End of file before the end means the supervisor is gone."""
 
-    def __init__(self, sup: Supervisor, job_id: int, answers: int, proc: str | None = None, cmd: int = 0) -> None:
+    def __init__(self, sup: Supervisor, job_id: int, proc: str | None = None, cmd: int = 0) -> None:
         self._sup = sup
         self.id = job_id
         self._proc, self._cmd = proc, cmd
@@ -72,42 +68,19 @@ class Job:
         self.start: int | None = None
         self.error: str | None = None  # why it could not start
         self.status: ExitStatus | None = None
-        self._fd: int | None = answers  # the read end of the job's pipe, until its last answer
-        self._buf = b""
-        self._lock = threading.Lock()  # one reader of the pipe at a time
+        self._ended = threading.Event()
 
     @property
     def ended(self) -> bool:
-        return self._fd is None
+        return self._ended.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once the command and whatever it left in its group have
         ended, or once it failed to start."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
-            return self.ended
-        try:
-            while self._fd is not None:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                poller = select.poll()
-                poller.register(self._fd, select.POLLIN)
-                if not poller.poll(None if left is None else max(1, int(left * 1000))):
-                    continue
-                data = os.read(self._fd, 1 << 16)
-                if not data:
-                    self._lost()
-                    break
-                *lines, self._buf = (self._buf + data).split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        self._take(json.loads(line))
-            return True
-        finally:
-            self._lock.release()
+        return self._ended.wait(timeout)
 
-    def _take(self, msg: dict[str, Any]) -> None:
+    def _take(self, msg: dict[str, Any]) -> bool:
+        """One answer of the supervisor; True when it was the last."""
         if "error" in msg:  # it could not start
             self.error = str(msg["error"])
         elif "status" in msg:
@@ -115,24 +88,15 @@ class Job:
             self.pid, self.start = self.status.pid, msg["status"].get("start")
         else:  # it still runs
             self.pid, self.start = int(msg["pid"]), msg.get("start")
-            return
-        self._close()
+            return False
+        self._ended.set()
+        return True
 
     def _lost(self) -> None:
         """The supervisor is gone (killed on its own): stop the command here."""
-        self._sup.alive = False
         self._kill_here()
         self.status = ExitStatus(pid=self.pid, killed="the gate supervisor stopped")
-        self._close()
-
-    def _close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self._close()
+        self._ended.set()
 
     def kill(self, reason: str = "interrupted") -> None:
         """Stop the command's whole group (SIGTERM, SIGKILL after the grace).
@@ -172,6 +136,10 @@ class Supervisor:
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._alive = True
+        self._jobs: dict[int, Job] = {}  # those not ended, by id (this supervisor's own)
+        self._jobs_lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, name="milepost-gate-supervisor", daemon=True)
+        self._reader.start()
 
     @property
     def pid(self) -> int:
@@ -186,13 +154,12 @@ class Supervisor:
     def alive(self, value: bool) -> None:
         self._alive = value
 
-    def send(self, msg: dict[str, Any], fd: int | None = None) -> bool:
-        """Send one request (with ``fd``, a descriptor the supervisor keeps)."""
+    def send(self, msg: dict[str, Any]) -> bool:
+        """Send one request; False when the supervisor is gone."""
         data = (json.dumps(msg) + "\n").encode()
         try:
             with self._send_lock:
-                sent = socket.send_fds(self._sock, [data], [fd]) if fd is not None else 0
-                self._sock.sendall(data[sent:])
+                self._sock.sendall(data)
         except OSError:
             return False
         return True
@@ -213,8 +180,7 @@ class Supervisor:
         once the request is sent; raises :class:`LaunchError` when the
         supervisor is gone. A command that cannot start ends at once, with
         :attr:`Job.error` set."""
-        answers, theirs = os.pipe()  # (neither end is inherited by a gate)
-        job = Job(self, next(self._ids), answers, proc, cmd)
+        job = Job(self, next(self._ids), proc, cmd)
         request = {
             "op": "spawn",
             "id": job.id,
@@ -227,18 +193,36 @@ class Supervisor:
             "timeout": timeout,
             "grace": grace,
         }
-        try:
-            if not self.send(request, theirs):
-                job._close()
-                raise LaunchError("the gate supervisor is not running")
-        finally:
-            os.close(theirs)  # the supervisor holds its own copy now
+        with self._jobs_lock:
+            self._jobs[job.id] = job
+        if not self.send(request):
+            with self._jobs_lock:
+                self._jobs.pop(job.id, None)
+            raise LaunchError("the gate supervisor is not running")
         return job
+
+    def _read(self) -> None:
+        """The supervisor's answers, each to its job; at end of file (the
+        supervisor gone, or closed), every job not ended is stopped here."""
+        with contextlib.suppress(OSError, ValueError):
+            for line in self._sock.makefile("rb"):
+                msg = json.loads(line)
+                with self._jobs_lock:
+                    job = self._jobs.get(msg.get("id"))
+                if job is not None and job._take(msg):
+                    with self._jobs_lock:
+                        self._jobs.pop(job.id, None)
+        self.alive = False
+        with self._jobs_lock:
+            left, self._jobs = list(self._jobs.values()), {}
+        for job in left:
+            job._lost()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the supervisor (it stops whatever still runs) and reap it."""
         self.alive = False
         with contextlib.suppress(OSError):
+            # shutdown, not just close: the reader's file object keeps the descriptor open.
             self._sock.shutdown(socket.SHUT_RDWR)
             self._sock.close()
         try:

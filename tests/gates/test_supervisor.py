@@ -219,7 +219,7 @@ def test_a_group_not_yet_announced_is_found_in_its_proc_file(tmp_path: Path) -> 
         ]
         proc.write_text("".join(json.dumps(r) + "\n" for r in lines))
         for cmd in (0, 1):
-            Job(supervisor(), cmd + 1, os.open(os.devnull, os.O_RDONLY), str(proc), cmd)._kill_here()
+            Job(supervisor(), cmd + 1, str(proc), cmd)._kill_here()
         assert ours.wait(10) == -signal.SIGKILL
         time.sleep(0.2)
         assert other.poll() is None
