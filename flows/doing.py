@@ -279,7 +279,7 @@ class Doing:
             shown = ", ".join(protected[:5]) + (f" and {len(protected) - 5} more" if len(protected) > 5 else "")
             return f"refused: the doer changed protected paths ({shown}); its edits to them were discarded"
         if not changed:
-            return "refused: the doer changed nothing"
+            return self._nothing_new(claim, wt, run)
         last = evidence.last_do_run(self.service.ctx, claim)
         if last is not None and last.diff_digest == run.diff_digest:
             return f"refused: no progress, the same change as attempt {last.attempt}"
@@ -287,6 +287,17 @@ class Doing:
         run.result_commit = head
         if head is not None and a.base is not None:
             run.diff_stat = wt.diff_stat(a.base, head)
+        return None
+
+    def _nothing_new(self, claim: Claim, wt: git.Worktree, run: DoRun) -> str | None:
+        """The doer changed nothing: refused, unless the branch holds an
+        earlier attempt's committed work not merged yet (its gate failed, maybe
+        for a reason outside the change, such as a tool missing then): the
+        gate judges that work again."""
+        if self.base is None or wt.ahead_of(self.base) == 0:
+            return "refused: the doer changed nothing"
+        run.reason = f"{run.reason}; it changed nothing: the gate judges the branch's earlier work again"
+        run.result_commit = wt.head()
         return None
 
     # -- after the gate ------------------------------------------------------------------

@@ -206,6 +206,11 @@ class Worktree:
     def head(self) -> str:
         return _out(self.path, "rev-parse", "--verify", "HEAD^{commit}")
 
+    def ahead_of(self, ref: str) -> int:
+        """How many commits the worktree's HEAD has that ``ref`` has not (an
+        earlier attempt's work not merged yet)."""
+        return int(_out(self.path, "rev-list", "--count", f"{ref}..HEAD"))
+
     def changed_paths(self) -> list[str]:
         """Every path the doer changed since ``start``: committed by it or not,
         staged or not, deleted, untracked (not ignored); sorted."""

@@ -20,7 +20,7 @@ from tests.conftest import CLI, EXAMPLES, ROOT
 
 PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 # The walkthrough's first two lines set up a shell; the test gives each line a fresh folder and PATH instead.
-SETUP_LINES = {". .venv/bin/activate", "mkdir /tmp/try && cd /tmp/try"}
+SETUP_LINES = {". .venv/bin/activate", "mkdir /tmp/try && cd /tmp/try", "mkdir /tmp/try-proofs && cd /tmp/try-proofs"}
 # (page, heading) of every shell block the tests below run.
 RUN = {
     ("README.md", "Five minutes with the CLI"),
@@ -34,6 +34,8 @@ SHOWN = {
     ("README.md", "The two commands"): "make demo and make test are what CI runs (tests/test_demo.py runs the demo)",
     ("README.md", "Driving a DAG as a Prefect flow"): "needs a Prefect server; tests/flows drive for real",
     ("docs/benchmarks.md", "Benchmarks"): "make bench takes minutes; the benchmarks are scripts of their own",
+    ("docs/doers.md", "Try it: `examples/doers`"): "tests/flows/test_doers.py::test_the_example_as_a_user_runs_it"
+    " takes these steps on a real Prefect server",
     ("docs/benchmarks.md", "`bench_exact.py`: exact proofs on jinja2, against its own suite (2026-12-03)"): "fetches"
     " jinja2 with pip and runs its suite several times; a benchmark script of its own",
 }

@@ -228,6 +228,32 @@ milestones:
     assert git(workspace, "log", "--name-only", "--format=", f"{root}..main").split() == ["src/a.py"]
 
 
+def test_a_retry_that_changes_nothing_lets_the_gate_judge_the_branchs_earlier_work(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    """Attempt 1's change was right but its gate failed for a reason outside
+    it (a tool missing then: here, the attempt number); the retry's doer
+    changes nothing, and the gate judges the branch's committed work again
+    instead of refusing the attempt for good."""
+    repo(workspace)
+    doer = Doer(tmp_path, {"a#1": {"write": {"src/a.py": "A = 1\n"}}, "a#2": {}})
+    item = apply(
+        service,
+        f"""objective: judged again
+milestones:
+  - {{name: a, retries: 1, do: '{doer.command}', gate: 'test -f src/a.py && test "$MILEPOST_ATTEMPT" -ge 2'}}
+""",
+    )
+    summary = run_drive(service, item)
+    assert summary.ok, summary.message
+    runs = _do_runs(service, "a", item)
+    assert [r.outcome for r in runs] == ["passed", "passed"]
+    assert "changed nothing: the gate judges the branch's earlier work again" in runs[1].reason
+    assert runs[1].result_commit == runs[0].result_commit  # the same work, judged again
+    assert (workspace / "src" / "a.py").read_text() == "A = 1\n"  # merged into main
+    assert len(git(workspace, "log", "--merges", "--format=%s", "main").splitlines()) == 1
+
+
 def test_a_doer_killed_at_its_timeout_is_a_failed_attempt(
     prefect_api: str, service: Service, workspace: Path, tmp_path: Path
 ) -> None:
