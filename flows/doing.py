@@ -311,11 +311,14 @@ class Doing:
             return result
         m = claim.milestone
         assert self.base is not None
-        self.integration = git.integration_checkout(self.repo, self.base, self.service.store.home)  # (a user may edit)
+        if self.integration.resolve() == self.repo.root.resolve():  # a person may have started editing since
+            self.integration = git.integration_checkout(self.repo, self.base, self.service.store.home)
+        # (a worktree of milepost's stays as it is: the drive's gates run in it, see Loop._gates_in_integration)
         merged = git.merge(self.integration, self._branch(m), f"milepost: merge {m.name} (attempt {claim.attempt})")
         if merged.ok:
             if merged.commit is not None:
                 evidence.set_merge_commit(self.service.ctx, claim, merged.commit)
+            git.Worktrees(self.repo).drop(a.worktree.path, self._branch(m))  # merged: nothing left to keep
             return result
         with open(claim.log_path, "a", encoding="utf-8") as log:
             log.write(f"\n=== merge of {self._branch(m)} into {self.base} failed: conflict\n{merged.conflict}\n")

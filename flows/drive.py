@@ -87,6 +87,8 @@ def _summary(
         interrupted=interrupted,
         held=dict(loop.session.waiting) if loop is not None else None,
         cached=dict(loop.cached) if loop is not None else None,
+        # (read where the drive's gates ran: the doers' integration checkout when it is not the workspace)
+        check=loop.session.proofs_check(g) if loop is not None and loop.session.moved else None,
     )
 
 

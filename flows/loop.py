@@ -148,7 +148,7 @@ class Loop:
             claim=claim,
             kind=kind,
             commands=commands,
-            cwd=str(self.ctx.service.store.root),
+            cwd=str(self.session.ctx.store.root),
             env={**self.session.gate_env(claim), **(extra_env or {})},
             timeout=timeout,
             log_path=log_path,
@@ -446,9 +446,23 @@ class Loop:
         g = self.session.graph
         if any(m.has_doer for m in g if self.ctx.scope is None or m.name in self.ctx.scope):
             self.doing = Doing.open(self.ctx.service, self.item, self.ctx.max_doers)
+            self._gates_in_integration()
         self._reclaim()
         self.check_proofs()
         self._prepared = True
+
+    def _gates_in_integration(self) -> None:
+        """When doers merge elsewhere than the workspace (it has uncommitted
+        changes), the drive's gates run and its inputs are read there too: the
+        merged work is what they prove, the workspace's files never change."""
+        where = self.doing.integration if self.doing is not None else None
+        root = self.ctx.service.store.root
+        if where is None or where.resolve() == Path(root).resolve():
+            return
+        self.session.work_in(where)
+        self.reporter.warning(
+            f"the workspace has uncommitted changes: doers merge, and gates run, in {where} (never in your files)"
+        )
 
     def run(self) -> None:
         if not self._prepared:

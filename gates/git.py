@@ -340,6 +340,13 @@ class Worktrees:
                 _git(self.repo.root, "worktree", "remove", "--force", str(path))
             _git(self.repo.root, "worktree", "prune")
 
+    def drop(self, path: Path, branch: str) -> None:
+        """Remove the worktree at ``path`` and delete ``branch`` (once merged:
+        its commits stay reachable from the branch it was merged into)."""
+        self.remove(path)
+        with self._lock():
+            _git(self.repo.root, "branch", "-D", branch, check=False)
+
 
 def _to_branch(path: Path, branch: str, create_at: str | None) -> None:
     """The worktree at ``path`` on ``branch`` at its tip, clean (``create_at``: make the branch there)."""

@@ -18,7 +18,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
@@ -116,6 +116,12 @@ class Store:
         self._writer: Connection | None = None
         self._writer_pid = 0
         self._owner = threading.get_ident()
+
+    def at(self, root: Path) -> Store:
+        """This store with another default cwd of gates and root of inputs
+        (the same database and home): a drive whose gates prove the work in
+        another checkout of the workspace's repository (flows/doing.py)."""
+        return cast(Store, _Rooted(self, root))
 
     @classmethod
     def open(cls, url: str, home: Path, root: Path, *, create: bool = False) -> Store:
@@ -447,3 +453,15 @@ def _sqlite_setup(engine: Engine, busy_ms: int) -> None:
         # On the driver's connection: this runs once per transaction, and
         # SQLAlchemy's statement machinery would cost more than BEGIN itself.
         conn.connection.driver_connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+class _Rooted:
+    """A store seen from another root (:meth:`Store.at`): everything else,
+    its connections and locks among them, is the store's own."""
+
+    def __init__(self, store: Store, root: Path) -> None:
+        self._store = store
+        self.root = root
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)

@@ -9,7 +9,9 @@ its gates.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from milepost.errors import TransitionError
@@ -49,6 +51,7 @@ class DriveSession:
         self.use_cache = use_cache
         self.scope = set(scope) if scope is not None else None
         self.cache = GraphCache()
+        self.moved = False  # its root is not the workspace's (work_in)
         self.leases = LeaseKeeper(ctx)
         # The units of proof of this drive (each run once per state, whichever gates include it).
         self.units = proofs.unit_book(ctx)
@@ -74,6 +77,18 @@ class DriveSession:
         return self.scope is None or name in self.scope
 
     # -- proofs ----------------------------------------------------------------
+
+    def work_in(self, root: Path) -> None:
+        """From now on this drive's gates run, and its inputs are read, in
+        ``root``, another checkout of the workspace's repository (the
+        integration checkout of doers when the workspace has uncommitted
+        changes: flows/doing.py)."""
+        self.ctx = dataclasses.replace(self.ctx, store=self.ctx.store.at(root))
+        self.moved = True
+
+    def proofs_check(self, g: WorkGraph) -> proofs.Check:
+        """The proofs of every milestone of ``g`` as this drive sees them (in its root)."""
+        return proofs.check(self.ctx, self.item, g)
 
     def check_proofs(self) -> proofs.Check:
         """Look at the inputs: stale milestones join the re-proof queue

@@ -158,6 +158,10 @@ milestones:
     a, b = runs["a"][0], runs["b"][0]
     assert a.started_at < b.finished_at and b.started_at < a.finished_at
     assert a.outcome == "passed" and a.result_commit and a.merge_commit and a.diff_stat
+    # merged: their worktrees and branches are gone, their commits reachable from main
+    assert git(workspace, "branch", "--list", "milepost/*") == ""
+    assert git(workspace, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert git(workspace, "merge-base", "--is-ancestor", a.result_commit, "main") == ""
 
 
 def _do_runs(service: Service, name: str, item: int) -> list[Any]:
@@ -187,8 +191,8 @@ milestones:
     assert "wanted VALUE = 2" in second["failure"]  # MILEPOST_FAILURE_LOG: the failed attempt's log
     assert "Your last attempt failed" in second["prompt"]
     assert "MILEPOST_FAILURE_LOG" not in doer.of("a#1")["env"]
-    # the failed attempt's work stayed on the branch for the second to build on; one merge
-    assert git(workspace, "log", "--format=%s", "milepost/1/a").count("attempt") == 2
+    # the failed attempt's work stayed on the branch for the second to build on (both merged by the one merge)
+    assert git(workspace, "log", "--format=%s", "main").count("milepost: a, attempt") == 2
     assert len(merges(workspace)) == 1
     assert (workspace / "src" / "a.py").read_text() == "VALUE = 2\n"
 
@@ -449,6 +453,39 @@ def test_a_users_uncommitted_change_is_left_untouched(
     assert not (workspace / "src" / "a.py").exists()  # merged into main, not into the user's checkout
     assert "src/a.py" in git(workspace, "ls-tree", "-r", "--name-only", "main")
     assert len(merges(workspace)) == 1
+
+
+def test_with_uncommitted_changes_gates_prove_the_merged_work_in_the_integration_checkout(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    """The workspace has uncommitted changes: merges go to milepost's own
+    worktree of the base branch, and so do the drive's gates and its reading
+    of inputs (the workspace's files never hold the merges): a merged
+    milestone stays done, its dependent (no doer) is proven on both merges."""
+    repo(workspace)
+    (workspace / "notes.txt").write_text("my notes\n")
+    where = tmp_path / "where"
+    doer = Doer(tmp_path, {"a": {"write": {"src/a.py": "A = 1\n"}}, "b": {"write": {"src/b.py": "B = 2\n"}}})
+    item = apply(
+        service,
+        f"""objective: dirty with inputs
+milestones:
+  - {{name: a, do: '{doer.command}', inputs: ['src/**'], gate: 'test -f src/a.py'}}
+  - {{name: b, do: '{doer.command}', inputs: ['src/**'], gate: 'test -f src/b.py'}}
+  - {{name: both, deps: [a, b], inputs: ['src/**'], gate: 'test -f src/a.py && test -f src/b.py && pwd > {where}'}}
+""",
+    )
+    summary = run_drive(service, item)
+    assert summary.ok, summary.message
+    assert [(r.attempt, r.outcome.value) for r in service.runs("both", item=item)] == [(1, "passed")]
+    # a was proven in its worktree before b's merge changed its inputs (src/**): re-proven on the integration
+    # branch, where it passes (in the workspace, which lacks the merges, it had failed and reopened)
+    assert [(r.attempt, r.outcome.value) for r in service.runs("a", item=item)] == [(1, "passed"), (2, "passed")]
+    assert [r.outcome.value for r in service.runs("b", item=item)] == ["passed"]
+    assert Path(where.read_text().strip()) == service.store.home / "worktrees" / "integration"
+    assert (workspace / "notes.txt").read_text() == "my notes\n"
+    assert not (workspace / "src" / "a.py").exists()  # the user's files never changed
+    assert len(merges(workspace)) == 2
 
 
 def test_a_doer_gets_no_store_and_its_own_facts(
