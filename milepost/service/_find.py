@@ -4,7 +4,8 @@ each other's files), so neither imports the other to find an item."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Row, select
 
@@ -13,7 +14,22 @@ from milepost.graph.models import MAX_ID
 from milepost.service._rows import FOCUS, ITEMS, MILESTONES
 from milepost.service._tx import Context, unknown_milestone
 
-__all__ = ["focused", "head", "milestone_pk", "resolve"]
+__all__ = ["focused", "head", "milestone_pk", "of_attempt", "resolve"]
+
+
+class _Attempted(Protocol):
+    @property
+    def attempt(self) -> int: ...
+
+
+A = TypeVar("A", bound=_Attempted)
+
+
+def of_attempt(found: Sequence[A], attempt: int | None) -> A | None:
+    """The record of ``attempt`` among ``found`` (in attempt order), the last when None; None when there is none."""
+    if attempt is None:
+        return found[-1] if found else None
+    return next((f for f in found if f.attempt == attempt), None)
 
 
 def focused(conn: Connection, agent: str) -> int | None:

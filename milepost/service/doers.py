@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from milepost._schema import DO_RUNS
 from milepost.errors import NotFoundError
 from milepost.results import Claim, DoRun
-from milepost.service._find import milestone_pk, resolve
+from milepost.service._find import milestone_pk, of_attempt, resolve
 from milepost.service._tx import Context
 
 __all__ = ["do_run", "do_runs", "last_do_run", "record_do_run", "set_merge_commit", "spent"]
@@ -100,11 +100,9 @@ def do_run(ctx: Context, name: str, attempt: int | None = None, item: int | None
     found = do_runs(ctx, name, item)
     if not found:
         raise NotFoundError(f"milestone {name!r} has no do runs (no do: command, or no doer ran yet)", milestone=name)
-    if attempt is None:
-        return found[-1]
-    for d in found:
-        if d.attempt == attempt:
-            return d
+    one = of_attempt(found, attempt)
+    if one is not None:
+        return one
     ran = ", ".join(str(d.attempt) for d in found)
     raise NotFoundError(f"attempt {attempt} of {name!r} ran no doer; attempts with a do run: {ran}", milestone=name)
 

@@ -24,7 +24,7 @@ from milepost.graph.status import Action, MilestoneStatus
 from milepost.graph.steps import nothing_ready_reason
 from milepost.graph.validate import check_removable
 from milepost.results import ActionResult, DryRun, GateRun, MilestoneView, NextResult
-from milepost.service._find import milestone_pk
+from milepost.service._find import milestone_pk, of_attempt
 from milepost.service._rows import DEPS, EVENTS, MILESTONES, RUNS
 from milepost.service._rows import gate_run as gate_run_of
 from milepost.service._tx import Context, ItemEvent, Tx, write
@@ -404,11 +404,9 @@ def run(ctx: Context, name: str, attempt: int | None = None, item: int | None = 
     found = runs(ctx, name, item)
     if not found:
         raise NotFoundError(f"milestone {name!r} has no gate runs yet", milestone=name)
-    if attempt is None:
-        return found[-1]
-    for r in found:
-        if r.attempt == attempt:
-            return r
+    one = of_attempt(found, attempt)
+    if one is not None:
+        return one
     raise NotFoundError(
         f"milestone {name!r} has no attempt {attempt}; attempts recorded: {', '.join(str(r.attempt) for r in found)}",
         milestone=name,
