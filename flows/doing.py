@@ -273,11 +273,9 @@ class Doing:
         if not wt.exists():
             return "refused: the doer deleted its worktree (the next attempt makes it again)"
         changed = wt.changed_paths()
-        protected = git.protected_changes(changed, list(self.settings.protect))
-        if protected:
-            wt.discard(protected)
-            shown = ", ".join(protected[:5]) + (f" and {len(protected) - 5} more" if len(protected) > 5 else "")
-            return f"refused: the doer changed protected paths ({shown}); its edits to them were discarded"
+        refusal = self._protected(claim, wt, changed)
+        if refusal is not None:
+            return refusal
         if not changed:
             return self._nothing_new(claim, wt, run)
         last = evidence.last_do_run(self.service.ctx, claim)
@@ -288,6 +286,26 @@ class Doing:
         if head is not None and a.base is not None:
             run.diff_stat = wt.diff_stat(a.base, head)
         return None
+
+    def _protected(self, claim: Claim, wt: git.Worktree, changed: list[str]) -> str | None:
+        """Why the attempt is refused for protected paths, or None. Its
+        uncommitted edits to them are discarded; a protected path changed by
+        a commit on the branch (one the doer made itself, now or in an
+        earlier attempt) is never merged: the branch starts again from the
+        integration tip."""
+        patterns = list(self.settings.protect)
+        protected = git.protected_changes(changed, patterns)
+        committed = git.protected_changes(wt.branch_paths(self._tip()), patterns) if patterns and self.base else []
+        if not protected and not committed:
+            return None
+        wt.discard(protected)
+        if committed:
+            assert self.repo is not None
+            git.Worktrees(self.repo).reset_branch(wt.path, self._branch(claim.milestone), self._tip())
+        both = sorted({*protected, *committed})
+        shown = ", ".join(both[:5]) + (f" and {len(both) - 5} more" if len(both) > 5 else "")
+        undone = "the branch starts again from the integration tip" if committed else "its edits to them were discarded"
+        return f"refused: the doer changed protected paths ({shown}); {undone}"
 
     def _nothing_new(self, claim: Claim, wt: git.Worktree, run: DoRun) -> str | None:
         """The doer changed nothing: refused, unless the branch holds an

@@ -206,6 +206,14 @@ class Worktree:
     def head(self) -> str:
         return _out(self.path, "rev-parse", "--verify", "HEAD^{commit}")
 
+    def branch_paths(self, ref: str) -> list[str]:
+        """Every path the branch's commits change since it left ``ref`` (its
+        merge base with ``ref``): what a merge of the branch would bring in,
+        commits a doer made itself included."""
+        fork = _out(self.path, "merge-base", ref, "HEAD")
+        changed = _git(self.path, "diff", "--name-only", "-z", "--no-renames", fork, "HEAD", "--").stdout
+        return sorted({p for p in _names(changed) if _counted(p)})
+
     def ahead_of(self, ref: str) -> int:
         """How many commits the worktree's HEAD has that ``ref`` has not (an
         earlier attempt's work not merged yet)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,6 +48,10 @@ def main() -> int:
             f.write(text)
     for path in step.get("delete", []):
         (here / path).unlink()
+    if step.get("commit"):  # an agent that commits its own work (git add -A; git commit)
+        subprocess.run(["git", "add", "-A"], cwd=here, check=True)
+        who = ["-c", "user.email=agent@example.com", "-c", "user.name=agent"]
+        subprocess.run(["git", *who, "commit", "-qm", "agent's own commit"], cwd=here, check=True)
     if "cost" in step:
         Path(os.environ["MILEPOST_COST_FILE"]).write_text(json.dumps(step["cost"]))
     if "touch" in step:

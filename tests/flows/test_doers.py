@@ -232,6 +232,44 @@ milestones:
     assert git(workspace, "log", "--name-only", "--format=", f"{root}..main").split() == ["src/a.py"]
 
 
+def test_a_protected_path_the_doer_committed_itself_is_never_merged(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    """An agent that commits its own work, a protected test among it: refused,
+    and its branch starts again from the integration tip, so the next
+    attempt (which changes nothing) has no committed change to slip through."""
+    repo(workspace)
+    doer = Doer(
+        tmp_path,
+        {
+            "a#1": {
+                "write": {"src/a.py": "A = 1\n", "tests/test_app.py": "def test_x(): assert True\n"},
+                "commit": True,
+            },
+            "a#2": {},  # changes nothing: nothing on the branch either
+            "a#3": {"write": {"src/a.py": "A = 3\n"}, "commit": True},
+        },
+    )
+    item = apply(
+        service,
+        f"""objective: own commits
+doer: {{protect: ['tests/**']}}
+milestones:
+  - {{name: a, retries: 2, do: '{doer.command}', gate: 'test -f src/a.py'}}
+""",
+    )
+    summary = run_drive(service, item)
+    assert summary.ok, summary.message
+    runs = _do_runs(service, "a", item)
+    assert [r.outcome for r in runs] == ["refused", "refused", "passed"], [r.reason for r in runs]
+    assert "protected paths (tests/test_app.py); the branch starts again" in runs[0].reason
+    assert "changed nothing" in runs[1].reason
+    assert (workspace / "tests" / "test_app.py").read_text() == "def test_x(): pass\n"
+    root = git(workspace, "rev-list", "--max-parents=0", "main").strip()
+    assert "tests/" not in git(workspace, "log", "--name-only", "--format=", f"{root}..main")  # never merged
+    assert (workspace / "src" / "a.py").read_text() == "A = 3\n"
+
+
 def test_a_retry_that_changes_nothing_lets_the_gate_judge_the_branchs_earlier_work(
     prefect_api: str, service: Service, workspace: Path, tmp_path: Path
 ) -> None:
