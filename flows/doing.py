@@ -13,6 +13,7 @@ when its gate passed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -336,7 +337,8 @@ class Doing:
         if merged.ok:
             if merged.commit is not None:
                 evidence.set_merge_commit(self.service.ctx, claim, merged.commit)
-            git.Worktrees(self.repo).drop(a.worktree.path, self._branch(m))  # merged: nothing left to keep
+            with contextlib.suppress(git.GitError):  # (merged: nothing left to keep; a leftover is harmless)
+                git.Worktrees(self.repo).drop(a.worktree.path, self._branch(m))
             return result
         with open(claim.log_path, "a", encoding="utf-8") as log:
             log.write(f"\n=== merge of {self._branch(m)} into {self.base} failed: conflict\n{merged.conflict}\n")

@@ -296,7 +296,8 @@ class Loop:
             self._end_attempt(r.claim, after)
             return
         m = r.claim.milestone
-        self._submit(TaskKind.GATE, r.claim, m.gate, r.claim.log_path, m.timeout, cwd=after)
+        where = {"MILEPOST_WORKSPACE": str(after)}  # (the gate proves the doer's worktree)
+        self._submit(TaskKind.GATE, r.claim, m.gate, r.claim.log_path, m.timeout, where, cwd=after)
 
     def _end_attempt(self, claim: Claim, result: GateResult, *, final: bool = False) -> None:
         """Record an attempt that ended before its gate ran (its doer failed or was
@@ -328,10 +329,10 @@ class Loop:
             return
         name = r.claim.milestone.name
         if self.doing is not None and r.claim.milestone.has_doer and not r.claim.reproof:
-            if result.passed:
-                result = self.doing.after_gate(r.claim, result)  # merged (a conflict fails it)
-            else:
-                self.doing.forget(r.claim)
+            merged = self._merge_doer(r, result)
+            if merged is None:
+                return
+            result = merged
         if result.outcome is Outcome.CACHED:
             self.cached.append((name, result.cached_from))
         elif r.claim.milestone.has_gate:
@@ -352,11 +353,30 @@ class Loop:
             )
         self._after_failure(r.claim, done, result)
 
+    def _merge_doer(self, r: _Running, result: GateResult) -> GateResult | None:
+        """A doer attempt's gate ended: merged when it passed (a conflict
+        fails it), unless its lease passed to another driver meanwhile (this
+        one stalled): then that driver recorded it, nothing is merged (None)."""
+        assert self.doing is not None
+        if not result.passed:
+            self.doing.forget(r.claim)
+            return result
+        if not self.session.leases.confirm(r.claim, ask=True):
+            self.session.leases.remove(r.claim)
+            self.doing.forget(r.claim)
+            name = r.claim.milestone.name
+            self.reporter.warning(f"{name}: not merged: its lease passed to another driver, which recorded the attempt")
+            return None
+        merged = self.doing.after_gate(r.claim, result)
+        self._gates_in_integration()  # (a person who started editing the workspace moved the merges elsewhere)
+        return merged
+
     def _lost(self, r: _Running, result: GateResult) -> None:
         """Another driver took the attempt over before its task started
         anything (see :attr:`SpecBox.lost`), and recorded it: nothing to record."""
         self.session.leases.remove(r.claim)
         self.reporter.warning(f"{r.claim.milestone.name}: {result.reason.removeprefix('interrupted: ')}")
+        self.do_futures.pop(r.claim.milestone.name, None)
         if self.doing is not None:
             self.doing.forget(r.claim)
 
@@ -456,7 +476,7 @@ class Loop:
         changes), the drive's gates run and its inputs are read there too: the
         merged work is what they prove, the workspace's files never change."""
         where = self.doing.integration if self.doing is not None else None
-        root = self.ctx.service.store.root
+        root = self.session.ctx.store.root
         if where is None or where.resolve() == Path(root).resolve():
             return
         self.session.work_in(where)

@@ -448,8 +448,11 @@ def _merge_detached(cwd: Path, branch: str, message: str, base: str) -> MergeRes
     there if no one moved it meanwhile (else merge again from its new tip)."""
     for _ in range(5):
         old = _out(cwd, "rev-parse", "--verify", f"refs/heads/{base}^{{commit}}")
-        _git(cwd, "reset", "-q", "--hard", old)  # detached: HEAD moves, a half-done merge goes
-        _git(cwd, "clean", "-q", "-f", "-d")
+        behind = _out(cwd, "rev-parse", "--verify", "HEAD^{commit}") != old
+        if behind or _git(cwd, "diff", "--quiet", "HEAD", check=False).returncode != 0:
+            # (at the tip and clean, as after milepost's own merge: the drive's gates may be running here)
+            _git(cwd, "reset", "-q", "--hard", old)  # detached: HEAD moves, a half-done merge goes
+            _git(cwd, "clean", "-q", "-f", "-d")
         result = _merge_here(cwd, branch, message, base)
         if not result.ok or result.commit is None:
             return result

@@ -94,9 +94,11 @@ class Job:
 
     def _lost(self) -> None:
         """The supervisor is gone (killed on its own): stop the command here."""
-        self._kill_here()
-        self.status = ExitStatus(pid=self.pid, killed="the gate supervisor stopped")
-        self._ended.set()
+        try:
+            self._kill_here()
+        finally:
+            self.status = ExitStatus(pid=self.pid, killed="the gate supervisor stopped")
+            self._ended.set()
 
     def kill(self, reason: str = "interrupted") -> None:
         """Stop the command's whole group (SIGTERM, SIGKILL after the grace).
@@ -204,19 +206,21 @@ class Supervisor:
     def _read(self) -> None:
         """The supervisor's answers, each to its job; at end of file (the
         supervisor gone, or closed), every job not ended is stopped here."""
-        with contextlib.suppress(OSError, ValueError):
-            for line in self._sock.makefile("rb"):
-                msg = json.loads(line)
-                with self._jobs_lock:
-                    job = self._jobs.get(msg.get("id"))
-                if job is not None and job._take(msg):
+        try:
+            with contextlib.suppress(OSError, ValueError):
+                for line in self._sock.makefile("rb"):
+                    msg = json.loads(line)
                     with self._jobs_lock:
-                        self._jobs.pop(job.id, None)
-        self.alive = False
-        with self._jobs_lock:
-            left, self._jobs = list(self._jobs.values()), {}
-        for job in left:
-            job._lost()
+                        job = self._jobs.get(msg.get("id"))
+                    if job is not None and job._take(msg):
+                        with self._jobs_lock:
+                            self._jobs.pop(job.id, None)
+        finally:  # whatever ended the reading: no job waits for an answer nobody reads
+            self.alive = False
+            with self._jobs_lock:
+                left, self._jobs = list(self._jobs.values()), {}
+            for job in left:
+                job._lost()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the supervisor (it stops whatever still runs) and reap it."""

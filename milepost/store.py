@@ -464,4 +464,6 @@ class _Rooted:
         self.root = root
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_store":  # (copy and pickle look these up before __init__ ran)
+            raise AttributeError(name)
         return getattr(self._store, name)

@@ -43,7 +43,7 @@ def _take_over(service: Service, name: str, owner: str) -> None:
 
 def test_a_claims_lease_is_confirmed_before_its_gate_starts(clock: MovableClock, service: Service) -> None:
     """LeaseKeeper.confirm, asked right before a gate or doer starts: within
-    the first half of a lease it took, a drive knows the lease is its own
+    the first quarter of a lease it took, a drive knows the lease is its own
     without asking the store; later it asks, and a lease another driver
     took over (this drive stalled past its expiry) says no."""
     item = service.create_item("confirm").id
@@ -54,15 +54,16 @@ def test_a_claims_lease_is_confirmed_before_its_gate_starts(clock: MovableClock,
     session.leases.add(claim)  # (as the loop does from the claim on)
     assert claim.leased_until == pytest.approx(clock() + service.ctx.lease_ttl, abs=timedelta(seconds=5))
     _take_over(service, "a", "other:2")
-    assert session.leases.confirm(claim)  # its first half: no round trip (nobody takes a live lease over)
-    clock.advance(service.ctx.lease_ttl.total_seconds() * 0.6)
-    assert not session.leases.confirm(claim)  # asked the store: taken over
+    assert session.leases.confirm(claim)  # its first quarter: no round trip (nobody takes a live lease over)
+    clock.advance(service.ctx.lease_ttl.total_seconds() * 0.3)
+    assert not session.leases.confirm(claim)  # past its first quarter: asked the store: taken over
     _take_over(service, "a", "me:1")
     assert session.leases.confirm(claim)  # asked the store: still its own, and renewed for a lifetime
     with service.store.read() as conn:
         expires = conn.execute(MILESTONES.select().where(MILESTONES.c.name == "a")).one().lease_expires
     assert expires.replace(tzinfo=None) >= (clock() + service.ctx.lease_ttl * 0.9).replace(tzinfo=None)
     _take_over(service, "a", "other:2")
-    assert session.leases.confirm(claim)  # the renewal it just wrote has a first half too
-    clock.advance(service.ctx.lease_ttl.total_seconds() * 0.6)
+    assert session.leases.confirm(claim)  # the renewal it just wrote has a first quarter too
+    assert not session.leases.confirm(claim, ask=True)  # unless asked
+    clock.advance(service.ctx.lease_ttl.total_seconds() * 0.3)
     assert not session.leases.confirm(claim)

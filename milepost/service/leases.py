@@ -119,26 +119,28 @@ class LeaseKeeper:
             self._claims.pop(claim.owner + str(claim.pk), None)
             self._until.pop(claim.owner + str(claim.pk), None)
 
-    def confirm(self, claim: Claim) -> bool:
+    def confirm(self, claim: Claim, *, ask: bool = False) -> bool:
         """Whether ``claim``'s lease is still this owner's, renewed for a
-        whole lifetime if so: asked right before its gate or doer starts.
-        False when another driver took it over (this one stalled past its
-        expiry after the claim), which has fenced and recorded the attempt:
-        it must not start. A database out of reach cannot say: True (the
-        other drivers cannot reach it either, and the lease has slack).
-        Within the first half of a lease this process took or renewed it is
-        so without asking."""
+        whole lifetime if so: asked right before its gate or doer starts
+        (and before a passed doer attempt is merged, with ``ask``). False
+        when another driver took it over (this one stalled past its expiry
+        after the claim), which has fenced and recorded the attempt: it must
+        not start. Within the first quarter of a lease this process took or
+        renewed it is so without asking the store (nobody takes a lease over
+        before it expires), unless ``ask``. A store out of reach cannot say:
+        True only while the lease known here has not expired."""
         with self._lock:
             until = max(filter(None, (claim.leased_until, self._until.get(claim.owner + str(claim.pk)))), default=None)
-        if until is not None and self.ctx.clock() < until - self.ctx.lease_ttl / 2:
+        now = self.ctx.clock()
+        if not ask and until is not None and now < until - self.ctx.lease_ttl * 3 / 4:
             return True
         try:
-            renewed = self.ctx.clock() + self.ctx.lease_ttl
+            renewed = now + self.ctx.lease_ttl
             with self.ctx.store.write() as conn:
                 if not renew(conn, self.ctx, claim):
                     return False
         except EnvironmentProblem:
-            return True
+            return until is not None and self.ctx.clock() < until
         with self._lock:
             if claim.owner + str(claim.pk) in self._claims:
                 self._until[claim.owner + str(claim.pk)] = renewed
