@@ -12,6 +12,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,17 +71,30 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _call(req: urllib.request.Request | str) -> Any:
+    """One call of the Prefect API, retried as Prefect's own client retries
+    it: a 503 (the server's database busy under a loaded suite) is answered
+    by waiting and asking again, a few times."""
+    for attempt in range(6):
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or attempt == 5:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def api_get(api: str, path: str) -> Any:
-    with urllib.request.urlopen(f"{api}{path}", timeout=30) as r:
-        return json.loads(r.read())
+    return _call(f"{api}{path}")
 
 
 def api_post(api: str, path: str, body: dict[str, Any]) -> Any:
     req = urllib.request.Request(
         f"{api}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
+    return _call(req)
 
 
 def flow_run_edges(api: str, flow_run_id: str) -> tuple[set[str], set[tuple[str, str]]]:
