@@ -38,15 +38,17 @@ from milepost._text import holder as shown_holder
 from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.command import GateResult, Outcome
+from milepost.gates.doer import read_cost
 from milepost.gates.liveness import Life, boot_id, group_alive, life, still_ours
 from milepost.gates.supervisor import host_identity
 from milepost.graph.status import MilestoneStatus
-from milepost.results import Claim, DoneResult
+from milepost.results import Claim, DoneResult, DoRun
 from milepost.retry import retrying
 from milepost.service import _rows as rows
 from milepost.service._rows import ITEMS, MILESTONES
 from milepost.service._tx import Context, GraphCache
 from milepost.service.claims import interrupted_result, record
+from milepost.service.doers import record_do_run
 from milepost.service.leases import LeaseKeeper, expired
 
 __all__ = [
@@ -194,7 +196,34 @@ def _take_over(
         return None
     crash_point("reclaim")
     result = _fenced_result(ctx, claim, r.lease_owner, r.lease_info or {}, now, gone=gone)
-    return record(ctx, claim, result, release=release, cache=cache)
+    done = record(ctx, claim, result, release=release, cache=cache)
+    _killed_doer(ctx, claim, result)
+    return done
+
+
+def _killed_doer(ctx: Context, claim: Claim, result: GateResult) -> None:
+    """A doer that died with its driver (its log is there, its do run is
+    not): its do run recorded interrupted, with what it said it cost, which
+    the budgets count. A do run its driver recorded before dying stays."""
+    files = AttemptFiles(Path(claim.log_path)).do
+    if not claim.milestone.has_doer or not files.log.exists():
+        return
+    cost = read_cost(files.cost)
+    run = DoRun(
+        item=claim.item,
+        milestone=claim.milestone.name,
+        attempt=claim.attempt,
+        outcome=Outcome.INTERRUPTED.value,
+        reason=result.reason,
+        log_path=str(files.log),
+        host=result.host,
+        command=claim.milestone.do or "",
+        cost_usd=cost.usd,
+        tokens=cost.tokens,
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+    )
+    record_do_run(ctx, claim, run)
 
 
 def _take_lease(ctx: Context, item: int, r: Any, owner: str, now: datetime, *, gone: bool) -> Claim | None:

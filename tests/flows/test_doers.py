@@ -436,6 +436,7 @@ def test_a_driver_killed_during_its_doer_then_driven_again(any_cli: CLI, workspa
             "a#1": {
                 "write": {"src/junk.py": "JUNK = 1\n"},
                 "append": {"src/app.py": "y = 'half done'\n"},
+                "cost": {"usd": 0.3, "tokens": 700},  # said before it was killed: the budgets count it
                 "touch": str(started),
                 "sleep": 120,
             },
@@ -465,6 +466,9 @@ def test_a_driver_killed_during_its_doer_then_driven_again(any_cli: CLI, workspa
     runs = cli.json("runs", "a", "--item", item)["runs"]
     assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "interrupted"), (2, "passed")], runs
     assert "expired: its driver stopped" in runs[0]["reason"]
+    do_runs = cli.json("runs", "a", "--item", item)["do_runs"]
+    killed = [(d["attempt"], d["outcome"], d["cost_usd"], d["tokens"]) for d in do_runs]
+    assert killed[0] == (1, "interrupted", 0.3, 700), do_runs  # recorded by the driver that took over
     assert cli.json("list", "--item", item)["milestones"][0]["status"] == "done"  # (retries: 0, and none was spent)
     assert [s["key"] for s in doer.seen()] == ["a#1", "a#2"]
     assert "src/junk.py" not in doer.of("a#2")["files"]  # the killed attempt's leftovers were reset away
