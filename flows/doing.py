@@ -22,7 +22,7 @@ from pathlib import Path
 from milepost.errors import InputError
 from milepost.gates import git
 from milepost.gates.attempt import AttemptFiles
-from milepost.gates.doer import PromptFacts, doer_env, read_cost, write_prompt
+from milepost.gates.doer import PromptFacts, doer_env, write_prompt
 from milepost.gates.outcome import GateResult, Outcome
 from milepost.gates.supervisor import host_identity
 from milepost.graph.models import DoerSettings, GateCommand, Milestone
@@ -227,27 +227,7 @@ class Doing:
         or the attempt's failure (the doer failed, or its change is refused);
         and its do run, recorded."""
         a = self.running[(claim.milestone.name, claim.attempt)]
-        files = do_files(claim)
-        cost = read_cost(files.cost)
-        run = DoRun(
-            item=self.item,
-            milestone=claim.milestone.name,
-            attempt=claim.attempt,
-            outcome=result.outcome.value,
-            reason=result.reason,
-            exit_code=result.exit_code,
-            duration=result.duration,
-            tail=result.tail,
-            log_path=str(files.log),
-            host=host_identity()["host"],
-            command=claim.milestone.do or "",
-            worktree=str(a.cwd),
-            base_commit=a.base,
-            cost_usd=cost.usd,
-            tokens=cost.tokens,
-            started_at=result.started_at,
-            finished_at=result.finished_at,
-        )
+        run = evidence.do_run_of(claim, result, host=host_identity()["host"], worktree=str(a.cwd), base_commit=a.base)
         outcome: GateResult | Path = a.cwd
         if a.worktree is not None and a.worktree.exists():
             run.diff_digest = a.worktree.diff_digest()  # (a failed doer's too: the next may make the same change)

@@ -6,6 +6,7 @@ the same change again made no progress). See docs/doers.md.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
@@ -13,6 +14,9 @@ from sqlalchemy.exc import IntegrityError
 
 from milepost._schema import DO_RUNS
 from milepost.errors import NotFoundError
+from milepost.gates.attempt import AttemptFiles
+from milepost.gates.doer import read_cost
+from milepost.gates.outcome import GateResult
 from milepost.results import Claim, DoRun
 from milepost.service._find import milestone_pk, of_attempt, resolve
 from milepost.service._tx import Context
@@ -39,6 +43,31 @@ _FIELDS = (
     "started_at",
     "finished_at",
 )
+
+
+def do_run_of(claim: Claim, result: GateResult, **facts: Any) -> DoRun:
+    """The do run of ``claim``'s attempt as ``result`` (its do task's) tells
+    it, with what the doer wrote to its cost file; ``facts``: what else is
+    known of it (host, worktree, base commit), or read otherwise."""
+    files = AttemptFiles(Path(claim.log_path)).do
+    cost = read_cost(files.cost)
+    fields: dict[str, Any] = {
+        "item": claim.item,
+        "milestone": claim.milestone.name,
+        "attempt": claim.attempt,
+        "outcome": result.outcome.value,
+        "reason": result.reason,
+        "exit_code": result.exit_code,
+        "duration": result.duration,
+        "tail": result.tail,
+        "log_path": str(files.log),
+        "command": claim.milestone.do or "",
+        "cost_usd": cost.usd,
+        "tokens": cost.tokens,
+        "started_at": result.started_at,
+        "finished_at": result.finished_at,
+    }
+    return DoRun(**{**fields, **facts})
 
 
 def record_do_run(ctx: Context, claim: Claim, run: DoRun) -> None:

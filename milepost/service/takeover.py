@@ -38,17 +38,16 @@ from milepost._text import holder as shown_holder
 from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.command import GateResult, Outcome
-from milepost.gates.doer import read_cost
 from milepost.gates.liveness import Life, boot_id, group_alive, life, still_ours
 from milepost.gates.supervisor import host_identity
 from milepost.graph.status import MilestoneStatus
-from milepost.results import Claim, DoneResult, DoRun
+from milepost.results import Claim, DoneResult
 from milepost.retry import retrying
 from milepost.service import _rows as rows
 from milepost.service._rows import ITEMS, MILESTONES
 from milepost.service._tx import Context, GraphCache
 from milepost.service.claims import interrupted_result, record
-from milepost.service.doers import record_do_run
+from milepost.service.doers import do_run_of, record_do_run
 from milepost.service.leases import LeaseKeeper, expired
 
 __all__ = [
@@ -205,24 +204,10 @@ def _killed_doer(ctx: Context, claim: Claim, result: GateResult) -> None:
     """A doer that died with its driver (its log is there, its do run is
     not): its do run recorded interrupted, with what it said it cost, which
     the budgets count. A do run its driver recorded before dying stays."""
-    files = AttemptFiles(Path(claim.log_path)).do
-    if not claim.milestone.has_doer or not files.log.exists():
+    if not claim.milestone.has_doer or not AttemptFiles(Path(claim.log_path)).do.log.exists():
         return
-    cost = read_cost(files.cost)
-    run = DoRun(
-        item=claim.item,
-        milestone=claim.milestone.name,
-        attempt=claim.attempt,
-        outcome=Outcome.INTERRUPTED.value,
-        reason=result.reason,
-        log_path=str(files.log),
-        host=result.host,
-        command=claim.milestone.do or "",
-        cost_usd=cost.usd,
-        tokens=cost.tokens,
-        started_at=result.started_at,
-        finished_at=result.finished_at,
-    )
+    # (nothing of the doer's own end is known: not its exit, its time or its output)
+    run = do_run_of(claim, result, host=result.host, outcome=Outcome.INTERRUPTED.value, exit_code=None, duration=0.0)
     record_do_run(ctx, claim, run)
 
 
