@@ -183,8 +183,7 @@ class Loop:
                 self.by_name[name] = future
             elif kind is TaskKind.DO:
                 self.do_futures[name] = future
-        if kind is not TaskKind.FIX:
-            self.session.leases.add(claim)
+        # (its lease is in the keeper since its claim: _fill)
         self.running[key] = _Running(key, kind, claim, spec, box, future)
         self.ctx.submitted += 1
         if future is not None:
