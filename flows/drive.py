@@ -88,7 +88,7 @@ def _summary(
         held=dict(loop.session.waiting) if loop is not None else None,
         cached=dict(loop.cached) if loop is not None else None,
         # (read where the drive's gates ran: the doers' integration checkout when it is not the workspace)
-        check=loop.session.proofs_check(g) if loop is not None and loop.session.moved else None,
+        check=loop.session.proofs_check(g) if loop is not None else None,
     )
 
 

@@ -51,7 +51,6 @@ class DriveSession:
         self.use_cache = use_cache
         self.scope = set(scope) if scope is not None else None
         self.cache = GraphCache()
-        self.moved = False  # its root is not the workspace's (work_in)
         self.leases = LeaseKeeper(ctx)
         # The units of proof of this drive (each run once per state, whichever gates include it).
         self.units = proofs.unit_book(ctx)
@@ -84,10 +83,9 @@ class DriveSession:
         integration checkout of doers when the workspace has uncommitted
         changes: flows/doing.py)."""
         self.ctx = dataclasses.replace(self.ctx, store=self.ctx.store.at(root))
-        self.moved = True
 
     def proofs_check(self, g: WorkGraph) -> proofs.Check:
-        """The proofs of every milestone of ``g`` as this drive sees them (in its root)."""
+        """The proofs of every milestone of ``g`` as this drive sees them (in its root: see work_in)."""
         return proofs.check(self.ctx, self.item, g)
 
     def check_proofs(self) -> proofs.Check:
