@@ -52,7 +52,21 @@ def _fail(as_json: bool, payload: dict[str, Any], message: str, code: int) -> No
         from milepost._text import printable
 
         click.echo(f"milepost: error: {printable(message)}", err=True)
+    if code == 130:
+        _forget_caught_interrupt()
     raise SystemExit(code)
+
+
+def _forget_caught_interrupt() -> None:
+    """Make exit 130 stay 130 under ``python -m milepost``.
+
+    CPython (3.11 here) flags a KeyboardInterrupt that ends any code run by
+    ``exec``/``eval`` of a string, even when it is caught later, and a
+    ``python -m`` process with that flag set kills itself with SIGINT at exit
+    (status -2, not 130). Prefect's import runs thousands of such strings
+    (dataclasses, namedtuples), so a Ctrl-C while it loads hit this now and
+    then. Running one more string clears the flag: it is reset where it is set."""
+    exec("pass")
 
 
 def main(argv: list[str] | None = None) -> None:
