@@ -360,7 +360,7 @@ class Loop:
         if not result.passed:
             self.doing.forget(r.claim)
             return result
-        if not self.session.leases.confirm(r.claim, ask=True):
+        if not self.session.leases.confirm(r.claim):
             self.session.leases.remove(r.claim)
             self.doing.forget(r.claim)
             name = r.claim.milestone.name

@@ -51,8 +51,8 @@ class Claim(BaseModel):
     # A re-proof of a done milestone (verify, or a drive re-proving a stale one):
     # a pass spends no budget, an interruption leaves it done.
     reproof: bool = False
-    # Until when the lease was taken (this process's clock): before a quarter of it has passed, it is surely still
-    # the owner's (nobody takes a lease over before it expires), and starting its gate needs no round trip.
+    # Until when the lease was taken (this process's clock): while the store is out of reach, the claim is taken
+    # for this driver's only until then.
     leased_until: datetime | None = None
 
 

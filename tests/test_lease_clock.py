@@ -3,7 +3,9 @@ it past another driver's lease instead of sleeping the lease out."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import update
@@ -42,10 +44,10 @@ def _take_over(service: Service, name: str, owner: str) -> None:
 
 
 def test_a_claims_lease_is_confirmed_before_its_gate_starts(clock: MovableClock, service: Service) -> None:
-    """LeaseKeeper.confirm, asked right before a gate or doer starts: within
-    the first quarter of a lease it took, a drive knows the lease is its own
-    without asking the store; later it asks, and a lease another driver
-    took over (this drive stalled past its expiry) says no."""
+    """LeaseKeeper.confirm, asked right before a gate or doer starts: the
+    store says whether the lease is still the drive's, at once after the
+    claim too, and a lease another driver took over (this drive stalled past
+    its expiry) says no."""
     item = service.create_item("confirm").id
     service.add_milestone("a", gate="true", item=item)
     session = service.drive_session(item, "me:1")
@@ -53,17 +55,48 @@ def test_a_claims_lease_is_confirmed_before_its_gate_starts(clock: MovableClock,
     assert claim is not None and claim.leased_until is not None
     session.leases.add(claim)  # (as the loop does from the claim on)
     assert claim.leased_until == pytest.approx(clock() + service.ctx.lease_ttl, abs=timedelta(seconds=5))
+    assert session.leases.confirm(claim)
     _take_over(service, "a", "other:2")
-    assert session.leases.confirm(claim)  # its first quarter: no round trip (nobody takes a live lease over)
+    assert not session.leases.confirm(claim)  # at once after the claim: the store, not this process's clock, says
     clock.advance(service.ctx.lease_ttl.total_seconds() * 0.3)
-    assert not session.leases.confirm(claim)  # past its first quarter: asked the store: taken over
+    assert not session.leases.confirm(claim)
     _take_over(service, "a", "me:1")
-    assert session.leases.confirm(claim)  # asked the store: still its own, and renewed for a lifetime
+    assert session.leases.confirm(claim)  # still its own, and renewed for a lifetime
     with service.store.read() as conn:
         expires = conn.execute(MILESTONES.select().where(MILESTONES.c.name == "a")).one().lease_expires
     assert expires.replace(tzinfo=None) >= (clock() + service.ctx.lease_ttl * 0.9).replace(tzinfo=None)
     _take_over(service, "a", "other:2")
-    assert session.leases.confirm(claim)  # the renewal it just wrote has a first quarter too
-    assert not session.leases.confirm(claim, ask=True)  # unless asked
-    clock.advance(service.ctx.lease_ttl.total_seconds() * 0.3)
-    assert not session.leases.confirm(claim)
+    assert not session.leases.confirm(claim)  # a renewal it just wrote is no answer either
+
+
+def test_a_store_out_of_reach_confirms_a_lease_only_until_it_expires(
+    clock: MovableClock, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store cannot say (here: locked by another writer past the busy
+    timeout): the claim is the drive's until its lease as known here ends,
+    and not after."""
+    from milepost.store import Store
+    from milepost.workspace import init_workspace
+
+    monkeypatch.setenv("MILEPOST_BUSY_TIMEOUT", "0.1")
+    monkeypatch.setenv("MILEPOST_DB_RETRY", "0.1")
+    ws = init_workspace(workspace)
+    service = Service(Store.open(ws.url, ws.home, ws.root, create=True))
+    try:
+        item = service.create_item("unreachable").id
+        service.add_milestone("a", gate="true", item=item)
+        session = service.drive_session(item, "me:1")
+        claim = session.claim_next()
+        assert claim is not None
+        session.leases.add(claim)
+        blocker = sqlite3.connect(ws.home / "milepost.db", timeout=0)
+        try:
+            blocker.execute("BEGIN IMMEDIATE")  # another writer holds the database
+            assert session.leases.confirm(claim)
+            clock.advance(service.ctx.lease_ttl.total_seconds() + 1)
+            assert not session.leases.confirm(claim)
+        finally:
+            blocker.rollback()
+            blocker.close()
+    finally:
+        service.close()
