@@ -349,7 +349,7 @@ def run_drive(
     other threads of this process: each keeps its state on its own
     :class:`DriveContext` (and what hangs off it), none in module globals.
     ``early``: the loop's first steps, done before Prefect was imported
-    (:func:`milepost.flows.early.start_first_gate`); ended here when the loop
+    (:func:`milepost.flows.early.start_first_gates`); ended here when the loop
     never took them over."""
     t0 = time.monotonic()
     require_task_runner(task_runner)

@@ -1,28 +1,29 @@
-"""A drive's first gate, started before Prefect is imported.
+"""A drive's first gates, started before Prefect is imported.
 
 Importing Prefect takes a second or more of a drive's start (about 1.2 s
 of 2 s on the 2-core reference machine), all of it before the first gate
 could start. The CLI's ``drive`` therefore does the loop's first steps
 itself, with the store only: it opens the drive's session (its lease
 owner), reclaims what dead drivers left, looks at the inputs, claims the
-first milestone and starts its gate in a thread of its own (the command
-runs under this process's gate supervisor, on the other core), and only
-then imports Prefect and starts the flow run. The drive loop adopts what
-was done here (:attr:`DriveContext.early`): the same session, the events
-to report, and the running gate, whose task run waits for it instead of
-starting the command (:func:`milepost.flows.gate_task.run_gate_spec`).
+first milestones (as many as ``--max-parallel`` lets run at once) and
+starts their gates, each in a thread of its own (the commands run under
+this process's gate supervisor, on the other core), and only then imports
+Prefect and starts the flow run. The drive loop adopts what was done here
+(:attr:`DriveContext.early`): the same session, the events to report, and
+the running gates, whose task runs wait for them instead of starting the
+commands (:func:`milepost.flows.gate_task.run_gate_spec`).
 
-Exactly once as before: the claim is the store's lease, renewed here until
-the loop's keeper holds it; the gate dies with this process. When the loop
-never adopts it (an interrupt while Prefect is imported, the API
-unreachable, an error), :meth:`EarlyGate.settle` ends it: an interrupt
-stops the gate and records the attempt as interrupted (its milestone ready
-again, no budget spent); anything else lets the gate finish and records its
-verdict, as the loop would have.
+Exactly once as before: each claim is the store's lease, renewed here
+until the loop's keeper holds it; the gates die with this process. When the
+loop never adopts them (an interrupt while Prefect is imported, the API
+unreachable, an error), :meth:`EarlyStart.settle` ends them: an interrupt
+stops the gates and records the attempts as interrupted (their milestones
+ready again, no budget spent); anything else lets the gates finish and
+records their verdicts, as the loop would have.
 
 Nothing here imports Prefect. Only the plain case starts early: the thread
 task runner, no ``--until``, no ``--expect-revision``, no retry delay
-pending; otherwise ``start_first_gate`` returns None and the drive starts
+pending; otherwise ``start_first_gates`` returns None and the drive starts
 as it did.
 """
 
@@ -50,11 +51,11 @@ if TYPE_CHECKING:
     from milepost.service import Service
     from milepost.service.leases import LeaseKeeper
 
-__all__ = ["EarlyGate", "EarlyStart", "start_first_gate"]
+__all__ = ["EarlyGate", "EarlyStart", "start_first_gates"]
 
 
 class EarlyGate:
-    """The first gate's command, running in a thread of its own from before
+    """A first gate's command, running in a thread of its own from before
     the flow run: :meth:`wait` is what its task does instead of running it."""
 
     def __init__(self, session: DriveSession, claim: Claim, keeper: LeaseKeeper) -> None:
@@ -182,13 +183,15 @@ class EarlyGate:
 
 
 class _Session(DriveSession):
-    """The drive's session, whose cache lookup for the claim whose gate runs
+    """The drive's session, whose cache lookup for a claim whose gate runs
     already finds nothing (it found nothing before the gate started)."""
 
-    started: EarlyGate | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.started: list[EarlyGate] = []
 
     def cached_result(self, claim: Claim) -> tuple[GateResult, Fingerprint] | None:
-        if self.started is not None and claim is self.started.claim:
+        if any(claim is gate.claim for gate in self.started):
             return None
         return super().cached_result(claim)
 
@@ -196,8 +199,9 @@ class _Session(DriveSession):
 class EarlyStart:
     """What the drive loop adopts (:class:`milepost.flows.early_loop.EarlyLoop`):
     the prepared session (its owner is the drive's), what its first look
-    found to report, and the first claim (its gate started when ``gate`` is
-    not None; else the loop submits it as usual)."""
+    found to report, and the first claims, in the order they were made
+    (each one's gate started when :meth:`gate_of` finds it; else the loop
+    submits it as usual)."""
 
     def __init__(
         self,
@@ -205,27 +209,32 @@ class EarlyStart:
         reclaimed: list[DoneResult],
         stale: list[str],
         waiting: dict[str, str],
-        claim: Claim | None,
-        gate: EarlyGate | None,
     ) -> None:
         self.session = session
         self.reclaimed = reclaimed
         self.stale = stale  # the stale milestones found, by id (the first may be claimed already)
         self.waiting = waiting  # failed milestones held until their inputs change, and why
-        self.claim = claim
-        self.gate = gate
-        self.adopted = False  # the loop took the claim
+        self.claims: list[Claim] = []
+        self.gates: list[EarlyGate] = []
+        self.adopted = False  # the loop took the claims
+        self.settled = False  # or, when it never did, settle ended them
+
+    def gate_of(self, claim: Claim) -> EarlyGate | None:
+        """The gate started here for ``claim``, if one was."""
+        return next((gate for gate in self.gates if gate.claim is claim), None)
 
     def settle(self, *, interrupt: bool) -> None:
-        """The drive ends before the loop took the claim: see :meth:`EarlyGate.settle`
+        """The drive ends before the loop took the claims: see :meth:`EarlyGate.settle`
         (a claim without a started gate is released, no budget spent)."""
-        if self.gate is not None:
-            self.gate.settle(interrupt=interrupt)
-        elif self.claim is not None and not self.adopted:
-            from milepost.service import interrupted_result
+        for gate in self.gates:
+            gate.settle(interrupt=interrupt)
+        if self.adopted or self.settled:
+            return
+        self.settled = True
+        from milepost.service import interrupted_result
 
-            claim, self.claim = self.claim, None
-            why = "interrupted: the drive stopped before its gate started"
+        why = "interrupted: the drive stopped before its gate started"
+        for claim in [c for c in self.claims if self.gate_of(c) is None]:
             self.session.record(claim, interrupted_result(claim, datetime.now(UTC), reason=why), release=True)
 
 
@@ -234,7 +243,7 @@ def owner_name() -> str:
     return f"drive:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def start_first_gate(
+def start_first_gates(
     svc: Service,
     item: int,
     *,
@@ -262,20 +271,30 @@ def start_first_gate(
     session.units.set_workers(max_parallel)
     reclaimed = session.reclaim_expired()
     session.check_proofs()
-    g = session.graph
-    stale = sorted(session.to_reprove, key=lambda n: g.get(n).id)
-    waiting = dict(session.waiting)
-    claim = session.claim_next()
-    if claim is None:
-        return EarlyStart(session, reclaimed, stale, waiting, None, None)
+    stale = sorted(session.to_reprove, key=lambda n: session.graph.get(n).id)
+    early = EarlyStart(session, reclaimed, stale, dict(session.waiting))
+    try:
+        _claim_and_start(early, session, max_parallel)
+    except BaseException:
+        early.settle(interrupt=True)
+        raise
+    return early
+
+
+def _claim_and_start(early: EarlyStart, session: _Session, max_parallel: int) -> None:
+    """Claim up to ``max_parallel`` milestones and start each one's gate; a
+    claim whose gate does not start here (it has none, or a cached result
+    stands in) is the last: the loop submits it."""
     from milepost.service.leases import LeaseKeeper
 
-    gate: EarlyGate | None = None
-    try:
-        if claim.milestone.has_gate and session.cached_result(claim) is None:
-            keeper = LeaseKeeper(session.ctx, [claim]).__enter__()
-            gate = session.started = EarlyGate(session, claim, keeper).start()
-    except BaseException:
-        EarlyStart(session, reclaimed, stale, waiting, claim, None).settle(interrupt=True)
-        raise
-    return EarlyStart(session, reclaimed, stale, waiting, claim, gate)
+    while len(early.claims) < max(1, max_parallel):
+        claim = session.claim_next()
+        if claim is None:
+            return
+        early.claims.append(claim)
+        if not claim.milestone.has_gate or session.cached_result(claim) is not None:
+            return
+        keeper = LeaseKeeper(session.ctx, [claim]).__enter__()
+        gate = EarlyGate(session, claim, keeper)
+        session.started.append(gate)
+        early.gates.append(gate.start())

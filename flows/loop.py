@@ -175,6 +175,7 @@ class Loop:
         box = SpecBox(spec, self.session.units, self.monitor, functools.partial(self.done_q.put, key))
         if kind is not TaskKind.FIX and not cached:
             box.confirm = functools.partial(self.session.leases.confirm, claim)
+        self._boxed(kind, claim, box)
         if self.ctx.inline:
             self.inline.append((key, deps))  # run by the loop when it would wait (_run_inline)
         else:
@@ -188,6 +189,10 @@ class Loop:
         self.ctx.submitted += 1
         if future is not None:
             future.add_done_callback(lambda _future: box.end())
+
+    def _boxed(self, kind: TaskKind, claim: Claim, box: SpecBox) -> None:
+        """The box of a task about to be queued or submitted, for a subclass
+        to fill (:class:`milepost.flows.early_loop.EarlyLoop`)."""
 
     def _run_inline(self) -> None:
         """Run the next task of :attr:`inline` here (see call_inline); its

@@ -177,14 +177,14 @@ def drive(
         summary.duration = time.monotonic() - t0
     else:
         api, how = drive_server(svc.store.home, say=not c.json)
-        from milepost.flows.early import start_first_gate
+        from milepost.flows.early import start_first_gates
         from milepost.flows.server import healthy
 
         # The first gate starts now, on the other core, while Prefect is imported (flows/early.py); not when
         # the API PREFECT_API_URL names does not answer (the drive then ends with exit 3, having run nothing).
         early = None
         if how != "env" or healthy(api, timeout=5):
-            early = start_first_gate(
+            early = start_first_gates(
                 svc,
                 item,
                 max_parallel=max_parallel,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,10 @@ def test_the_first_gate_runs_before_prefect_is_imported(cli: CLI, workspace: Pat
         import json, sys, time
         from pathlib import Path
         from milepost.service import Service
-        from milepost.flows.early import start_first_gate
+        from milepost.flows.early import start_first_gates
 
         svc = Service.open()
-        early = start_first_gate(svc, 1)
+        early = start_first_gates(svc, 1)
         deadline = time.monotonic() + 60
         while not Path("started-1").exists():
             assert time.monotonic() < deadline
@@ -48,7 +49,7 @@ def test_the_first_gate_runs_before_prefect_is_imported(cli: CLI, workspace: Pat
         running = svc.milestone_views(1)[1]
         prefect = any(m == "prefect" or m.startswith("prefect.") for m in sys.modules)
         early.settle(interrupt=False)
-        print(json.dumps({"prefect": prefect, "claimed": early.claim.milestone.name,
+        print(json.dumps({"prefect": prefect, "claimed": [c.milestone.name for c in early.claims],
                           "owner": early.session.owner}))
         """
     )
@@ -57,7 +58,7 @@ def test_the_first_gate_runs_before_prefect_is_imported(cli: CLI, workspace: Pat
     )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
-    assert out["prefect"] is False and out["claimed"] == "first" and out["owner"].startswith("drive:")
+    assert out["prefect"] is False and out["claimed"] == ["first"] and out["owner"].startswith("drive:")
     ms = {m["name"]: m for m in cli.json("list")["milestones"]}
     assert ms["first"]["status"] == "done" and ms["first"]["attempts"] == 1, ms
     assert ms["second"]["status"] == "pending" and ms["second"]["view"] == "ready", ms
@@ -88,6 +89,77 @@ def test_a_drive_adopts_its_early_gate(cli: CLI, workspace: Path, prefect_api: s
     by_name = {t["name"]: t for t in runs}
     assert by_name["first"]["state"]["type"] == "COMPLETED", by_name["first"]["state"]
     assert by_name["second"]["state"]["type"] == "COMPLETED"
+
+
+NAMED_STAMP = (
+    'python3 -c \'import os, time; open("started-" + os.environ["MILEPOST_MILESTONE"], "w").write(repr(time.time()))\''
+)
+
+
+def test_as_many_first_gates_start_as_may_run_at_once(cli: CLI, workspace: Path) -> None:
+    """With --max-parallel 2, the two ready milestones' gates both start before
+    Prefect is imported (not their dependent); not taken over, both verdicts are
+    recorded, and the dependent is ready."""
+    cli("item", "create", "early", check=True)
+    for name in ("one", "two", "three"):
+        cli("add", name, "--gate", f"{NAMED_STAMP}; sleep 0.5", check=True)
+    cli("add", "after", "--deps", "one,two", "--gate", NAMED_STAMP, check=True)
+    script = textwrap.dedent(
+        """
+        import json, sys, time
+        from pathlib import Path
+        from milepost.service import Service
+        from milepost.flows.early import start_first_gates
+
+        svc = Service.open()
+        early = start_first_gates(svc, 1, max_parallel=2)
+        deadline = time.monotonic() + 60
+        while not (Path("started-one").exists() and Path("started-two").exists()):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        prefect = any(m == "prefect" or m.startswith("prefect.") for m in sys.modules)
+        early.settle(interrupt=False)
+        print(json.dumps({"prefect": prefect, "claimed": [c.milestone.name for c in early.claims],
+                          "gates": [g.claim.milestone.name for g in early.gates]}))
+        """
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", script], cwd=workspace, env=cli.env, capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out == {"prefect": False, "claimed": ["one", "two"], "gates": ["one", "two"]}, out
+    assert not (workspace / "started-three").exists() and not (workspace / "started-after").exists()
+    ms = {m["name"]: m for m in cli.json("list")["milestones"]}
+    assert [ms[n]["status"] for n in ("one", "two", "three", "after")] == ["done", "done", "pending", "pending"], ms
+    assert ms["after"]["view"] == "ready" and ms["one"]["attempts"] == ms["two"]["attempts"] == 1, ms
+
+
+def test_a_drive_of_two_at_once_adopts_both_early_gates(cli: CLI, workspace: Path, prefect_api: str) -> None:
+    """The whole drive with --max-parallel 2: both first gates started before the
+    flow run did, each ran once and is its own Completed task run, and their
+    dependent followed them."""
+    cli("item", "create", "early", check=True)
+    cli("add", "one", "--gate", f"{NAMED_STAMP}; sleep 1", check=True)
+    cli("add", "two", "--gate", f"{NAMED_STAMP}; sleep 1", check=True)
+    cli("add", "after", "--deps", "one,two", "--gate", NAMED_STAMP, check=True)
+    r = cli("--json", "drive", "--max-parallel", "2", timeout=240)
+    assert r.code == 0, r.err + r.out
+    events = [json.loads(line) for line in r.out.splitlines()]
+    flow_run_id = next(e for e in events if e["event"] == "drive_started")["flow_run_id"]
+    [flow_run] = api_post(prefect_api, "/flow_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
+    began = datetime.fromisoformat(flow_run["start_time"]).timestamp()
+    started = {n: float((workspace / f"started-{n}").read_text()) for n in ("one", "two", "after")}
+    assert started["one"] < began and started["two"] < began, (started, began)
+    assert started["after"] > max(started["one"], started["two"]) + 1
+    for name in ("one", "two", "after"):
+        assert [run["outcome"] for run in cli.json("runs", name)["runs"]] == ["passed"], name
+    runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
+    assert sorted((t["name"], t["state"]["type"]) for t in runs) == [
+        ("after", "COMPLETED"),
+        ("one", "COMPLETED"),
+        ("two", "COMPLETED"),
+    ]
 
 
 def test_an_interrupt_while_prefect_loads_stops_the_early_gate(cli: CLI, workspace: Path, prefect_api: str) -> None:
