@@ -177,10 +177,11 @@ def _ready_loop(ctx: DriveContext, item_id: int, until: str | None, reporter: Re
         loop.session.set_holds({m.name for m in g if m.name not in ctx.scope})
     loop.prepare()
     no_nodes: dict[str, State[Any]] = {}
-    reproving = set(loop.session.to_reprove)
+    # (Nor is one whose gate this drive ran and recorded before its flow run began: its task is its node.)
+    skip = set(loop.session.to_reprove) | loop.recorded_early()
     earlier = guard.call(
         "draw the milestones done earlier",
-        lambda: create_nodes(g, ctx.flow_run_id or "", item_id, {}, only_done=True, skip=reproving),
+        lambda: create_nodes(g, ctx.flow_run_id or "", item_id, {}, only_done=True, skip=skip),
         no_nodes,
     )
     loop.by_name.update(earlier)

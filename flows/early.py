@@ -29,6 +29,7 @@ as it did.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -58,10 +59,18 @@ class EarlyGate:
     """A first gate's command, running in a thread of its own from before
     the flow run: :meth:`wait` is what its task does instead of running it."""
 
-    def __init__(self, session: DriveSession, claim: Claim, keeper: LeaseKeeper) -> None:
+    def __init__(
+        self,
+        session: DriveSession,
+        claim: Claim,
+        keeper: LeaseKeeper,
+        on_pass: Callable[[EarlyGate], None] | None = None,
+    ) -> None:
         self.session = session
         self.claim = claim
         self.keeper = keeper  # renews the claim's lease until the loop's keeper holds it
+        self.on_pass = on_pass  # told when the gate passed (in its thread, before waiters hear of its end)
+        self.recorded: DoneResult | None = None  # its attempt's record, when made before the loop took it over
         self.stop = threading.Event()  # set: the command's process group is stopped
         self.adopted = False  # the loop took it over (its task waits for it)
         self.settled = False
@@ -95,6 +104,10 @@ class EarlyGate:
             )
         except BaseException as e:  # handed to the waiter
             self._error = e
+        else:
+            if self.on_pass is not None and self.result.passed and not self.stop.is_set():
+                with contextlib.suppress(Exception):  # (not recorded then: the loop or settle records it)
+                    self.on_pass(self)
         finally:
             self._done.set()
 
@@ -167,8 +180,9 @@ class EarlyGate:
 
     def settle(self, *, interrupt: bool) -> DoneResult | None:
         """When the loop never adopted the gate: stop it (``interrupt``) or let
-        it finish, and record the attempt. Idempotent; None when the loop had it."""
-        if self.adopted or self.settled:
+        it finish, and record the attempt. Idempotent; None when the loop had it,
+        or it was recorded already."""
+        if self.adopted or self.settled or self.recorded is not None:
             return None
         self.settled = True
         if interrupt:
@@ -205,7 +219,7 @@ class EarlyStart:
 
     def __init__(
         self,
-        session: DriveSession,
+        session: _Session,
         reclaimed: list[DoneResult],
         stale: list[str],
         waiting: dict[str, str],
@@ -218,6 +232,57 @@ class EarlyStart:
         self.gates: list[EarlyGate] = []
         self.adopted = False  # the loop took the claims
         self.settled = False  # or, when it never did, settle ended them
+        self.closed = False  # no gate chains another any more (the loop took over, or settle began)
+        self._lock = threading.Lock()  # (a gate's thread chains while the loop may be taking over)
+
+    def adopt(self) -> list[Claim]:
+        """The loop takes the claims over, in the order they were made: no
+        gate chains another from now on."""
+        with self._lock:
+            self.adopted = self.closed = True
+            return list(self.claims)
+
+    def claim_first(self, max_parallel: int) -> None:
+        """Claim up to ``max_parallel`` milestones and start each one's gate; a
+        claim whose gate does not start here (it has none, or a cached result
+        stands in) is the last: the loop submits it. (A gate that passes before
+        the loop takes over chains the next: :meth:`_chain`.)"""
+        while len(self.claims) < max(1, max_parallel):
+            claim = self.session.claim_next()
+            if claim is None:
+                return
+            with self._lock:
+                self.claims.append(claim)
+            if not self.start_gate(claim):
+                return
+
+    def start_gate(self, claim: Claim) -> bool:
+        """Start ``claim``'s gate here, unless it has none or a cached result
+        stands in (then the loop submits it): whether it started."""
+        if not claim.milestone.has_gate or self.session.cached_result(claim) is not None:
+            return False
+        from milepost.service.leases import LeaseKeeper
+
+        keeper = LeaseKeeper(self.session.ctx, [claim]).__enter__()
+        gate = EarlyGate(self.session, claim, keeper, on_pass=self._chain)
+        self.session.started.append(gate)
+        self.gates.append(gate.start())
+        return True
+
+    def _chain(self, gate: EarlyGate) -> None:
+        """``gate`` passed before the loop took it over: record it and claim
+        the next milestone in one transaction, as the loop would, and start
+        that one's gate too, so a dependent need not wait for the flow run."""
+        with self._lock:
+            if self.closed:
+                return
+            assert gate.result is not None
+            done, after = self.session.record_and_claim_next(gate.claim, gate.result)
+            gate.recorded = done
+            gate.keeper.__exit__(None, None, None)
+            if after is not None:
+                self.claims.append(after)
+                self.start_gate(after)
 
     def gate_of(self, claim: Claim) -> EarlyGate | None:
         """The gate started here for ``claim``, if one was."""
@@ -226,7 +291,10 @@ class EarlyStart:
     def settle(self, *, interrupt: bool) -> None:
         """The drive ends before the loop took the claims: see :meth:`EarlyGate.settle`
         (a claim without a started gate is released, no budget spent)."""
-        for gate in self.gates:
+        with self._lock:
+            self.closed = True
+            gates = list(self.gates)
+        for gate in gates:
             gate.settle(interrupt=interrupt)
         if self.adopted or self.settled:
             return
@@ -274,27 +342,8 @@ def start_first_gates(
     stale = sorted(session.to_reprove, key=lambda n: session.graph.get(n).id)
     early = EarlyStart(session, reclaimed, stale, dict(session.waiting))
     try:
-        _claim_and_start(early, session, max_parallel)
+        early.claim_first(max_parallel)
     except BaseException:
         early.settle(interrupt=True)
         raise
     return early
-
-
-def _claim_and_start(early: EarlyStart, session: _Session, max_parallel: int) -> None:
-    """Claim up to ``max_parallel`` milestones and start each one's gate; a
-    claim whose gate does not start here (it has none, or a cached result
-    stands in) is the last: the loop submits it."""
-    from milepost.service.leases import LeaseKeeper
-
-    while len(early.claims) < max(1, max_parallel):
-        claim = session.claim_next()
-        if claim is None:
-            return
-        early.claims.append(claim)
-        if not claim.milestone.has_gate or session.cached_result(claim) is not None:
-            return
-        keeper = LeaseKeeper(session.ctx, [claim]).__enter__()
-        gate = EarlyGate(session, claim, keeper)
-        session.started.append(gate)
-        early.gates.append(gate.start())

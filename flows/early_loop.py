@@ -38,9 +38,11 @@ class EarlyLoop(Loop):
             self.reporter.stale_found(name, self.session.stale[name])
         for name, why in early.waiting.items():
             self.reporter.waiting_for_change(name, why)
-        self.chained.extend(reversed(early.claims))  # (_fill takes the last first)
-        early.adopted = True
+        self.chained.extend(reversed(early.adopt()))  # (_fill takes the last first)
         self._prepared = True
+
+    def recorded_early(self) -> set[str]:
+        return {gate.claim.milestone.name for gate in self.early.gates if gate.recorded is not None}
 
     def _boxed(self, kind: TaskKind, claim: Claim, box: SpecBox) -> None:
         """A claim whose gate runs already: its task waits for that command;

@@ -190,6 +190,11 @@ class Loop:
         if future is not None:
             future.add_done_callback(lambda _future: box.end())
 
+    def recorded_early(self) -> set[str]:
+        """Milestones whose gates this drive ran and recorded before its flow
+        run began (:class:`milepost.flows.early_loop.EarlyLoop`): none here."""
+        return set()
+
     def _boxed(self, kind: TaskKind, claim: Claim, box: SpecBox) -> None:
         """The box of a task about to be queued or submitted, for a subclass
         to fill (:class:`milepost.flows.early_loop.EarlyLoop`)."""
@@ -342,7 +347,11 @@ class Loop:
         elif r.claim.milestone.has_gate:
             self.gate_runs += 1
         self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration
-        if self._may_chain(result):
+        recorded = r.box.early.recorded if r.box.early is not None else None
+        if recorded is not None:  # recorded before the flow run began (flows/early.py), its next claimed then too
+            self.session.leases.remove(r.claim)
+            done = recorded
+        elif self._may_chain(result):
             self.session.leases.remove(r.claim)
             done, after = self.session.record_and_claim_next(r.claim, result)
             self.chained.append(after)

@@ -162,6 +162,75 @@ def test_a_drive_of_two_at_once_adopts_both_early_gates(cli: CLI, workspace: Pat
     ]
 
 
+def test_a_first_gate_that_passes_early_chains_the_next(cli: CLI, workspace: Path) -> None:
+    """A first gate that passes before any loop takes it over is recorded, and
+    its dependent is claimed and started at once, in the same way, with the
+    store alone (no Prefect): a chain does not wait for the flow run."""
+    cli("item", "create", "early", check=True)
+    cli("add", "one", "--gate", NAMED_STAMP, check=True)
+    cli("add", "two", "--deps", "one", "--gate", NAMED_STAMP, check=True)
+    cli("add", "three", "--deps", "two", "--gate", f"{NAMED_STAMP}; sleep 0.5", check=True)
+    script = textwrap.dedent(
+        """
+        import json, sys, time
+        from pathlib import Path
+        from milepost.service import Service
+        from milepost.flows.early import start_first_gates
+
+        svc = Service.open()
+        early = start_first_gates(svc, 1)
+        deadline = time.monotonic() + 60
+        while not Path("started-three").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        prefect = any(m == "prefect" or m.startswith("prefect.") for m in sys.modules)
+        early.settle(interrupt=False)
+        print(json.dumps({"prefect": prefect, "claimed": [c.milestone.name for c in early.claims],
+                          "recorded": [g.claim.milestone.name for g in early.gates if g.recorded is not None]}))
+        """
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", script], cwd=workspace, env=cli.env, capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out == {"prefect": False, "claimed": ["one", "two", "three"], "recorded": ["one", "two"]}, out
+    for name in ("one", "two", "three"):
+        assert [run["outcome"] for run in cli.json("runs", name)["runs"]] == ["passed"], name
+    assert {m["status"] for m in cli.json("list")["milestones"]} == {"done"}
+
+
+def test_a_drive_adopts_gates_recorded_before_its_flow_run(cli: CLI, workspace: Path, prefect_api: str) -> None:
+    """The whole drive: the first gates of a chain pass and are recorded while
+    Prefect loads, the next starts before the flow run does; each gate ran once,
+    each is its own Completed task run, and the drive tells of all three."""
+    cli("item", "create", "early", check=True)
+    cli("add", "one", "--gate", NAMED_STAMP, check=True)
+    cli("add", "two", "--deps", "one", "--gate", NAMED_STAMP, check=True)
+    cli("add", "three", "--deps", "two", "--gate", NAMED_STAMP, check=True)
+    r = cli("--json", "drive", timeout=240)
+    assert r.code == 0, r.err + r.out
+    events = [json.loads(line) for line in r.out.splitlines()]
+    flow_run_id = next(e for e in events if e["event"] == "drive_started")["flow_run_id"]
+    assert [e["milestone"] for e in events if e["event"] == "gate_finished"] == ["one", "two", "three"]
+    assert next(e for e in events if e["event"] == "drive_finished")["gate_runs"] == 3
+    [flow_run] = api_post(prefect_api, "/flow_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
+    began = datetime.fromisoformat(flow_run["start_time"]).timestamp()
+    started = {n: float((workspace / f"started-{n}").read_text()) for n in ("one", "two", "three")}
+    assert started["two"] < began, (started, began)
+    for name in ("one", "two", "three"):
+        assert [run["outcome"] for run in cli.json("runs", name)["runs"]] == ["passed"], name
+    runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
+    assert sorted((t["name"], t["state"]["type"]) for t in runs) == [
+        ("one", "COMPLETED"),
+        ("three", "COMPLETED"),
+        ("two", "COMPLETED"),
+    ]
+    name_of = {t["id"]: t["name"] for t in runs}
+    edges = {t["name"]: [name_of.get(i["id"]) for i in t["task_inputs"].get("wait_for", [])] for t in runs}
+    assert edges == {"one": [], "two": ["one"], "three": ["two"]}, edges  # the DAG in the UI, as for any drive
+
+
 def test_an_interrupt_while_prefect_loads_stops_the_early_gate(cli: CLI, workspace: Path, prefect_api: str) -> None:
     """The gate itself sends SIGINT to the driver as it starts (while the driver
     still imports Prefect): exit 130, the gate's process gone, the milestone ready

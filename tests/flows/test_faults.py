@@ -365,7 +365,12 @@ def test_a_killed_prefect_server_ends_the_drive_within_a_minute_and_costs_no_res
     item, ledger = plan(cli, seconds)
     driver = Driver(cli, item, "--max-parallel", "2", MILEPOST_PREFECT_GRACE=grace)
     try:
-        wait_until(lambda: len(ledger.executions()) >= 2, 60, what="two gates running")
+        # (The first two gates start before Prefect is imported: the flow run must have begun too.)
+        wait_until(
+            lambda: len(ledger.executions()) >= 2 and "drive work item" in driver.log.read_text(),
+            60,
+            what="two gates running in the flow run",
+        )
         prefect_server.kill()
         killed = time.monotonic()
         code, out = driver.finish(300)
