@@ -14,7 +14,8 @@ the running gates, whose task runs wait for them instead of starting the
 commands (:func:`milepost.flows.gate_task.run_gate_spec`).
 
 Exactly once as before: each claim is the store's lease, renewed here
-until the loop's keeper holds it; the gates die with this process. When the
+until the loop's keeper holds it or its attempt is recorded; the gates die
+with this process. When the
 loop never adopts them (an interrupt while Prefect is imported, the API
 unreachable, an error), :meth:`EarlyStart.settle` ends them: an interrupt
 stops the gates and records the attempts as interrupted (their milestones
@@ -39,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from milepost.errors import EnvironmentProblem
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.command import GateResult, Outcome, run_gate
 from milepost.gates.inputs import Fingerprint
@@ -247,7 +249,7 @@ class EarlyStart:
         claim whose gate does not start here (it has none, or a cached result
         stands in) is the last: the loop submits it. (A gate that passes before
         the loop takes over chains the next: :meth:`_chain`.)"""
-        while len(self.claims) < max(1, max_parallel):
+        while len([c for c in self.claims if not self._recorded(c)]) < max(1, max_parallel):
             claim = self.session.claim_next()
             if claim is None:
                 return
@@ -284,6 +286,10 @@ class EarlyStart:
                 self.claims.append(after)
                 self.start_gate(after)
 
+    def _recorded(self, claim: Claim) -> bool:
+        gate = self.gate_of(claim)
+        return gate is not None and gate.recorded is not None
+
     def gate_of(self, claim: Claim) -> EarlyGate | None:
         """The gate started here for ``claim``, if one was."""
         return next((gate for gate in self.gates if gate.claim is claim), None)
@@ -295,7 +301,8 @@ class EarlyStart:
             self.closed = True
             gates = list(self.gates)
         for gate in gates:
-            gate.settle(interrupt=interrupt)
+            with contextlib.suppress(EnvironmentProblem):  # (the store is gone: its files tell a later drive)
+                gate.settle(interrupt=interrupt)
         if self.adopted or self.settled:
             return
         self.settled = True

@@ -10,10 +10,14 @@ runner's)."""
 
 from __future__ import annotations
 
+import contextlib
+
+from milepost.errors import EnvironmentProblem
 from milepost.events import Reporter
 from milepost.flows.early import EarlyStart
 from milepost.flows.gate_task import SpecBox, TaskKind
 from milepost.flows.loop import DriveContext, Loop
+from milepost.gates.command import GateResult
 from milepost.results import Claim
 
 __all__ = ["EarlyLoop"]
@@ -54,11 +58,32 @@ class EarlyLoop(Loop):
         gate.handed_over()
 
     def _stop_all(self) -> None:
+        gates = [gate for gate in self.early.gates if gate.recorded is None]
+        for gate in gates:  # every command told to stop first, then each waited for
+            gate.stop.set()
+        for gate in gates:
+            if not gate.adopted:  # not submitted (still chained, or its submit failed): recorded interrupted here
+                if gate.claim in self.chained:
+                    self.chained.remove(gate.claim)
+                gate.settle(interrupt=True)
+            else:  # its task may never have run; the file beside its log tells how it ended
+                gate.join(15)
+        self.chained = [c for c in self.chained if c is None or self.early.gate_of(c) is None]
+        super()._stop_all()
+
+    def drop_chained(self) -> None:
+        """On a fault, first gates not submitted yet finish and are recorded
+        (as the running ones are); the rest is left to its leases."""
         for gate in self.early.gates:
             if not gate.adopted and gate.claim in self.chained:
-                self.chained.remove(gate.claim)  # its gate runs: stopped, and recorded interrupted
-                gate.settle(interrupt=True)
-            elif gate.adopted:  # its task may never have run; the file beside its log tells how it ended
-                gate.stop.set()
-                gate.join(15)
-        super()._stop_all()
+                self.chained.remove(gate.claim)
+                with contextlib.suppress(EnvironmentProblem):  # (the store is gone: its files tell a later drive)
+                    gate.settle(interrupt=False)
+        super().drop_chained()
+
+    def _not_submitted(self, claim: Claim, result: GateResult) -> None:
+        gate = self.early.gate_of(claim)
+        if gate is None:
+            super()._not_submitted(claim, result)
+        elif gate.recorded is None and not gate.adopted:  # its command runs: stopped, recorded interrupted
+            gate.settle(interrupt=True)

@@ -190,6 +190,11 @@ class Loop:
         if future is not None:
             future.add_done_callback(lambda _future: box.end())
 
+    def drop_chained(self) -> None:
+        """The drive is ending on a fault: claims not submitted are left to
+        their leases (a later drive runs them)."""
+        self.chained.clear()
+
     def recorded_early(self) -> set[str]:
         """Milestones whose gates this drive ran and recorded before its flow
         run began (:class:`milepost.flows.early_loop.EarlyLoop`): none here."""
@@ -254,7 +259,7 @@ class Loop:
             except BaseException as e:
                 # Never leave a claimed milestone behind a lease nobody renews.
                 why = f"could not submit its gate: {type(e).__name__}: {e}"
-                self._record(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
+                self._not_submitted(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
                 raise
 
     # -- doers (flows/doing.py) ------------------------------------------------
@@ -323,8 +328,34 @@ class Loop:
         self.session.leases.remove(claim)
         return self.session.record(claim, result, release=result.outcome is Outcome.INTERRUPTED, final=final)
 
+    def _not_submitted(self, claim: Claim, result: GateResult) -> None:
+        """A claim whose task could not be submitted: recorded ``result``
+        (see :class:`milepost.flows.early_loop.EarlyLoop` for one whose gate runs)."""
+        self._record(claim, result)
+
+    def _record_run(self, r: _Running, result: GateResult) -> DoneResult:
+        """A submitted attempt's record: the one made before the flow run began
+        (a first gate that passed then: flows/early.py), else made now."""
+        recorded = r.box.early.recorded if r.box.early is not None else None
+        if recorded is not None:
+            self.session.leases.remove(r.claim)
+            return recorded
+        return self._record(r.claim, result)
+
+    def _early_result(self, r: _Running, result: GateResult) -> GateResult:
+        """A first gate's task that ended without its verdict (its engine failed)
+        must not leave the command running unrecorded: stopped, and its own end read."""
+        early = r.box.early
+        if early is None or r.box.verdict is not None or early.recorded is not None:
+            return result
+        early.stop.set()
+        try:
+            return early.wait()
+        except Exception:
+            return result
+
     def _finish(self, r: _Running) -> None:
-        result = read_result(r.box, r.future, self.crashes)
+        result = self._early_result(r, read_result(r.box, r.future, self.crashes))
         if r.box.lost:
             self._lost(r, result)
             return
@@ -347,10 +378,8 @@ class Loop:
         elif r.claim.milestone.has_gate:
             self.gate_runs += 1
         self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration
-        recorded = r.box.early.recorded if r.box.early is not None else None
-        if recorded is not None:  # recorded before the flow run began (flows/early.py), its next claimed then too
-            self.session.leases.remove(r.claim)
-            done = recorded
+        if r.box.early is not None and r.box.early.recorded is not None:  # (its next was claimed then too)
+            done = self._record_run(r, result)
         elif self._may_chain(result):
             self.session.leases.remove(r.claim)
             done, after = self.session.record_and_claim_next(r.claim, result)
@@ -585,7 +614,7 @@ class Loop:
             result = read_result(r.box, r.future, self.crashes) if ended else None
             if result is None:
                 result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
-            done = self._record(r.claim, result)
+            done = self._record_run(r, result)
             self.reporter.gate_finished(r.claim, done)
         self.running.clear()
 
@@ -600,7 +629,7 @@ def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
     for key, _ in loop.inline:  # queued, never started: its lease expires, a later drive runs it
         loop.session.leases.remove(loop.running.pop(key).claim)
     loop.inline.clear()
-    loop.chained.clear()  # (the same for a claim made with the last record)
+    loop.drop_chained()  # (the same for a claim made with the last record)
     if loop.running:
         names = ", ".join(sorted({r.claim.milestone.name for r in loop.running.values()}))
         loop.reporter.warning(f"{fault.message}; no new gate is started, waiting for {names} to finish")
@@ -612,9 +641,9 @@ def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
         r = loop.running.pop(key, None)
         if r is None or r.kind is TaskKind.FIX:
             continue
-        result = read_result(r.box, r.future, loop.crashes)
+        result = loop._early_result(r, read_result(r.box, r.future, loop.crashes))
         try:
-            done = loop._record(r.claim, result)
+            done = loop._record_run(r, result)
         except EnvironmentProblem:
             loop.reporter.warning(
                 f"{r.claim.milestone.name} (attempt {r.claim.attempt}) ended: {result.reason}; not recorded,"
