@@ -27,37 +27,52 @@ STAMP = (
 )
 
 
+EARLY_ALONE = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from milepost.service import Service
+    from milepost.flows.early import start_first_gates
+
+    svc = Service.open()
+    early = start_first_gates(svc, 1, max_parallel=int(sys.argv[1]))
+    deadline = time.monotonic() + 60
+    while not all(Path(name).exists() for name in sys.argv[2:]):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    prefect = any(m == "prefect" or m.startswith("prefect.") for m in sys.modules)
+    early.settle(interrupt=False)
+    print(json.dumps({"prefect": prefect, "owner": early.session.owner,
+                      "claimed": [c.milestone.name for c in early.claims],
+                      "gates": [g.claim.milestone.name for g in early.gates],
+                      "recorded": [g.claim.milestone.name for g in early.gates if g.recorded is not None]}))
+    """
+)
+
+
+def early_alone(cli: CLI, workspace: Path, max_parallel: int, *files: str) -> dict[str, Any]:
+    """The steps before the flow run alone in a process (no loop takes them
+    over): once ``files`` exist, what it claimed, started and recorded, settled."""
+    p = subprocess.run(
+        [sys.executable, "-c", EARLY_ALONE, str(max_parallel), *files],
+        cwd=workspace,
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    out: dict[str, Any] = json.loads(p.stdout)
+    return out
+
+
 def test_the_first_gate_runs_before_prefect_is_imported(cli: CLI, workspace: Path) -> None:
     """The steps before the flow run, alone in a process: the gate starts, Prefect is
     not imported, and when no loop takes the gate over its verdict is still recorded."""
     cli("item", "create", "early", check=True)
     cli("add", "first", "--gate", f"{STAMP}; sleep 0.5", check=True)
     cli("add", "second", "--deps", "first", "--gate", "true", check=True)
-    script = textwrap.dedent(
-        """
-        import json, sys, time
-        from pathlib import Path
-        from milepost.service import Service
-        from milepost.flows.early import start_first_gates
-
-        svc = Service.open()
-        early = start_first_gates(svc, 1)
-        deadline = time.monotonic() + 60
-        while not Path("started-1").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        running = svc.milestone_views(1)[1]
-        prefect = any(m == "prefect" or m.startswith("prefect.") for m in sys.modules)
-        early.settle(interrupt=False)
-        print(json.dumps({"prefect": prefect, "claimed": [c.milestone.name for c in early.claims],
-                          "owner": early.session.owner}))
-        """
-    )
-    p = subprocess.run(
-        [sys.executable, "-c", script], cwd=workspace, env=cli.env, capture_output=True, text=True, timeout=120
-    )
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout)
+    out = early_alone(cli, workspace, 1, "started-1")
     assert out["prefect"] is False and out["claimed"] == ["first"] and out["owner"].startswith("drive:")
     ms = {m["name"]: m for m in cli.json("list")["milestones"]}
     assert ms["first"]["status"] == "done" and ms["first"]["attempts"] == 1, ms
@@ -104,31 +119,8 @@ def test_as_many_first_gates_start_as_may_run_at_once(cli: CLI, workspace: Path)
     for name in ("one", "two", "three"):
         cli("add", name, "--gate", f"{NAMED_STAMP}; sleep 0.5", check=True)
     cli("add", "after", "--deps", "one,two", "--gate", NAMED_STAMP, check=True)
-    script = textwrap.dedent(
-        """
-        import json, sys, time
-        from pathlib import Path
-        from milepost.service import Service
-        from milepost.flows.early import start_first_gates
-
-        svc = Service.open()
-        early = start_first_gates(svc, 1, max_parallel=2)
-        deadline = time.monotonic() + 60
-        while not (Path("started-one").exists() and Path("started-two").exists()):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        prefect = any(m == "prefect" or m.startswith("prefect.") for m in sys.modules)
-        early.settle(interrupt=False)
-        print(json.dumps({"prefect": prefect, "claimed": [c.milestone.name for c in early.claims],
-                          "gates": [g.claim.milestone.name for g in early.gates]}))
-        """
-    )
-    p = subprocess.run(
-        [sys.executable, "-c", script], cwd=workspace, env=cli.env, capture_output=True, text=True, timeout=120
-    )
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout)
-    assert out == {"prefect": False, "claimed": ["one", "two"], "gates": ["one", "two"]}, out
+    out = early_alone(cli, workspace, 2, "started-one", "started-two")
+    assert out["prefect"] is False and out["claimed"] == out["gates"] == ["one", "two"] and out["recorded"] == []
     assert not (workspace / "started-three").exists() and not (workspace / "started-after").exists()
     ms = {m["name"]: m for m in cli.json("list")["milestones"]}
     assert [ms[n]["status"] for n in ("one", "two", "three", "after")] == ["done", "done", "pending", "pending"], ms
@@ -170,31 +162,8 @@ def test_a_first_gate_that_passes_early_chains_the_next(cli: CLI, workspace: Pat
     cli("add", "one", "--gate", NAMED_STAMP, check=True)
     cli("add", "two", "--deps", "one", "--gate", NAMED_STAMP, check=True)
     cli("add", "three", "--deps", "two", "--gate", f"{NAMED_STAMP}; sleep 0.5", check=True)
-    script = textwrap.dedent(
-        """
-        import json, sys, time
-        from pathlib import Path
-        from milepost.service import Service
-        from milepost.flows.early import start_first_gates
-
-        svc = Service.open()
-        early = start_first_gates(svc, 1)
-        deadline = time.monotonic() + 60
-        while not Path("started-three").exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        prefect = any(m == "prefect" or m.startswith("prefect.") for m in sys.modules)
-        early.settle(interrupt=False)
-        print(json.dumps({"prefect": prefect, "claimed": [c.milestone.name for c in early.claims],
-                          "recorded": [g.claim.milestone.name for g in early.gates if g.recorded is not None]}))
-        """
-    )
-    p = subprocess.run(
-        [sys.executable, "-c", script], cwd=workspace, env=cli.env, capture_output=True, text=True, timeout=120
-    )
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout)
-    assert out == {"prefect": False, "claimed": ["one", "two", "three"], "recorded": ["one", "two"]}, out
+    out = early_alone(cli, workspace, 1, "started-three")
+    assert (out["prefect"], out["claimed"], out["recorded"]) == (False, ["one", "two", "three"], ["one", "two"]), out
     for name in ("one", "two", "three"):
         assert [run["outcome"] for run in cli.json("runs", name)["runs"]] == ["passed"], name
     assert {m["status"] for m in cli.json("list")["milestones"]} == {"done"}
