@@ -231,7 +231,7 @@ class EarlyStart:
         self.stale = stale  # the stale milestones found, by id (the first may be claimed already)
         self.waiting = waiting  # failed milestones held until their inputs change, and why
         self.claims: list[Claim] = []
-        self.gates: list[EarlyGate] = []
+        self.gates = session.started  # (the session's own list: its cache lookup skips their claims)
         self.adopted = False  # the loop took the claims
         self.settled = False  # or, when it never did, settle ended them
         self.closed = False  # no gate chains another any more (the loop took over, or settle began)
@@ -266,9 +266,7 @@ class EarlyStart:
         from milepost.service.leases import LeaseKeeper
 
         keeper = LeaseKeeper(self.session.ctx, [claim]).__enter__()
-        gate = EarlyGate(self.session, claim, keeper, on_pass=self._chain)
-        self.session.started.append(gate)
-        self.gates.append(gate.start())
+        self.gates.append(EarlyGate(self.session, claim, keeper, on_pass=self._chain).start())
         return True
 
     def _chain(self, gate: EarlyGate) -> None:

@@ -63,11 +63,10 @@ class EarlyLoop(Loop):
             gate.stop.set()
         for gate in gates:
             if not gate.adopted:  # not submitted (still chained, or its submit failed): recorded interrupted here
-                if gate.claim in self.chained:
-                    self.chained.remove(gate.claim)
                 gate.settle(interrupt=True)
             else:  # its task may never have run; the file beside its log tells how it ended
                 gate.join(15)
+        # (A first gate's claim is its gate's to record, or recorded already: not the loop's.)
         self.chained = [c for c in self.chained if c is None or self.early.gate_of(c) is None]
         super()._stop_all()
 
@@ -85,5 +84,5 @@ class EarlyLoop(Loop):
         gate = self.early.gate_of(claim)
         if gate is None:
             super()._not_submitted(claim, result)
-        elif gate.recorded is None and not gate.adopted:  # its command runs: stopped, recorded interrupted
+        else:  # its command runs: stopped, recorded interrupted (unless recorded already or taken over)
             gate.settle(interrupt=True)

@@ -61,6 +61,11 @@ class _Running:
     # Its task's future; run inline (DriveContext.inline): its final state once it ran, None before.
     future: PrefectFuture[Any] | State[Any] | None
 
+    @property
+    def recorded(self) -> DoneResult | None:
+        """Its attempt's record, when a first gate made it before the loop took it over (flows/early.py)."""
+        return self.box.early.recorded if self.box.early is not None else None
+
 
 @dataclass
 class DriveContext:
@@ -336,17 +341,16 @@ class Loop:
     def _record_run(self, r: _Running, result: GateResult) -> DoneResult:
         """A submitted attempt's record: the one made before the flow run began
         (a first gate that passed then: flows/early.py), else made now."""
-        recorded = r.box.early.recorded if r.box.early is not None else None
-        if recorded is not None:
+        if r.recorded is not None:
             self.session.leases.remove(r.claim)
-            return recorded
+            return r.recorded
         return self._record(r.claim, result)
 
     def _early_result(self, r: _Running, result: GateResult) -> GateResult:
         """A first gate's task that ended without its verdict (its engine failed)
         must not leave the command running unrecorded: stopped, and its own end read."""
         early = r.box.early
-        if early is None or r.box.verdict is not None or early.recorded is not None:
+        if early is None or r.box.verdict is not None or r.recorded is not None:
             return result
         early.stop.set()
         try:
@@ -378,14 +382,12 @@ class Loop:
         elif r.claim.milestone.has_gate:
             self.gate_runs += 1
         self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration
-        if r.box.early is not None and r.box.early.recorded is not None:  # (its next was claimed then too)
-            done = self._record_run(r, result)
-        elif self._may_chain(result):
+        if r.recorded is None and self._may_chain(result):  # (one recorded early claimed its next then)
             self.session.leases.remove(r.claim)
             done, after = self.session.record_and_claim_next(r.claim, result)
             self.chained.append(after)
         else:
-            done = self._record(r.claim, result)
+            done = self._record_run(r, result)
         self.reporter.gate_finished(r.claim, done)
         if done.note:  # the outcome was not applied as it stands (its lease passed on, the milestone moved)
             self.reporter.warning(f"{name}: {done.note}")
