@@ -128,7 +128,12 @@ def test_a_postgresql_restart_under_a_drive_is_ridden_out(cli_of: Callable[..., 
     item, ledger = plan(cli, 2)
     driver = Driver(cli, item, "--max-parallel", "2")
     try:
-        wait_until(lambda: len(ledger.executions()) >= 2, 60, what="two gates running")
+        # (The first two gates start before Prefect is imported: under a drive means its flow run has begun.)
+        wait_until(
+            lambda: len(ledger.executions()) >= 2 and "drive work item" in driver.log.read_text(),
+            60,
+            what="two gates running in the flow run",
+        )
         t0 = time.monotonic()
         cluster.restart()  # every connection is cut; the server is back within a second or so
         figure("postgresql restart: server back after (s)", time.monotonic() - t0)
