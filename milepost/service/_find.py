@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Row, select
 
 from milepost.errors import NotFoundError
 from milepost.graph.models import MAX_ID
+from milepost.retry import retried
 from milepost.service._rows import FOCUS, ITEMS, MILESTONES
 from milepost.service._tx import Context, unknown_milestone
 
@@ -36,6 +37,7 @@ def focused(conn: Connection, agent: str) -> int | None:
     return conn.execute(select(FOCUS.c.item_id).where(FOCUS.c.agent == agent)).scalar()
 
 
+@retried
 def resolve(ctx: Context, item: int | None) -> int:
     """``item``, or the acting agent's current item; raises when there is none."""
     if item is not None:

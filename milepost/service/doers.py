@@ -18,6 +18,7 @@ from milepost.gates.attempt import AttemptFiles
 from milepost.gates.doer import read_cost
 from milepost.gates.outcome import GateResult
 from milepost.results import Claim, DoRun
+from milepost.retry import retried
 from milepost.service._find import milestone_pk, of_attempt, resolve
 from milepost.service._tx import Context
 
@@ -94,6 +95,7 @@ def set_merge_commit(ctx: Context, claim: Claim, commit: str) -> None:
         )
 
 
+@retried
 def spent(ctx: Context, item: int, pk: int | None = None) -> float:
     """What doers of ``item`` (of one milestone, by its key) said they cost, in dollars."""
     q = select(func.coalesce(func.sum(DO_RUNS.c.cost_usd), 0.0)).where(DO_RUNS.c.item_id == item)
@@ -103,6 +105,7 @@ def spent(ctx: Context, item: int, pk: int | None = None) -> float:
         return float(conn.execute(q).scalar() or 0.0)
 
 
+@retried
 def last_do_run(ctx: Context, claim: Claim) -> DoRun | None:
     """The do run of the milestone's latest attempt before ``claim``'s."""
     with ctx.store.read() as conn:
@@ -115,6 +118,7 @@ def last_do_run(ctx: Context, claim: Claim) -> DoRun | None:
     return None if row is None else _run(ctx, row, claim.item, claim.milestone.name)
 
 
+@retried
 def do_runs(ctx: Context, name: str, item: int | None = None) -> list[DoRun]:
     """Every do run of a milestone, oldest first."""
     item_id = resolve(ctx, item)

@@ -68,7 +68,10 @@ class DriveSession:
     @property
     def graph(self) -> WorkGraph:
         """The item's graph as this drive knows it (read on first use, or
-        when another writer changed the item since)."""
+        when another writer changed the item since; a lost connection retried)."""
+        return retrying(self.ctx.store, self._read_graph)
+
+    def _read_graph(self) -> WorkGraph:
         with self.ctx.store.read() as conn:
             return items.graph_of(conn, items.head(conn, self.item), self.cache).graph
 

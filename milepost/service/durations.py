@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from milepost.gates.outcome import Outcome
+from milepost.retry import retried
 from milepost.service._rows import MILESTONES, RUNS
 from milepost.service._tx import Context
 from milepost.service.items import resolve
@@ -16,6 +17,7 @@ __all__ = ["gate_time", "last_durations"]
 _JUDGED = (Outcome.PASSED.value, Outcome.FAILED.value)
 
 
+@retried
 def last_durations(ctx: Context, item: int | None = None) -> dict[str, float]:
     """Seconds of each milestone's last passed or failed gate run (milestones
     that never ran one are left out)."""
@@ -30,6 +32,7 @@ def last_durations(ctx: Context, item: int | None = None) -> dict[str, float]:
         return {name: float(duration) for name, duration in rows}  # the last attempt wins
 
 
+@retried
 def gate_time(ctx: Context, item: int) -> dict[str, tuple[float, int]]:
     """Per milestone: the seconds of all its gate runs, and its last attempt's number."""
     from sqlalchemy import func

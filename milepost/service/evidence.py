@@ -13,6 +13,7 @@ from milepost._schema import utcnow
 from milepost.errors import InvalidValueError
 from milepost.graph.models import Milestone, PlanArtifact, WorkRef, check_text
 from milepost.graph.status import ArtifactStatus
+from milepost.retry import retried
 from milepost.service._find import head, resolve
 from milepost.service._rows import REFS
 from milepost.service._tx import Context, ItemEvent, Tx, write
@@ -88,6 +89,7 @@ def add_ref(
     return write(ctx, resolve(ctx, item), fn, expect_revision)
 
 
+@retried
 def refs(ctx: Context, item: int | None = None) -> list[WorkRef]:
     item_id = resolve(ctx, item)
     with ctx.store.read() as conn:

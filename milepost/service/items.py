@@ -37,6 +37,7 @@ from milepost.graph.status import (
 )
 from milepost.graph.words import count
 from milepost.results import CompletionResult
+from milepost.retry import retried
 from milepost.service import _rows as rows
 from milepost.service._find import focused, head, resolve
 from milepost.service._rows import EVENTS, FOCUS, ITEMS
@@ -94,6 +95,7 @@ def read(ctx: Context, item_id: int, *, proofs: bool = False) -> tuple[WorkItem,
     return it, g
 
 
+@retried
 def read_checked(ctx: Context, item_id: int) -> tuple[WorkItem, WorkGraph, Check]:
     """:func:`read` with the inputs looked at, and what they said."""
     from milepost.service import proofs
@@ -105,6 +107,7 @@ def read_checked(ctx: Context, item_id: int) -> tuple[WorkItem, WorkGraph, Check
         return work_item(conn, row, graph), graph, check
 
 
+@retried
 def _read(ctx: Context, item_id: int) -> tuple[WorkItem, WorkGraph]:
     with ctx.store.read() as conn:
         row = head(conn, item_id)
@@ -116,6 +119,7 @@ def get_item(ctx: Context, item: int | None = None) -> WorkItem:
     return read(ctx, resolve(ctx, item))[0]
 
 
+@retried
 def check_can_drive(ctx: Context, item_id: int, expect_revision: int | None = None, *, until: str | None = None) -> str:
     """Refuse (before any Prefect start-up) to drive an item that is not
     open, belongs to another agent, or is no longer at ``expect_revision``,

@@ -13,6 +13,7 @@ from milepost.graph.dag import display_status
 from milepost.graph.models import WorkItem
 from milepost.graph.status import ItemFilter, ItemState, Readiness
 from milepost.results import ItemSummary
+from milepost.retry import retried
 from milepost.service._find import focused, head, resolve
 from milepost.service._rows import EVENTS, FOCUS, ITEMS
 from milepost.service._tx import Context
@@ -23,6 +24,7 @@ __all__ = ["LIST_FILTERS", "current_items", "events", "list_items"]
 LIST_FILTERS = tuple(f.value for f in ItemFilter)
 
 
+@retried
 def list_items(ctx: Context, filter: str = "all", limit: int | None = None) -> list[ItemSummary]:
     """Work items with their readiness. ``current``: this agent's focused
     item; ``queued``: open runnable items that are not current, oldest first."""
@@ -69,12 +71,14 @@ def _matches(kept: ItemFilter, item: WorkItem, current: bool) -> bool:
     }[kept]
 
 
+@retried
 def current_items(ctx: Context) -> list[int]:
     """Every agent's current item."""
     with ctx.store.read() as conn:
         return [i for i in conn.execute(select(FOCUS.c.item_id)).scalars() if i is not None]
 
 
+@retried
 def events(ctx: Context, item: int | None = None) -> list[dict[str, Any]]:
     item_id = resolve(ctx, item)
     with ctx.store.read() as conn:

@@ -24,6 +24,7 @@ from milepost.graph.status import Action, MilestoneStatus
 from milepost.graph.steps import nothing_ready_reason
 from milepost.graph.validate import check_removable
 from milepost.results import ActionResult, DryRun, GateRun, MilestoneView, NextResult
+from milepost.retry import retried
 from milepost.service._find import milestone_pk, of_attempt
 from milepost.service._rows import DEPS, EVENTS, MILESTONES, RUNS
 from milepost.service._rows import gate_run as gate_run_of
@@ -307,6 +308,7 @@ def plan_order(ctx: Context, item: int | None = None, until: str | None = None) 
 READY_SHOWN = 50
 
 
+@retried
 def next_milestone(ctx: Context, item: int | None = None) -> NextResult:
     """The lowest-id ready milestone, or none and why: indexed reads of a
     few rows (never the whole graph), so it costs the same at 20 milestones
@@ -341,6 +343,7 @@ def next_milestone(ctx: Context, item: int | None = None) -> NextResult:
     return NextResult(item=item_id, milestone=None, reason=reason, ready=[])
 
 
+@retried
 def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, list[MilestoneView]]:
     """Every milestone with its view: ready/blocked folded in, and, for those
     with inputs, stale (done on files that changed since) or waiting for a
@@ -373,6 +376,7 @@ def milestone_views(ctx: Context, item: int | None = None) -> tuple[WorkItem, li
     return it, views
 
 
+@retried
 def runs(ctx: Context, name: str, item: int | None = None) -> list[GateRun]:
     item_id = resolve(ctx, item)
     with ctx.store.read() as conn:

@@ -14,6 +14,7 @@ inputs costs nothing here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from milepost.graph.dag import WorkGraph
 from milepost.graph.models import Milestone
 from milepost.graph.status import MilestoneStatus
 from milepost.results import StaleInfo
+from milepost.retry import retried
 from milepost.service._rows import MANIFESTS, MILESTONES, RUNS
 from milepost.service._tx import Context
 
@@ -159,6 +161,7 @@ def check(
     return out
 
 
+@retried
 def _explain(ctx: Context, item_id: int, g: WorkGraph, out: Check) -> None:
     """The reason of each stale milestone: the paths changed since its proof."""
     names = list(out.stale)
@@ -201,6 +204,7 @@ def _explain(ctx: Context, item_id: int, g: WorkGraph, out: Check) -> None:
         )
 
 
+@retried
 def _attempt_numbers(ctx: Context, item_id: int, out: Check) -> None:
     from sqlalchemy import func
 
@@ -252,6 +256,7 @@ class CachedRun:
     inputs_digest: str | None
 
 
+@retried
 def cached_run(ctx: Context, fp: str) -> CachedRun | None:
     """The earliest passed run anywhere in the store with fingerprint ``fp``."""
     with ctx.store.read() as conn:
@@ -275,7 +280,8 @@ def unit_book(ctx: Context, workers: int = 1) -> UnitBook:
     the store stand in for a unit in the same state; up to ``workers`` units
     run at once."""
 
-    def lookup(digest: str) -> CachedFrom | None:
+    @retried
+    def lookup(ctx: Context, digest: str) -> CachedFrom | None:
         with ctx.store.read() as conn:
             r = conn.execute(
                 select(UNIT_PASSES.c.item_id, UNIT_PASSES.c.milestone, UNIT_PASSES.c.attempt).where(
@@ -284,7 +290,7 @@ def unit_book(ctx: Context, workers: int = 1) -> UnitBook:
             ).first()
         return None if r is None else CachedFrom(item=r.item_id, milestone=r.milestone, attempt=r.attempt)
 
-    return UnitBook(lookup, workers)
+    return UnitBook(functools.partial(lookup, ctx), workers)
 
 
 def store_unit_passes(conn: Connection, item_id: int, milestone: str, attempt: int, result: GateResult) -> None:

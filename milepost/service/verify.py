@@ -50,6 +50,7 @@ from milepost.graph.models import Milestone
 from milepost.graph.status import Action, MilestoneStatus
 from milepost.graph.words import count
 from milepost.results import Claim, DoneResult, StaleInfo, Verified, VerifyResult
+from milepost.retry import retried
 from milepost.service import _rows as rows
 from milepost.service import items, proofs
 from milepost.service._rows import MILESTONES, RUNS
@@ -62,6 +63,7 @@ __all__ = ["verify"]
 S = MilestoneStatus
 
 
+@retried
 def proven_once(ctx: Context, item_id: int) -> set[str]:
     """Milestones of the item that a passed (or cached) gate run ever proved."""
     with ctx.store.read() as conn:
@@ -282,6 +284,7 @@ class _Run:
         self.out[job.claim.milestone.name] = _verified(job.claim, done, job.stale)
 
 
+@retried
 def _current(ctx: Context, item_id: int, name: str) -> Milestone:
     with ctx.store.read() as conn:
         return rows.with_deps(rows.ONE_MILESTONE.rows(conn, item=item_id, name=name))[0]

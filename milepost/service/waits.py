@@ -13,6 +13,7 @@ from milepost.errors import InvalidValueError
 from milepost.graph.item import make_wait
 from milepost.graph.models import Wait, WorkItem
 from milepost.graph.status import ItemState, WaitKind
+from milepost.retry import retried
 from milepost.service._rows import ITEMS
 from milepost.service._tx import Context, ItemEvent, Tx, write
 from milepost.service.items import get_item, resolve
@@ -63,6 +64,7 @@ def _settle(ctx: Context, item_id: int, why: str) -> None:
     write(ctx, item_id, fn, check_owner=False)
 
 
+@retried
 def _open_waits(ctx: Context) -> list[tuple[int, Wait]]:
     with ctx.store.read() as conn:
         found = conn.execute(

@@ -122,21 +122,27 @@ def test_a_sqlite_lock_held_past_the_busy_timeout_is_exit_3_and_changes_nothing(
 # -- PostgreSQL restarted, and down for longer -------------------------------------------
 
 
-def test_a_postgresql_restart_under_a_drive_is_ridden_out(cli_of: Callable[..., CLI], cluster: PgCluster) -> None:
-    cli = cli_of(MILEPOST_DB=cluster.server.create_db("mp_fault_restart"), MILEPOST_LEASE_TTL="4")
+@pytest.mark.parametrize("phase", ["early", "flow"])
+def test_a_postgresql_restart_under_a_drive_is_ridden_out(
+    cli_of: Callable[..., CLI], cluster: PgCluster, phase: str
+) -> None:
+    """``early``: while the first gates run and Prefect is still loading (the
+    drive's start-up reads); ``flow``: once its flow run has begun."""
+    db = cluster.server.create_db(f"mp_fault_restart_{phase}")
+    cli = cli_of(MILEPOST_DB=db, MILEPOST_LEASE_TTL="4", MILEPOST_DEBUG="1")  # (debug: a traceback if it fails)
     cli("init", check=True)
     item, ledger = plan(cli, 2)
     driver = Driver(cli, item, "--max-parallel", "2")
     try:
-        # (The first two gates start before Prefect is imported: under a drive means its flow run has begun.)
+        # The first two gates start before Prefect is imported.
         wait_until(
-            lambda: len(ledger.executions()) >= 2 and "drive work item" in driver.log.read_text(),
+            lambda: len(ledger.executions()) >= 2 and (phase == "early" or "drive work item" in driver.log.read_text()),
             60,
-            what="two gates running in the flow run",
+            what=f"two gates running ({phase})",
         )
         t0 = time.monotonic()
         cluster.restart()  # every connection is cut; the server is back within a second or so
-        figure("postgresql restart: server back after (s)", time.monotonic() - t0)
+        figure(f"postgresql restart ({phase}): server back after (s)", time.monotonic() - t0)
         wait_until(lambda: len(ledger.executions()) >= 4, 60, what="the drive to go on after the restart")
         cluster.restart()  # and once more, while the next gates run
         code, out = driver.finish(180)
