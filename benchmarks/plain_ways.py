@@ -86,7 +86,7 @@ def main() -> None:
     ways = [w for w in sys.argv[1].split(",") if w and w != "none"]
     assert sys.argv[2] == "--"
     use(ways)
-    from milepost.cli import main as cli
+    from milepost.cli import run as cli
 
     sys.argv = ["milepost", *sys.argv[3:]]
     cli()

@@ -1,3 +1,3 @@
-from milepost.cli import main
+from milepost.cli import run
 
-main()
+run()

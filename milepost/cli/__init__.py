@@ -42,7 +42,7 @@ with quiet_imports():  # most of what a state command costs is starting: see mil
     from milepost.errors import MilepostError
 
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "main", "run"]
 
 
 def _fail(as_json: bool, payload: dict[str, Any], message: str, code: int) -> NoReturn:
@@ -67,6 +67,21 @@ def _forget_caught_interrupt() -> None:
     (dataclasses, namedtuples), so a Ctrl-C while it loads hit this now and
     then. Running one more string clears the flag: it is reset where it is set."""
     exec("pass")
+
+
+def run() -> None:
+    """The process's entry point (the ``milepost`` script, ``python -m
+    milepost``): :func:`main`, then leave without tearing the interpreter
+    down once the exit's duties are done (:mod:`milepost.cli._leave`)."""
+    from milepost.cli._leave import QuickExit
+
+    leaving = QuickExit()
+    try:
+        main()
+    except SystemExit as e:
+        leaving.ended(e)
+        raise
+    leaving.ended(None)
 
 
 def main(argv: list[str] | None = None) -> None:
