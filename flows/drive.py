@@ -267,11 +267,7 @@ def _api_lost_at_the_end(ctx: DriveContext, e: Exception) -> None:
 
 def _finish_plan_nodes(ctx: DriveContext, g: WorkGraph, loop: Loop, item_id: int, done_before: set[str]) -> None:
     """Plan nodes for every milestone the drive did not run (``done_before``: those done when it started)."""
-    known = {}
-    for name, ran in loop.by_name.items():
-        run_id = getattr(ran, "task_run_id", None) or ran.state_details.task_run_id  # type: ignore[union-attr]
-        if run_id is not None:
-            known[name] = run_id
+    known = {name: run_id for name in loop.by_name for run_id in loop.run_ids([name])}
     # The picture must never mask the drive's own outcome: run through PrefectGuard.call.
     # Done now, not when it started, and not run here: another driver proved it meanwhile.
     elsewhere = {m.name for m in g if m.status is MilestoneStatus.DONE} - done_before - loop.by_name.keys()

@@ -11,11 +11,14 @@ runner's)."""
 from __future__ import annotations
 
 import contextlib
+from typing import Any
+
+from prefect.client.schemas.objects import State
 
 from milepost.errors import EnvironmentProblem
 from milepost.events import Reporter
-from milepost.flows.early import EarlyStart
-from milepost.flows.gate_task import SpecBox, TaskKind
+from milepost.flows.early import EarlyGate, EarlyStart
+from milepost.flows.gate_task import GATE_TASKS, GateSpec, SpecBox, TaskKind, forward_output, task_state
 from milepost.flows.loop import DriveContext, Loop
 from milepost.gates.command import GateResult
 from milepost.results import Claim
@@ -42,8 +45,54 @@ class EarlyLoop(Loop):
             self.reporter.stale_found(name, self.session.stale[name])
         for name, why in early.waiting.items():
             self.reporter.waiting_for_change(name, why)
-        self.chained.extend(reversed(early.adopt()))  # (_fill takes the last first)
+        claims = early.adopt()
+        # Gates recorded already are drawn, not run again as tasks (run); the rest the loop submits.
+        self.first_recorded = [c for c in claims if self._recorded_gate(c) is not None]
+        self.chained.extend(reversed([c for c in claims if self._recorded_gate(c) is None]))  # (_fill: last first)
         self._prepared = True
+
+    def _recorded_gate(self, claim: Claim) -> EarlyGate | None:
+        gate = self.early.gate_of(claim)
+        return gate if gate is not None and gate.recorded is not None else None
+
+    def run(self) -> None:
+        if not self._prepared:
+            self.prepare()
+        for claim in self.first_recorded:
+            self._account(claim)
+        super().run()
+
+    def _account(self, claim: Claim) -> None:
+        """A first gate that passed and was recorded before the flow run began:
+        reported as the loop reports a gate, its task run made in its final
+        state (flows/plan_nodes.ran_node) with its output, for its dependents
+        to wait on."""
+        gate = self._recorded_gate(claim)
+        assert gate is not None and gate.recorded is not None and gate.result is not None
+        gate.adopted = True  # (its keeper stopped when it was recorded: EarlyStart._chain)
+        result, done = gate.result, gate.recorded
+        self.claimed += 1
+        self.reporter.gate_started(claim)
+        with contextlib.suppress(Exception):  # the picture never costs a recorded gate (as PrefectGuard.call)
+            self.by_name[claim.milestone.name] = self._node(claim, result)
+            self.ctx.submitted += 1
+        self._counted(claim, result)
+        self._reported(claim, done, result)
+
+    def _node(self, claim: Claim, result: GateResult) -> State[Any]:
+        from prefect.logging.loggers import task_run_logger
+
+        from milepost.flows.plan_nodes import ran_node
+
+        m, task = claim.milestone, GATE_TASKS[TaskKind.GATE]
+        final = task_state(claim, TaskKind.GATE, result)
+        deps = self.run_ids(m.deps)
+        run, local = ran_node(
+            m.name, self.ctx.flow_run_id or "", task.task_key, deps, final, result.started_at, result.finished_at
+        )
+        spec = GateSpec(claim=claim, commands=m.gate, cwd="", env={}, log_path=claim.log_path, stop_file="")
+        forward_output(spec, task_run_logger(run, task), result.passed)
+        return local
 
     def recorded_early(self) -> set[str]:
         return {gate.claim.milestone.name for gate in self.early.gates if gate.recorded is not None}

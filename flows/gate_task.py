@@ -42,11 +42,13 @@ __all__ = [
     "TaskKind",
     "call_inline",
     "driver_identity",
+    "forward_output",
     "gate_task",
     "new_monitor",
     "run_boxed_spec",
     "run_gate_spec",
     "task_run_name",
+    "task_state",
 ]
 
 # Gate output forwarded to the Prefect task-run log (the UI); the whole output
@@ -262,17 +264,19 @@ def new_monitor() -> _Monitor:
 
 def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | None = None) -> State[Any]:
     """The body of :data:`gate_task`: run one gate (or fix) attempt and end
-    in a state that says how it went (see :func:`_task_state`). Its verdict
+    in a state that says how it went (see :func:`task_state`). Its verdict
     goes to the file beside the log (the record) and, in the driver's own
     process, onto ``box`` (the loop takes it from there). (A plain
     module-level function, so Dask can pickle the task by reference.)"""
     box = box if box is not None else SpecBox(spec, units)
     log_path = Path(spec.log_path)
     if spec.cached:
-        return _task_state(spec, box.keep(GateResult.model_validate_json(spec.files.result.read_text())))
+        return task_state(
+            spec.claim, spec.kind, box.keep(GateResult.model_validate_json(spec.files.result.read_text()))
+        )
     if box.early is None and box.confirm is not None and not box.confirm():
         box.lost = True
-        return _task_state(spec, box.keep(_lease_lost(spec)))
+        return task_state(spec.claim, spec.kind, box.keep(_lease_lost(spec)))
     # The run logger is bound to this task run's context: take it here, use it in the monitor's thread.
     watched = _Watched(spec, get_run_logger(), MAX_LOG_LINES)
     # The drive's monitor; a task in another process (a Dask worker) watches its gate with one of its own.
@@ -305,7 +309,7 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
     if watched.stopped.is_set() and not result.passed:
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
         spec.files.write_result(result)
-    return _task_state(spec, box.keep(result))
+    return task_state(spec.claim, spec.kind, box.keep(result))
 
 
 def _lease_lost(spec: GateSpec) -> GateResult:
@@ -319,27 +323,34 @@ def _lease_lost(spec: GateSpec) -> GateResult:
     return GateResult(outcome=Outcome.INTERRUPTED, reason=why, log_path=spec.log_path, started_at=now, finished_at=now)
 
 
-def _task_state(spec: GateSpec, result: GateResult) -> State[Any]:
+def task_state(claim: Claim, kind: TaskKind, result: GateResult) -> State[Any]:
     """The gate task run's final state, named for what it means to the
     milestone (the UI shows the name): a failure that spends the last of the
     budget reads ``Stuck``, an earlier one ``Needs fix``; an interrupted
     attempt is ``Interrupted`` (cancelled), not a failure of the work."""
-    m = spec.claim.milestone
-    kind = "re-proof" if spec.claim.reproof and spec.kind is TaskKind.GATE else spec.kind.value
-    what = f"{kind} of {m.name!r} (attempt {spec.claim.attempt}): {result.reason}"
+    m = claim.milestone
+    what = "re-proof" if claim.reproof and kind is TaskKind.GATE else kind.value
+    what = f"{what} of {m.name!r} (attempt {claim.attempt}): {result.reason}"
     if result.outcome is Outcome.CACHED:
         return Completed(name="Cached", message=what)
     if result.passed:
         return Completed(message=what)
     if result.outcome is Outcome.INTERRUPTED:
         return Cancelled(name="Interrupted", message=what)
-    if spec.kind is TaskKind.DO:
+    if kind is TaskKind.DO:
         return Failed(name="Do failed", message=what)
-    if spec.kind is not TaskKind.GATE:
+    if kind is not TaskKind.GATE:
         return Failed(name="Fix failed", message=what)
     last = m.attempts + 1 >= m.max_attempts
-    name = "Stuck" if last else ("Re-proof failed" if spec.claim.reproof else "Needs fix")
+    name = "Stuck" if last else ("Re-proof failed" if claim.reproof else "Needs fix")
     return Failed(name=name, message=what + ("; retry budget spent" if last else ""))
+
+
+def forward_output(spec: GateSpec, logger: Any, passed: bool) -> None:
+    """Send a gate's output, from its log, to a task-run ``logger`` as its
+    task would have (a first gate recorded before the flow run began: its
+    task run is made in its final state, flows/plan_nodes.ran_node)."""
+    _Watched(spec, logger, MAX_LOG_LINES).finish(passed)
 
 
 class SpecBox:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from prefect.client.schemas.objects import State
 from prefect.futures import PrefectFuture
@@ -60,11 +61,6 @@ class _Running:
     box: SpecBox  # the task's parameter; in this process, its verdict and its end come back on it
     # Its task's future; run inline (DriveContext.inline): its final state once it ran, None before.
     future: PrefectFuture[Any] | State[Any] | None
-
-    @property
-    def recorded(self) -> DoneResult | None:
-        """Its attempt's record, when a first gate made it before the loop took it over (flows/early.py)."""
-        return self.box.early.recorded if self.box.early is not None else None
 
 
 @dataclass
@@ -199,6 +195,16 @@ class Loop:
         """The drive is ending on a fault: claims not submitted are left to
         their leases (a later drive runs them)."""
         self.chained.clear()
+
+    def run_ids(self, names: list[str]) -> list[UUID]:
+        """The task runs of ``names`` that this drive ran or drew (those it has)."""
+        out = []
+        for name in names:
+            ran = self.by_name.get(name)
+            run_id = None if ran is None else getattr(ran, "task_run_id", None) or ran.state_details.task_run_id  # type: ignore[union-attr]
+            if run_id is not None:
+                out.append(run_id)
+        return out
 
     def recorded_early(self) -> set[str]:
         """Milestones whose gates this drive ran and recorded before its flow
@@ -338,19 +344,11 @@ class Loop:
         (see :class:`milepost.flows.early_loop.EarlyLoop` for one whose gate runs)."""
         self._record(claim, result)
 
-    def _record_run(self, r: _Running, result: GateResult) -> DoneResult:
-        """A submitted attempt's record: the one made before the flow run began
-        (a first gate that passed then: flows/early.py), else made now."""
-        if r.recorded is not None:
-            self.session.leases.remove(r.claim)
-            return r.recorded
-        return self._record(r.claim, result)
-
     def _early_result(self, r: _Running, result: GateResult) -> GateResult:
         """A first gate's task that ended without its verdict (its engine failed)
         must not leave the command running unrecorded: stopped, and its own end read."""
         early = r.box.early
-        if early is None or r.box.verdict is not None or r.recorded is not None:
+        if early is None or r.box.verdict is not None:
             return result
         early.stop.set()
         try:
@@ -371,31 +369,40 @@ class Loop:
             self.reporter.fix_finished(r.claim, result)
             self._release_hold(r.claim.milestone.name)
             return
-        name = r.claim.milestone.name
         if self.doing is not None and r.claim.milestone.has_doer and not r.claim.reproof:
             merged = self._merge_doer(r, result)
             if merged is None:
                 return
             result = merged
-        if result.outcome is Outcome.CACHED:
-            self.cached.append((name, result.cached_from))
-        elif r.claim.milestone.has_gate:
-            self.gate_runs += 1
-        self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration
-        if r.recorded is None and self._may_chain(result):  # (one recorded early claimed its next then)
+        self._counted(r.claim, result)
+        if self._may_chain(result):
             self.session.leases.remove(r.claim)
             done, after = self.session.record_and_claim_next(r.claim, result)
             self.chained.append(after)
         else:
-            done = self._record_run(r, result)
-        self.reporter.gate_finished(r.claim, done)
+            done = self._record(r.claim, result)
+        self._reported(r.claim, done, result)
+
+    def _counted(self, claim: Claim, result: GateResult) -> None:
+        """A gate's end in the drive's counts: its runs (or cached attempts) and time."""
+        name = claim.milestone.name
+        if result.outcome is Outcome.CACHED:
+            self.cached.append((name, result.cached_from))
+        elif claim.milestone.has_gate:
+            self.gate_runs += 1
+        self.ctx.durations[name] = self.ctx.durations.get(name, 0.0) + result.duration
+
+    def _reported(self, claim: Claim, done: DoneResult, result: GateResult) -> None:
+        """A gate's recorded end told, and what follows a failure started."""
+        name = claim.milestone.name
+        self.reporter.gate_finished(claim, done)
         if done.note:  # the outcome was not applied as it stands (its lease passed on, the milestone moved)
             self.reporter.warning(f"{name}: {done.note}")
         if result.rewrote:
             self.reporter.warning(
                 f"{name}: its gate changed its own inputs ({describe_changes(result.rewrote)}): it stays stale"
             )
-        self._after_failure(r.claim, done, result)
+        self._after_failure(claim, done, result)
 
     def _merge_doer(self, r: _Running, result: GateResult) -> GateResult | None:
         """A doer attempt's gate ended: merged when it passed (a conflict
@@ -616,7 +623,7 @@ class Loop:
             result = read_result(r.box, r.future, self.crashes) if ended else None
             if result is None:
                 result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
-            done = self._record_run(r, result)
+            done = self._record(r.claim, result)
             self.reporter.gate_finished(r.claim, done)
         self.running.clear()
 
@@ -645,7 +652,7 @@ def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
             continue
         result = loop._early_result(r, read_result(r.box, r.future, loop.crashes))
         try:
-            done = loop._record_run(r, result)
+            done = loop._record(r.claim, result)
         except EnvironmentProblem:
             loop.reporter.warning(
                 f"{r.claim.milestone.name} (attempt {r.claim.attempt}) ended: {result.reason}; not recorded,"

@@ -52,7 +52,7 @@ from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone
 from milepost.graph.status import DisplayStatus
 
-__all__ = ["STATES", "create_nodes", "node_state", "node_times", "plan_node"]
+__all__ = ["STATES", "create_nodes", "node_state", "node_times", "plan_node", "ran_node"]
 
 # What each milepost view becomes: (Prefect state type, its name).
 STATES: dict[str, tuple[str, str]] = {
@@ -161,6 +161,42 @@ def create_nodes(
         local.state_details.task_run_id = run.id
         out[m.name] = local
     return out
+
+
+def ran_node(
+    name: str,
+    flow_run_id: str,
+    task_key: str,
+    deps: list[UUID],
+    final: State[Any],
+    started: datetime,
+    finished: datetime,
+) -> tuple[TaskRun, State[Any]]:
+    """The task run of a gate that ran and was recorded before the flow run
+    began (flows/early.py), made as a plan node is: one event, in its final
+    state, with the gate's own start and end, its deps' runs as its
+    ``wait_for``. Named and keyed as the gate task's runs are (``task_key``).
+    Returns it and a local state a dependent task can ``wait_for``.
+    (Run through the task engine instead, each cost about as much as running
+    a `true` gate: docs/benchmarks.md.)"""
+    run = TaskRun(
+        id=uuid4(),
+        name=name,
+        flow_run_id=UUID(flow_run_id),
+        task_key=task_key,
+        dynamic_key=f"first-{name}",  # (the engine's keys are numbers: never the same)
+        task_inputs={"wait_for": [TaskRunResult(id=d) for d in deps]},
+        expected_start_time=started,
+        start_time=started,
+        end_time=finished,
+        total_run_time=finished - started,
+        run_count=1,
+    )
+    final = final.model_copy(update={"timestamp": finished})
+    emit_task_run_state_change_event(run, Running(timestamp=started), final)
+    local: State[Any] = Completed(data=final.message)
+    local.state_details.task_run_id = run.id
+    return run, local
 
 
 # Where plan nodes sit on the time axis of the flow-run graph. The Prefect UI

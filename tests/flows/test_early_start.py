@@ -172,10 +172,13 @@ def test_a_first_gate_that_passes_early_chains_the_next(cli: CLI, workspace: Pat
 def test_a_drive_adopts_gates_recorded_before_its_flow_run(cli: CLI, workspace: Path, prefect_api: str) -> None:
     """The whole drive: the first gates of a chain pass and are recorded while
     Prefect loads, the next starts before the flow run does; each gate ran once,
-    each is its own Completed task run, and the drive tells of all three."""
+    each is its own Completed task run, and the drive tells of all three. A
+    gate recorded before the flow run began is drawn as a task run made in its
+    final state: with its own start and end, its output in its log, keyed and
+    named as the gate task's runs."""
     cli("item", "create", "early", check=True)
     cli("add", "one", "--gate", NAMED_STAMP, check=True)
-    cli("add", "two", "--deps", "one", "--gate", NAMED_STAMP, check=True)
+    cli("add", "two", "--deps", "one", "--gate", NAMED_STAMP + " && echo said-by-two", check=True)
     cli("add", "three", "--deps", "two", "--gate", NAMED_STAMP, check=True)
     r = cli("--json", "drive", timeout=240)
     assert r.code == 0, r.err + r.out
@@ -198,6 +201,15 @@ def test_a_drive_adopts_gates_recorded_before_its_flow_run(cli: CLI, workspace: 
     name_of = {t["id"]: t["name"] for t in runs}
     edges = {t["name"]: [name_of.get(i["id"]) for i in t["task_inputs"].get("wait_for", [])] for t in runs}
     assert edges == {"one": [], "two": ["one"], "three": ["two"]}, edges  # the DAG in the UI, as for any drive
+    by_name = {t["name"]: t for t in runs}
+    assert len({t["task_key"] for t in runs}) == 1  # one task, as for any drive's gates
+    for name in ("one", "two", "three"):
+        run = by_name[name]
+        assert run["state"]["name"] == "Completed" and f"gate of '{name}' (attempt 1)" in run["state"]["message"]
+    one_start, one_end = (datetime.fromisoformat(by_name["one"][k]).timestamp() for k in ("start_time", "end_time"))
+    assert abs(one_start - started["one"]) < 1 and one_end < began  # the gate's own times, before the flow run
+    logs = api_post(prefect_api, "/logs/filter", {"logs": {"task_run_id": {"any_": [by_name["two"]["id"]]}}})
+    assert "said-by-two" in [log["message"] for log in logs], logs
 
 
 def test_an_interrupt_while_prefect_loads_stops_the_early_gate(cli: CLI, workspace: Path, prefect_api: str) -> None:
