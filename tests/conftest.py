@@ -417,6 +417,16 @@ def pg_cluster() -> PgCluster:
     return cluster
 
 
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[PgCluster]:
+    """A cluster of the module's own, which its tests may stop, start and restart."""
+    c = pg_cluster()
+    try:
+        yield c
+    finally:
+        c.remove()
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres]:
     cluster = pg_cluster()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 from milepost.errors import DatabaseUnreachableError
 from milepost.retry import retried, retrying
 from milepost.service import Service
-from tests.conftest import PgCluster, pg_cluster
+from tests.conftest import PgCluster
 
 
 class _Store:
@@ -87,15 +86,6 @@ def test_nesting_is_per_thread() -> None:
 
 
 # -- a real server stopped under an open service ---------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[PgCluster]:
-    c = pg_cluster()
-    try:
-        yield c
-    finally:
-        c.remove()
 
 
 @pytest.mark.postgres

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLI, PgCluster, pg_cluster, wait_until
+from tests.conftest import CLI, PgCluster, wait_until
 from tests.flows.conftest import _free_port
 from tests.flows.faults import NAMES, Driver, Server, check_exactly_once, errors, figure, passed_runs, plan
 
@@ -51,15 +51,6 @@ def prefect_server() -> Iterator[Server]:
         yield server
     finally:
         server.remove()
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[PgCluster]:
-    c = pg_cluster()
-    try:
-        yield c
-    finally:
-        c.remove()
 
 
 @pytest.fixture
