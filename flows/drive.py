@@ -52,7 +52,6 @@ from milepost.gates.supervisor import supervisor
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import WorkItem
 from milepost.graph.status import MilestoneStatus
-from milepost.retry import retrying
 from milepost.service import Service
 from milepost.service.drive import nothing_to_run, summarize
 from milepost.settings import load_settings
@@ -206,7 +205,7 @@ def _sum_up(ctx: DriveContext, loop: Loop, item_id: int, end: _Ending) -> DriveS
     the flow-run graph and the artifacts published, whatever ended the loop."""
     svc = ctx.service
     try:
-        it, g = retrying(svc.store, lambda: svc.graph(item_id, proofs=False))
+        it, g = svc.graph(item_id, proofs=False)  # (its read rides out a lost connection: @retried)
     except EnvironmentProblem as e:
         end.guard.close()  # the store is gone: nothing to sum up
         ctx.error = ctx.error or e
@@ -267,7 +266,7 @@ def _api_lost_at_the_end(ctx: DriveContext, e: Exception) -> None:
 
 def _finish_plan_nodes(ctx: DriveContext, g: WorkGraph, loop: Loop, item_id: int, done_before: set[str]) -> None:
     """Plan nodes for every milestone the drive did not run (``done_before``: those done when it started)."""
-    known = {name: run_id for name in loop.by_name for run_id in loop.run_ids([name])}
+    known = {name: run_id for name in loop.by_name if (run_id := loop.run_id(name)) is not None}
     # The picture must never mask the drive's own outcome: run through PrefectGuard.call.
     # Done now, not when it started, and not run here: another driver proved it meanwhile.
     elsewhere = {m.name for m in g if m.status is MilestoneStatus.DONE} - done_before - loop.by_name.keys()

@@ -46,9 +46,12 @@ class EarlyLoop(Loop):
         for name, why in early.waiting.items():
             self.reporter.waiting_for_change(name, why)
         claims = early.adopt()
+        recorded = [self._recorded_gate(c) for c in claims]
         # Gates recorded already are drawn, not run again as tasks (run); the rest the loop submits.
-        self.first_recorded = [c for c in claims if self._recorded_gate(c) is not None]
-        self.chained.extend(reversed([c for c in claims if self._recorded_gate(c) is None]))  # (_fill: last first)
+        self.first_recorded = [gate for gate in recorded if gate is not None]
+        self.chained.extend(
+            reversed([c for c, gate in zip(claims, recorded, strict=True) if gate is None])
+        )  # (last first)
         self._prepared = True
 
     def _recorded_gate(self, claim: Claim) -> EarlyGate | None:
@@ -58,17 +61,17 @@ class EarlyLoop(Loop):
     def run(self) -> None:
         if not self._prepared:
             self.prepare()
-        for claim in self.first_recorded:
-            self._account(claim)
+        for gate in self.first_recorded:
+            self._account(gate)
         super().run()
 
-    def _account(self, claim: Claim) -> None:
+    def _account(self, gate: EarlyGate) -> None:
         """A first gate that passed and was recorded before the flow run began:
         reported as the loop reports a gate, its task run made in its final
         state (flows/plan_nodes.ran_node) with its output, for its dependents
         to wait on."""
-        gate = self._recorded_gate(claim)
-        assert gate is not None and gate.recorded is not None and gate.result is not None
+        claim = gate.claim
+        assert gate.recorded is not None and gate.result is not None
         gate.adopted = True  # (its keeper stopped when it was recorded: EarlyStart._chain)
         result, done = gate.result, gate.recorded
         self.claimed += 1
@@ -86,7 +89,7 @@ class EarlyLoop(Loop):
 
         m, task = claim.milestone, GATE_TASKS[TaskKind.GATE]
         final = task_state(claim, TaskKind.GATE, result)
-        deps = self.run_ids(m.deps)
+        deps = [run_id for d in m.deps if (run_id := self.run_id(d)) is not None]
         run, local = ran_node(
             m.name, self.ctx.flow_run_id or "", task.task_key, deps, final, result.started_at, result.finished_at
         )

@@ -196,15 +196,12 @@ class Loop:
         their leases (a later drive runs them)."""
         self.chained.clear()
 
-    def run_ids(self, names: list[str]) -> list[UUID]:
-        """The task runs of ``names`` that this drive ran or drew (those it has)."""
-        out = []
-        for name in names:
-            ran = self.by_name.get(name)
-            run_id = None if ran is None else getattr(ran, "task_run_id", None) or ran.state_details.task_run_id  # type: ignore[union-attr]
-            if run_id is not None:
-                out.append(run_id)
-        return out
+    def run_id(self, name: str) -> UUID | None:
+        """The task run this drive ran or drew for ``name`` (None: none yet)."""
+        ran = self.by_name.get(name)
+        if ran is None:
+            return None
+        return getattr(ran, "task_run_id", None) or ran.state_details.task_run_id  # type: ignore[union-attr]
 
     def recorded_early(self) -> set[str]:
         """Milestones whose gates this drive ran and recorded before its flow
