@@ -35,6 +35,7 @@ class EarlyLoop(Loop):
         self.session.units.set_workers(ctx.max_parallel)
         self.stop_file = self.stop_file.with_name(f"{self.owner.replace(':', '-')}.stop")
         self.stop_file.unlink(missing_ok=True)
+        self._node_warned = False  # (a recorded gate's task run could not be drawn: said once)
 
     def prepare(self) -> None:
         """What the first look found, told now; the first claims go first, in their order."""
@@ -76,9 +77,16 @@ class EarlyLoop(Loop):
         result, done = gate.result, gate.recorded
         self.claimed += 1
         self.reporter.gate_started(claim)
-        with contextlib.suppress(Exception):  # the picture never costs a recorded gate (as PrefectGuard.call)
+        try:  # the picture never costs a recorded gate (as PrefectGuard.call): a warning, once
             self.by_name[claim.milestone.name] = self._node(claim, result)
             self.ctx.submitted += 1
+        except Exception as e:
+            if not self._node_warned:
+                self._node_warned = True
+                self.reporter.warning(
+                    f"could not draw {claim.milestone.name}'s task run in the Prefect UI ({type(e).__name__}: {e});"
+                    " it passed and is recorded, the drive goes on"
+                )
         self._counted(claim, result)
         self._reported(claim, done, result)
 

@@ -17,8 +17,12 @@ from typing import Any
 
 import pytest
 
+from milepost.events import DriveEvent
+from milepost.planfile import parse_plan
+from milepost.service import Service
 from tests.conftest import CLI, wait_until
 from tests.flows.conftest import api_post
+from tests.recording import RecordingReporter
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
@@ -244,3 +248,37 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] in ("Z", "X")
     except OSError:
         return True
+
+
+def test_a_recorded_gate_whose_task_run_cannot_be_drawn_is_said_once(
+    prefect_api: str, service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drawing a recorded first gate's task run fails (here: every time): the
+    drive says so once, as a warning, and goes on; each gate still ran once
+    and is recorded, and the drive ends well."""
+    from milepost.flows import plan_nodes
+    from milepost.flows.drive import run_drive
+    from milepost.flows.early import start_first_gates
+
+    item = service.apply_plan(
+        parse_plan(
+            "objective: undrawn\nmilestones:\n  - {name: one, gate: 'true'}\n  - {name: two, gate: 'true'}\n"
+            "  - {name: three, deps: [one, two], gate: 'true'}\n  - {name: four, deps: [three], gate: 'true'}\n"
+        )
+    ).id
+    early = start_first_gates(service, item, max_parallel=2)
+    wait_until(lambda: len([g for g in early.gates if g.recorded is not None]) >= 3, timeout=30)
+
+    def refused(*args: Any) -> Any:
+        raise RuntimeError("the events client is closed")
+
+    monkeypatch.setattr(plan_nodes, "ran_node", refused)
+    reporter = RecordingReporter()
+    summary = run_drive(service, item, max_parallel=2, reporter=reporter, early=early)
+    assert summary.ok and summary.gate_runs == 4, summary
+    warnings = [data for event, data in reporter.events if event is DriveEvent.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "could not draw" in warnings[0] and "the events client is closed" in warnings[0], warnings
+    assert "passed and is recorded" in warnings[0]
+    for name in ("one", "two", "three", "four"):
+        assert [r.outcome.value for r in service.runs(name, item)] == ["passed"], name
