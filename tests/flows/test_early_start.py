@@ -267,6 +267,7 @@ def test_a_recorded_gate_whose_task_run_cannot_be_drawn_is_said_once(
         )
     ).id
     early = start_first_gates(service, item, max_parallel=2)
+    assert early is not None
     wait_until(lambda: len([g for g in early.gates if g.recorded is not None]) >= 3, timeout=30)
 
     def refused(*args: Any) -> Any:
