@@ -32,7 +32,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from prefect import flow
+from prefect import Flow
 from prefect.client.schemas.objects import State
 from prefect.context import get_run_context
 from prefect.states import Completed, Failed
@@ -56,7 +56,7 @@ from milepost.service import Service
 from milepost.service.drive import nothing_to_run, summarize
 from milepost.settings import load_settings
 
-__all__ = ["GateSpec", "drive_workgraph", "gate_task", "run_drive", "run_gate_spec"]
+__all__ = ["DriveFlow", "GateSpec", "drive_flow", "drive_workgraph", "gate_task", "run_drive", "run_gate_spec"]
 
 # The drive this thread's flow run belongs to: set by run_drive around the
 # flow call (Prefect runs a sync flow's body, and names its run, in the
@@ -274,10 +274,32 @@ def _finish_plan_nodes(ctx: DriveContext, g: WorkGraph, loop: Loop, item_id: int
     ctx.submitted += len(nodes)
 
 
-# Decorated apart from its body: Prefect ships the flow object to Dask workers
+class DriveFlow(Flow[..., Any]):
+    """The drive's flow. Its parameters are plain JSON values (an item id, a
+    count, a milestone name or None) and go to the API as they are: Prefect's
+    own ``serialize_parameters`` imports FastAPI's encoder for them, about
+    0.1 s of the processor taken from the first gates (docs/benchmarks.md,
+    "The flow run's parameters"; tests/flows/test_drive_flow.py pins that the
+    result is Prefect's)."""
+
+    def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        if all(v is None or type(v) in (bool, int, float, str) for v in parameters.values()):
+            return dict(parameters)
+        return super().serialize_parameters(parameters)
+
+
+def drive_flow(**options: Any) -> DriveFlow:
+    """The drive's flow with ``options`` (a task runner): Prefect's
+    ``with_options`` would make a plain ``Flow`` of it."""
+    return DriveFlow(
+        fn=drive_workgraph_body, name="drive-workgraph", flow_run_name=_flow_run_name, log_prints=False, **options
+    )
+
+
+# Made apart from its body: Prefect ships the flow object to Dask workers
 # (in the run context), and pickle finds a plain module-level function by
 # reference, where a shadowed one would be pickled by value with its globals.
-drive_workgraph = flow(name="drive-workgraph", flow_run_name=_flow_run_name, log_prints=False)(drive_workgraph_body)
+drive_workgraph = drive_flow()
 
 
 @contextmanager
@@ -393,7 +415,7 @@ def _run_flow(
 ) -> State[Any] | None:
     """Run the drive's flow on ``runner``: its final state (None when the API
     failed it). An unreachable API, or one lost at the end, is kept on ``ctx``."""
-    configured = drive_workgraph.with_options(task_runner=runner)
+    configured = drive_flow(task_runner=runner)
     state: State[Any] | None = None
     with _sigterm_as_interrupt(), prefect_heartbeat_off():
         try:
