@@ -19,7 +19,9 @@ changed. milepost runs `milepost drive --max-parallel N` against one
 Prefect server started once (its `PREFECT_API_URL`), so no run pays for a
 server's start; doit runs `doit -n N`. Medians of R; the target: milepost's
 first run and its run after the edit within 1.2x of doit's beyond the fixed
-start ((run - fixed start) / doit's same).
+start ((run - fixed start) / doit's same). milepost's own bytecode is
+written first, as an install does (the runs write none: no ``__pycache__``
+in the inputs' folders).
 
     .venv/bin/python benchmarks/bench_vs_doit.py [--repeat 5] [--parallel 1,2]
 """
