@@ -115,6 +115,16 @@ def write_plan(ws: Path, text: str) -> Path:
     return p
 
 
+def run_script(cli: CLI, cwd: Path, script: str, *args: str, timeout: float = 180) -> Any:
+    """Run ``script`` with Python in a process of its own, in ``cwd`` with the
+    CLI's environment; it must exit 0: the JSON of its last line of output."""
+    p = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=cwd, env=cli.env, capture_output=True, text=True, timeout=timeout
+    )
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 # Drives run Prefect: here every CLI call is the real entry point in its own
 # process (as users and CI run it), not the in-process runner of the other tests.
 @pytest.fixture

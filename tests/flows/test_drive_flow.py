@@ -8,8 +8,6 @@ the override has no reason left to stay."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +19,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from milepost.flows.drive import DriveFlow, drive_flow, drive_workgraph, drive_workgraph_body
 from tests.conftest import CLI
+from tests.flows.conftest import run_script
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
@@ -74,14 +73,5 @@ def test_a_drive_does_not_import_fastapi(cli: CLI, workspace: Path, prefect_api:
     cli("item", "create", "plain", check=True)
     cli("add", "one", "--gate", "true", check=True)
     cli("add", "two", "--deps", "one", "--gate", "true", check=True)
-    p = subprocess.run(
-        [sys.executable, "-c", DRIVE_ALONE],
-        cwd=workspace,
-        env=cli.env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = run_script(cli, workspace, DRIVE_ALONE)
     assert out == {"ok": True, "runs": 2, "fastapi": []}, out

@@ -21,7 +21,7 @@ from milepost.events import DriveEvent
 from milepost.planfile import parse_plan
 from milepost.service import Service
 from tests.conftest import CLI, wait_until
-from tests.flows.conftest import api_post
+from tests.flows.conftest import api_post, run_script
 from tests.recording import RecordingReporter
 
 pytestmark = pytest.mark.xdist_group("prefect")
@@ -57,16 +57,7 @@ EARLY_ALONE = textwrap.dedent(
 def early_alone(cli: CLI, workspace: Path, max_parallel: int, *files: str) -> dict[str, Any]:
     """The steps before the flow run alone in a process (no loop takes them
     over): once ``files`` exist, what it claimed, started and recorded, settled."""
-    p = subprocess.run(
-        [sys.executable, "-c", EARLY_ALONE, str(max_parallel), *files],
-        cwd=workspace,
-        env=cli.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode == 0, p.stderr
-    out: dict[str, Any] = json.loads(p.stdout)
+    out: dict[str, Any] = run_script(cli, workspace, EARLY_ALONE, str(max_parallel), *files, timeout=120)
     return out
 
 
