@@ -11,6 +11,7 @@ runner's)."""
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 from typing import Any
 
 from prefect.client.schemas.objects import State
@@ -76,7 +77,7 @@ class EarlyLoop(Loop):
         gate.adopted = True  # (its keeper stopped when it was recorded: EarlyStart._chain)
         result, done = gate.result, gate.recorded
         self.claimed += 1
-        self.reporter.gate_started(claim)
+        self.reporter.gate_started(claim, gate.started)
         try:  # the picture never costs a recorded gate (as PrefectGuard.call): a warning, once
             self.by_name[claim.milestone.name] = self._node(claim, result)
             self.ctx.submitted += 1
@@ -139,6 +140,11 @@ class EarlyLoop(Loop):
                 with contextlib.suppress(EnvironmentProblem):  # (the store is gone: its files tell a later drive)
                     gate.settle(interrupt=False)
         super().drop_chained()
+
+    def _started(self, claim: Claim) -> datetime | None:
+        """A first gate's command started before the flow run: its own start."""
+        gate = self.early.gate_of(claim)
+        return gate.started if gate is not None else None
 
     def _not_submitted(self, claim: Claim, result: GateResult) -> None:
         gate = self.early.gate_of(claim)

@@ -250,7 +250,7 @@ class Loop:
             crash_point("claimed")
             self.claimed += 1
             m = claim.milestone
-            self.reporter.gate_started(claim)
+            self.reporter.gate_started(claim, self._started(claim))
             if self.doing is not None and m.has_doer and not claim.reproof:
                 self._start_do(claim)  # (a re-proof runs the gate alone, on the integration branch)
                 continue
@@ -437,6 +437,10 @@ class Loop:
         if self.doing is not None:
             return False  # the next claim may need a doer: _fill weighs the doers' room first
         return self._room()
+
+    def _started(self, claim: Claim) -> datetime | None:
+        """When ``claim``'s gate started, if before the loop took it (None: it starts now)."""
+        return None
 
     def _room(self) -> bool:
         """Whether fewer gates run than ``max_parallel`` (fix hooks aside)."""

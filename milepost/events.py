@@ -140,7 +140,10 @@ class Reporter(Protocol):
         """Nothing this drive can run: it waits for other live drivers, which hold
         these milestones' leases (milestone -> holder). Said again only when that changes."""
 
-    def gate_started(self, claim: Claim) -> None: ...
+    def gate_started(self, claim: Claim, started: datetime | None = None) -> None:
+        """A claimed milestone's gate starts; ``started`` is when its command
+        started, when that was before this report (a first gate, started while
+        Prefect loaded: flows/early.py), else it starts now."""
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None: ...
 
@@ -177,7 +180,7 @@ class NullReporter:
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
         pass
 
-    def gate_started(self, claim: Claim) -> None:
+    def gate_started(self, claim: Claim, started: datetime | None = None) -> None:
         pass
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
@@ -223,9 +226,9 @@ class MultiReporter(NullReporter):
         for r in self.reporters:
             r.waiting_for_drivers(held)
 
-    def gate_started(self, claim: Claim) -> None:
+    def gate_started(self, claim: Claim, started: datetime | None = None) -> None:
         for r in self.reporters:
-            r.gate_started(claim)
+            r.gate_started(claim, started)
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         for r in self.reporters:
@@ -267,8 +270,9 @@ class JsonLinesReporter(NullReporter):
     def __init__(self, out: IO[str] | None = None) -> None:
         self.out = out or sys.stdout
 
-    def _emit(self, event: DriveEvent, **data: Any) -> None:
-        self.out.write(json.dumps({"event": event.value, "at": _now(), **data}, default=str) + "\n")
+    def _emit(self, event: DriveEvent, at: datetime | None = None, **data: Any) -> None:
+        when = at.isoformat() if at is not None else _now()
+        self.out.write(json.dumps({"event": event.value, "at": when, **data}, default=str) + "\n")
         self.out.flush()
 
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
@@ -294,9 +298,10 @@ class JsonLinesReporter(NullReporter):
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
         self._emit(DriveEvent.WAITING_FOR_DRIVERS, milestones=list(held), holders=held)
 
-    def gate_started(self, claim: Claim) -> None:
+    def gate_started(self, claim: Claim, started: datetime | None = None) -> None:
         self._emit(
             DriveEvent.GATE_STARTED,
+            at=started,
             milestone=claim.milestone.name,
             attempt=claim.attempt,
             reproof=claim.reproof,
@@ -377,7 +382,7 @@ class LineReporter(NullReporter):
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
         self._line(f"wait   for other drivers: {', '.join(f'{n} ({holder(h)})' for n, h in held.items())}")
 
-    def gate_started(self, claim: Claim) -> None:
+    def gate_started(self, claim: Claim, started: datetime | None = None) -> None:
         what = "re-prove" if claim.reproof else "start "
         self._line(f"{what} {claim.milestone.name} (attempt {claim.attempt})")
 

@@ -17,6 +17,7 @@ class RecordingReporter(NullReporter):
 
     def __init__(self) -> None:
         self.events: list[tuple[DriveEvent, Any]] = []
+        self.started_at: dict[str, datetime | None] = {}  # per milestone, the start its gate_started told (None: now)
 
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
         self.events.append((DriveEvent.DRIVE_STARTED, item))
@@ -33,8 +34,9 @@ class RecordingReporter(NullReporter):
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
         self.events.append((DriveEvent.WAITING_FOR_DRIVERS, dict(held)))
 
-    def gate_started(self, claim: Claim) -> None:
+    def gate_started(self, claim: Claim, started: datetime | None = None) -> None:
         self.events.append((DriveEvent.GATE_STARTED, (claim.milestone.name, claim.attempt, claim.reproof)))
+        self.started_at[claim.milestone.name] = started
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         self.events.append((DriveEvent.GATE_FINISHED, (claim.milestone.name, claim.attempt, done.milestone.status)))

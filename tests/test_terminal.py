@@ -4,10 +4,13 @@ text shown as written (markup and control characters neutralised)."""
 from __future__ import annotations
 
 import io
+from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
 
+from milepost.present.live import LiveReporter
 from milepost.present.terminal import columns, styled
+from milepost.service import Service
 
 
 def _render(head: list[str], rows: list[list[str]], colour: bool = False) -> str:
@@ -71,3 +74,21 @@ def test_the_milestone_list_is_aligned_columns_with_long_cells_cut() -> None:
     coloured = io.StringIO()
     milestone_table(Console(file=coloured, width=120, soft_wrap=True, color_system="standard"), views)
     assert "\x1b[" in coloured.getvalue().splitlines()[1].split("ready")[0]
+
+
+def test_the_live_view_counts_a_gate_from_its_own_start(service: Service) -> None:
+    """A first gate started while Prefect loaded is reported later, with its
+    start: the live view's running time counts from that start, not from the
+    report; a gate reported as it starts counts from now."""
+    item = service.create_item("live").id
+    service.add_milestone("early", gate="true", item=item)
+    service.add_milestone("late", gate="true", item=item)
+    session = service.drive_session(item, "me:1")
+    early, late = session.claim_next(), session.claim_next()
+    assert early is not None and late is not None
+    live = LiveReporter(Console(file=io.StringIO(), width=120), service.milestone_views(item)[1])
+    live.gate_started(early, datetime.now(UTC) - timedelta(seconds=42))
+    live.gate_started(late)
+    out = io.StringIO()
+    Console(file=out, width=120).print(live._render())
+    assert "early (42 s), late (0 s)" in out.getvalue(), out.getvalue()

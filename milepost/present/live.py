@@ -5,7 +5,7 @@ elapsed time."""
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -49,8 +49,9 @@ class LiveReporter:
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
         self.live.start()
 
-    def gate_started(self, claim: Claim) -> None:
-        self.running[claim.milestone.name] = time.monotonic()
+    def gate_started(self, claim: Claim, started: datetime | None = None) -> None:
+        before = (datetime.now(UTC) - started).total_seconds() if started is not None else 0.0
+        self.running[claim.milestone.name] = time.monotonic() - max(0.0, before)
         self.rows[claim.milestone.name][1] = "running"
         if claim.reproof:
             self.rows[claim.milestone.name][4] = "re-proof"

@@ -90,6 +90,11 @@ def test_a_drive_adopts_its_early_gate(cli: CLI, workspace: Path, prefect_api: s
     assert kinds[0] == "drive_started" and kinds.count("gate_started") == 2, kinds
     started = next(e for e in events if e["event"] == "drive_started")
     assert float((workspace / "started-1").read_text()) >= t0
+    # Its gate_started tells when its command started, before the flow run (and its report) began.
+    first = next(e for e in events if e["event"] == "gate_started" and e["milestone"] == "first")
+    at = datetime.fromisoformat(first["at"]).timestamp()
+    assert t0 <= at <= float((workspace / "started-1").read_text()), (t0, first)
+    assert at < datetime.fromisoformat(started["at"]).timestamp(), (first, started)
     assert cli.json("runs", "first")["runs"][0]["outcome"] == "passed"
     assert len(cli.json("runs", "first")["runs"]) == 1
     flow_run_id = started["flow_run_id"]
