@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from milepost.errors import EnvironmentProblem
+from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.command import GateResult, Outcome, run_gate
 from milepost.gates.inputs import Fingerprint
@@ -255,6 +256,7 @@ class EarlyStart:
                 return
             with self._lock:
                 self.claims.append(claim)
+            crash_point("claimed")
             if not self.start_gate(claim):
                 return
 
@@ -282,6 +284,7 @@ class EarlyStart:
             gate.keeper.__exit__(None, None, None)
             if after is not None:
                 self.claims.append(after)
+                crash_point("claimed")
                 self.start_gate(after)
 
     def _recorded(self, claim: Claim) -> bool:

@@ -12,7 +12,8 @@ Two ways to stall, both with a lease shorter than the stall:
 
 Both drive with ``--until``, which keeps the first gate in the loop (no
 early start before Prefect is imported, flows/early.py, whose gate starts
-right after its claim). The gate keeps a ledger (tests/ledger.py): every execution and any overlap."""
+right after its claim); a last test kills a driver right after that early
+claim. The gate keeps a ledger (tests/ledger.py): every execution and any overlap."""
 
 from __future__ import annotations
 
@@ -120,3 +121,22 @@ def test_a_frozen_driver_thawed_after_a_takeover_starts_nothing(cli: CLI, worksp
     assert _status(cli, item) == "done"
     assert "its lease passed to another driver" in out, out
     assert first.returncode == 0, out
+
+
+def test_a_driver_killed_after_its_first_claim_before_prefect_loads(cli: CLI, workspace: Path) -> None:
+    """Without ``--until`` the first claim is made before Prefect is imported
+    (flows/early.py), and its crash point is there too: a driver killed
+    (SIGKILL) right after that claim started no gate; once its lease expires
+    the next drive takes the attempt over (interrupted, no budget spent) and
+    runs the gate once."""
+    item, ledger = _plan(cli, workspace, 0.2)
+    first = cli.popen("drive", item, MILEPOST_CRASH_AT="claimed:1")
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == -signal.SIGKILL, (first.returncode, out, err)
+    assert ledger.executions() == [], ledger.lines()  # (killed before its gate started, not after)
+    time.sleep(float(TTL) + 0.3)  # its lease expires
+    second = cli("drive", item, timeout=120)
+    assert second.code == 0, second.err
+    assert ledger.executions() == [("a", 2)], ledger.lines()
+    assert _runs(cli, item) == [(1, "interrupted"), (2, "passed")]
+    assert _status(cli, item) == "done"
