@@ -368,8 +368,9 @@ def run_drive(
     :class:`DriveContext` (and what hangs off it), none in module globals.
     ``early``: the loop's first steps, done before Prefect was imported
     (:func:`milepost.flows.early.start_first_gates`); ended here when the loop
-    never took them over."""
-    t0 = time.monotonic()
+    never took them over. The summary's duration counts from the drive's
+    first step: the early start's, when there was one."""
+    t0 = early.t0 if early is not None else time.monotonic()
     require_task_runner(task_runner)
     objective = service.check_can_drive(item_id, expect_revision, until=until)
     doers = check_doers(service, item_id, until)  # a workspace no doer could work in: refused before Prefect

@@ -34,6 +34,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -226,7 +227,9 @@ class EarlyStart:
         reclaimed: list[DoneResult],
         stale: list[str],
         waiting: dict[str, str],
+        t0: float | None = None,
     ) -> None:
+        self.t0 = time.monotonic() if t0 is None else t0  # the drive began (monotonic): its summary counts from here
         self.session = session
         self.reclaimed = reclaimed
         self.stale = stale  # the stale milestones found, by id (the first may be claimed already)
@@ -331,6 +334,7 @@ def start_first_gates(
 ) -> EarlyStart | None:
     """The loop's first steps, before Prefect is imported (see the module):
     None when this drive does not start early (nothing to run, or not the plain case)."""
+    t0 = time.monotonic()
     if task_runner != "thread" or until is not None or expect_revision is not None:
         return None
     from milepost.service.drive import nothing_to_run
@@ -348,7 +352,7 @@ def start_first_gates(
     reclaimed = session.reclaim_expired()
     session.check_proofs()
     stale = sorted(session.to_reprove, key=lambda n: session.graph.get(n).id)
-    early = EarlyStart(session, reclaimed, stale, dict(session.waiting))
+    early = EarlyStart(session, reclaimed, stale, dict(session.waiting), t0)
     try:
         early.claim_first(max_parallel)
     except BaseException:

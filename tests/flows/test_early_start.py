@@ -279,3 +279,27 @@ def test_a_recorded_gate_whose_task_run_cannot_be_drawn_is_said_once(
     assert "passed and is recorded" in warnings[0]
     for name in ("one", "two", "three", "four"):
         assert [r.outcome.value for r in service.runs(name, item)] == ["passed"], name
+
+
+def test_a_drives_duration_counts_from_its_first_gates(prefect_api: str, service: Service) -> None:
+    """The summary's duration counts from the early start, not from the flow
+    run's: here the first gates ran and were recorded a while before the loop
+    began, and the drive's time holds all of it."""
+    from milepost.flows.drive import run_drive
+    from milepost.flows.early import start_first_gates
+
+    item = service.apply_plan(
+        parse_plan(
+            "objective: timed\nmilestones:\n  - {name: one, gate: 'sleep 0.3'}\n"
+            "  - {name: two, deps: [one], gate: 'sleep 0.3'}\n  - {name: three, deps: [two], gate: 'true'}\n"
+        )
+    ).id
+    t0 = time.monotonic()
+    early = start_first_gates(service, item, max_parallel=1)
+    assert early is not None
+    wait_until(lambda: len([g for g in early.gates if g.recorded is not None]) >= 2, timeout=30)
+    time.sleep(1.0)  # (as Prefect's import would take)
+    summary = run_drive(service, item, reporter=RecordingReporter(), early=early)
+    whole = time.monotonic() - t0
+    assert summary.ok and summary.gate_runs == 3, summary
+    assert whole - 0.5 <= summary.duration <= whole, (summary.duration, whole)  # (without: 1.6 s less)
