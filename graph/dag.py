@@ -29,6 +29,7 @@ from milepost.graph.errors import (
     NotFoundError,
     TransitionError,
 )
+from milepost.graph.hints import known_names
 from milepost.graph.models import Milestone
 from milepost.graph.status import Action, DisplayStatus, MilestoneStatus
 from milepost.graph.steps import Change, is_ready_status, nothing_ready_reason
@@ -128,8 +129,8 @@ class WorkGraph:
         try:
             return self._ms[name]
         except KeyError:
-            known = ", ".join(m.name for m in list(self)[:8]) or "none yet"
-            raise NotFoundError(f"no milestone {name!r} in this work item; known: {known}", milestone=name) from None
+            known = known_names(name, [m.name for m in self])
+            raise NotFoundError(f"no milestone {name!r} in this work item; {known}", milestone=name) from None
 
     def _by_id(self, names: Iterable[str]) -> list[str]:
         return sorted(names, key=lambda n: self._ms[n].id)

@@ -26,6 +26,7 @@ from milepost.graph.errors import (
     TransitionError,
     UnknownDependencyError,
 )
+from milepost.graph.hints import known_names
 from milepost.graph.models import (
     GateCommand,
     Milestone,
@@ -307,9 +308,10 @@ def new_milestone(
         raise SelfDependencyError(f"milestone {name!r} lists itself in its deps", milestone=name)
     for d in deps:
         if lookup(d) is None:
-            names = ", ".join(known()) or "none yet"
             raise UnknownDependencyError(
-                f"milestone {name!r} depends on unknown milestone {d!r}; known: {names}", milestone=name, dep=d
+                f"milestone {name!r} depends on unknown milestone {d!r}; {known_names(d, known())}",
+                milestone=name,
+                dep=d,
             )
     return Milestone.model_validate(
         {

@@ -30,6 +30,7 @@ from sqlalchemy import Connection, Row, select
 from milepost._schema import utcnow
 from milepost.errors import ConcurrentUpdateError, NotFoundError, NotOwnerError, StaleRevisionError
 from milepost.graph.dag import WorkGraph
+from milepost.graph.hints import known_names
 from milepost.graph.item import check_open
 from milepost.graph.models import Milestone
 from milepost.graph.status import Action, ItemState, MilestoneStatus, PlanStatus
@@ -331,13 +332,13 @@ class Tx:
 
 
 def unknown_milestone(conn: Connection, item_id: int, name: str) -> NotFoundError:
-    """The refusal for a milestone the item does not have, naming the first ones it has."""
-    known = conn.execute(
-        select(MILESTONES.c.name).where(MILESTONES.c.item_id == item_id).order_by(MILESTONES.c.seq).limit(8)
-    ).scalars()
-    return NotFoundError(
-        f"no milestone {name!r} in this work item; known: {', '.join(known) or 'none yet'}", milestone=name
+    """The refusal for a milestone the item does not have: the closest name it has, and the first ones."""
+    known = list(
+        conn.execute(select(MILESTONES.c.name).where(MILESTONES.c.item_id == item_id).order_by(MILESTONES.c.seq))
+        .scalars()
+        .all()
     )
+    return NotFoundError(f"no milestone {name!r} in this work item; {known_names(name, known)}", milestone=name)
 
 
 class LostRace(Exception):
