@@ -63,13 +63,26 @@ class EarlyLoop(Loop):
     def run(self) -> None:
         if not self._prepared:
             self.prepare()
-        for gate in self.first_recorded:
-            self._account(gate)
+        # Told in the order they happened while Prefect loaded, starts and ends (a gate starts after its deps
+        # ended, so they are drawn before it), each with its own time.
+        for _, ended, gate in sorted(self._moments(), key=lambda m: (m[0], m[1])):
+            if ended:
+                self._account(gate)
+            else:
+                self.reporter.gate_started(gate.claim, gate.started)
         super().run()
 
+    def _moments(self) -> list[tuple[datetime, bool, EarlyGate]]:
+        """The recorded first gates' starts and ends: (when, ended, gate)."""
+        out = []
+        for gate in self.first_recorded:
+            assert gate.result is not None
+            out += [(gate.started, False, gate), (gate.result.finished_at, True, gate)]
+        return out
+
     def _account(self, gate: EarlyGate) -> None:
-        """A first gate that passed and was recorded before the flow run began:
-        reported as the loop reports a gate, its task run made in its final
+        """A first gate that passed and was recorded before the flow run began
+        (its start told already): reported as the loop reports a gate's end, its task run made in its final
         state (flows/plan_nodes.ran_node) with its output, for its dependents
         to wait on."""
         claim = gate.claim
@@ -77,7 +90,6 @@ class EarlyLoop(Loop):
         gate.adopted = True  # (its keeper stopped when it was recorded: EarlyStart._chain)
         result, done = gate.result, gate.recorded
         self.claimed += 1
-        self.reporter.gate_started(claim, gate.started)
         try:  # the picture never costs a recorded gate (as PrefectGuard.call): a warning, once
             self.by_name[claim.milestone.name] = self._node(claim, result)
             self.ctx.submitted += 1

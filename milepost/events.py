@@ -362,8 +362,10 @@ class LineReporter(NullReporter):
     def __init__(self, out: IO[str] | None = None) -> None:
         self.out = out or sys.stdout
 
-    def _line(self, text: str) -> None:
-        self.out.write(f"{datetime.now():%H:%M:%S} {printable(text)}\n")
+    def _line(self, text: str, at: datetime | None = None) -> None:
+        """A line stamped with the local time it happened: ``at`` (aware), else now."""
+        when = at.astimezone() if at is not None else datetime.now()
+        self.out.write(f"{when:%H:%M:%S} {printable(text)}\n")
         self.out.flush()
 
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
@@ -384,7 +386,7 @@ class LineReporter(NullReporter):
 
     def gate_started(self, claim: Claim, started: datetime | None = None) -> None:
         what = "re-prove" if claim.reproof else "start "
-        self._line(f"{what} {claim.milestone.name} (attempt {claim.attempt})")
+        self._line(f"{what} {claim.milestone.name} (attempt {claim.attempt})", started)
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         m, run = done.milestone, done.gate_run
@@ -396,7 +398,7 @@ class LineReporter(NullReporter):
             reused = sum(c.cached_from is not None for c in units)
             took += f"; {count(len(units), 'unit')}" + (f", {reused} cached" if reused else "")
         view = "in_review" if m.awaiting_review else m.status.value
-        self._line(f"{view:<6} {m.name} (attempt {claim.attempt}{took}){why}")
+        self._line(f"{view:<6} {m.name} (attempt {claim.attempt}{took}){why}", run.finished_at if run else None)
 
     def fix_finished(self, claim: Claim, result: GateResult) -> None:
         self._line(f"fix of {claim.milestone.name} after attempt {claim.attempt}: {result.reason}")

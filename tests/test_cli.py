@@ -214,7 +214,7 @@ BAD = [
     # Refused before Prefect starts; it was a green drive of every milestone, "nope ... are done".
     ("unknown until", ["drive", "--until", "nope"], r"no milestone 'nope' in this work item; known: a, b, c"),
     ("unknown milestone", ["start", "zzz"], r"no milestone 'zzz' in this work item; known: a, b, c"),
-    ("misspelt dep", ["add", "x", "--deps", "bb"], r"depends on unknown milestone 'bb'; did you mean 'b'\? known: a, b, c"),
+    ("misspelt dep", ["add", "x", "--deps", "bb"], r"unknown milestone 'bb'; did you mean 'b'\? known: a, b, c"),
     ("reason missing", ["needs-fix", "a"], r"Missing option '--reason'"),
     ("unknown item", ["list", "--item", "99"], r"no work item 99"),
     ("empty gate", ["add", "x", "--gate", " "], r"empty gate for milestone 'x'"),

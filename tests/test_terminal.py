@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
 
+from milepost.events import LineReporter
 from milepost.present.live import LiveReporter
 from milepost.present.terminal import columns, styled
 from milepost.service import Service
@@ -92,3 +93,20 @@ def test_the_live_view_counts_a_gate_from_its_own_start(service: Service) -> Non
     out = io.StringIO()
     Console(file=out, width=120).print(live._render())
     assert "early (42 s), late (0 s)" in out.getvalue(), out.getvalue()
+
+
+def test_plain_lines_are_stamped_with_when_it_happened(service: Service) -> None:
+    """A gate started before its report is stamped with its own start; its end
+    with the run's end."""
+    item = service.create_item("stamps").id
+    service.add_milestone("a", gate="true", item=item)
+    session = service.drive_session(item, "me:1")
+    claim = session.claim_next()
+    assert claim is not None
+    out = io.StringIO()
+    at = datetime(2026, 12, 4, 9, 8, 7, tzinfo=UTC)
+    LineReporter(out).gate_started(claim, at)
+    LineReporter(out).gate_started(claim)
+    first, second = out.getvalue().splitlines()
+    assert first == f"{at.astimezone():%H:%M:%S} start  a (attempt 1)", first
+    assert second.endswith("start  a (attempt 1)") and not second.startswith(f"{at.astimezone():%H:%M:%S}")

@@ -303,3 +303,32 @@ def test_a_drives_duration_counts_from_its_first_gates(prefect_api: str, service
     whole = time.monotonic() - t0
     assert summary.ok and summary.gate_runs == 3, summary
     assert whole - 0.5 <= summary.duration <= whole, (summary.duration, whole)  # (without: 1.6 s less)
+
+
+def test_first_gates_recorded_before_the_flow_run_are_told_in_the_order_they_ran(
+    prefect_api: str, service: Service
+) -> None:
+    """Two first gates ran side by side while Prefect loaded and were recorded,
+    then a third after them: the drive tells both starts before either end,
+    each with its own time, where it told each gate's start and end in turn."""
+    from milepost.flows.drive import run_drive
+    from milepost.flows.early import start_first_gates
+
+    item = service.apply_plan(
+        parse_plan(
+            "objective: side by side\nmilestones:\n  - {name: one, gate: 'sleep 0.4'}\n"
+            "  - {name: two, gate: 'sleep 0.4'}\n  - {name: three, deps: [one, two], gate: 'true'}\n"
+        )
+    ).id
+    early = start_first_gates(service, item, max_parallel=2)
+    assert early is not None
+    wait_until(lambda: len([g for g in early.gates if g.recorded is not None]) >= 3, timeout=30)
+    reporter = RecordingReporter()
+    summary = run_drive(service, item, max_parallel=2, reporter=reporter, early=early)
+    assert summary.ok and summary.gate_runs == 3, summary
+    gates = (DriveEvent.GATE_STARTED, DriveEvent.GATE_FINISHED)
+    told = [(e.value, data[0]) for e, data in reporter.events if e in gates]
+    assert [kind for kind, _ in told[:2]] == ["gate_started", "gate_started"], told
+    assert {name for _, name in told[:2]} == {"one", "two"} and told[-2:][0] == ("gate_started", "three"), told
+    starts = {g.claim.milestone.name: g.started for g in early.gates}
+    assert reporter.started_at == starts, (reporter.started_at, starts)
