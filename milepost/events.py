@@ -312,6 +312,7 @@ class JsonLinesReporter(NullReporter):
         run = done.gate_run
         self._emit(
             DriveEvent.GATE_FINISHED,
+            at=run.finished_at if run else None,
             milestone=claim.milestone.name,
             attempt=claim.attempt,
             status=done.milestone.status.value,

@@ -95,6 +95,10 @@ def test_a_drive_adopts_its_early_gate(cli: CLI, workspace: Path, prefect_api: s
     at = datetime.fromisoformat(first["at"]).timestamp()
     assert t0 <= at <= float((workspace / "started-1").read_text()), (t0, first)
     assert at < datetime.fromisoformat(started["at"]).timestamp(), (first, started)
+    ended = next(e for e in events if e["event"] == "gate_finished" and e["milestone"] == "first")
+    [run] = cli.json("runs", "first")["runs"]
+    ran_until = datetime.fromisoformat(run["finished_at"]).timestamp()
+    assert at <= datetime.fromisoformat(ended["at"]).timestamp() == pytest.approx(ran_until, abs=0.01), (ended, run)
     assert cli.json("runs", "first")["runs"][0]["outcome"] == "passed"
     assert len(cli.json("runs", "first")["runs"]) == 1
     flow_run_id = started["flow_run_id"]
