@@ -323,13 +323,15 @@ def ensure_server(
     *,
     timeout: float = float(STARTUP_TIMEOUT),
     by: str = "drive",
+    explicit: bool | None = None,
 ) -> tuple[str, str]:
     """Point Prefect at a server for this command (before Prefect is
     imported): (API URL, how) with how ``env`` (PREFECT_API_URL names one),
     ``running`` (the workspace's), ``started`` (this command started the
     workspace's in the background: ``by`` names the command in its status)
-    or ``temporary`` (``mode`` temporary)."""
-    if os.environ.get("PREFECT_API_URL"):
+    or ``temporary`` (``mode`` temporary). ``explicit``: whether PREFECT_API_URL
+    is the user's (default: whether it is set), not the workspace server's."""
+    if explicit if explicit is not None else bool(os.environ.get("PREFECT_API_URL")):
         return configure_prefect(home) or os.environ["PREFECT_API_URL"], "env"
     # In use before it is looked at: its keeper, about to stop it as unused, sees this command first
     # (marked after the look, a drive found it healthy, then lost it to its idle stop).

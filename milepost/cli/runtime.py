@@ -66,13 +66,16 @@ def drive_server(home: Path, say: bool = True, *, quiet: bool = True, by: str = 
     from milepost.settings import load_settings
 
     settings = load_settings()
+    # Set by the user, not by configure_prefect naming the workspace's running server: a drive on that one is
+    # marked as its user, so its keeper does not stop it as unused (a drive between its polls went unseen).
+    explicit = bool(os.environ.get("PREFECT_API_URL"))
     configure_prefect(home, quiet_console=quiet)
 
     def tell(line: str) -> None:
         if say:
             click.echo(line, err=True)
 
-    api, how = ensure_server(home, settings.server, settings.server_idle, tell, by=by)
+    api, how = ensure_server(home, settings.server, settings.server_idle, tell, by=by, explicit=explicit)
     if how == "started":
         from milepost.flows.server import server_status
 

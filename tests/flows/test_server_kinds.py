@@ -135,7 +135,10 @@ def test_the_background_server_is_reused_and_stops_when_unused(workspace: Path) 
     env = clean_env(MILEPOST_SERVER="background", MILEPOST_SERVER_IDLE="20")
     cli = Bare(workspace, env=env)
     cli("init", check=True)
-    (workspace / "plan.yaml").write_text("objective: twice\nmilestones:\n  - {name: a, gate: 'true'}\n")
+    # The gate passes only while a drive is marked as the server's user (its keeper reads the marks): the
+    # drive that starts it, and the one that finds it running (marked through PREFECT_API_URL, not at all).
+    gate = 'test -n "$(ls .milepost/prefect/server.users)"'
+    (workspace / "plan.yaml").write_text(f"objective: twice\nmilestones:\n  - {{name: a, gate: '{gate}'}}\n")
     cli("plan", "apply", "plan.yaml", check=True)
     try:
         first = cli("drive", "--no-cache", timeout=300)
