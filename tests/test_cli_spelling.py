@@ -127,3 +127,35 @@ def test_global_flags_work_after_the_subcommand(cli: CLI, workspace: Path) -> No
     assert r.code == 3 and r.data["error"]["type"] == "store_not_found"
     r = cli("plan", "export", "--item", "1", "--json", "--agent", "bob", "--format", "json")
     assert r.code == 0 and '"objective": "one"' in r.out
+
+
+def groups(cmd: click.Command = root, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    if not isinstance(cmd, click.Group):
+        return []
+    return [path] + [p for name, sub in cmd.commands.items() for p in groups(sub, (*path, name))]
+
+
+@pytest.mark.parametrize("path", groups(), ids=lambda p: " ".join(p) or "milepost")
+def test_a_groups_help_lists_each_command_with_its_whole_first_sentence(cli: CLI, path: tuple[str, ...]) -> None:
+    """Not cut at the line's end with "...": wrapped, it ends as the
+    sentence does (the sentence as click takes it, whole)."""
+    r = cli(*path, "--help")
+    assert r.code == 0, r.err
+    listed = r.out.split("Commands:", 1)[1]
+    group = root
+    for name in path:
+        group = group.commands[name]  # type: ignore[attr-defined]
+    for name, sub in group.commands.items():  # type: ignore[attr-defined]
+        first = sub.get_short_help_str(limit=1000)
+        assert " ".join(first.split()) in " ".join(listed.split()), (name, first)
+
+
+def test_every_option_says_what_it_does() -> None:
+    """Each option of each command has its help text (``drive --task-runner`` had none)."""
+    bare = [
+        (name or "milepost", p.opts)
+        for name, cmd in [("", root), *leaves()]
+        for p in cmd.params
+        if isinstance(p, click.Option) and not p.hidden and not p.help and "--help" not in p.opts
+    ]
+    assert bare == [], bare

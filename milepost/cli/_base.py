@@ -162,7 +162,26 @@ def revision_option(f: F) -> F:
     )(f)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class Group(click.Group):
+    """A command group whose list of commands shows each one's first sentence
+    whole, wrapped, where click cuts it at the line's end (``Add a milestone
+    to the current work item (its plan must be a...``). Its subgroups are of
+    the same kind."""
+
+    group_class = type
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--db", metavar="URL", help="SQLAlchemy database URL [env MILEPOST_DB].")
 @click.option("--agent", metavar="NAME", help="Act as this agent [env MILEPOST_AGENT].")
 @click.option("--json", "as_json", is_flag=True, help='Print one JSON document on stdout; errors as {"error": ...}.')

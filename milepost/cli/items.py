@@ -74,7 +74,9 @@ def item() -> None:
 
 @item.command("create")
 @click.argument("objective")
-@click.option("--plan-status", type=PLAN_STATUS, default="draft", show_default=True)
+@click.option(
+    "--plan-status", type=PLAN_STATUS, default="draft", show_default=True, help="ready freezes the DAG's structure."
+)
 @click.option("--retries", type=RETRIES, default=None, help="Default retry budget of its milestones.")
 @click.option("--timeout", type=SECONDS, default=None, help="Default gate timeout (s).")
 @click.option("--after", type=ID, default=None, metavar="ID", help="Wait until work item ID is completed.")
@@ -99,8 +101,9 @@ def item_create(
     default="all",
     show_default=True,
     type=choice(ItemFilter),
+    help="Which items: by state, this agent's current one, or by readiness.",
 )
-@click.option("--limit", type=ID, default=None)
+@click.option("--limit", type=ID, default=None, help="At most the first N items that match, oldest first.")
 @pass_ctx
 def item_list(c: Ctx, filter_: str, limit: int | None) -> None:
     """List work items with their readiness (and why)."""
@@ -217,7 +220,7 @@ def _time(value: str | None, flag: str) -> Any:
 
 @item.command("update")
 @click.argument("item_id", type=ID, required=False)
-@click.option("--objective", default=None)
+@click.option("--objective", default=None, help="The item's new objective.")
 @click.option("--plan-status", type=PLAN_STATUS, default=None, help="ready freezes the DAG's structure.")
 @click.option(
     "--todo",
@@ -317,7 +320,9 @@ def item_wake(c: Ctx, resource: str) -> None:
 @item.command("complete")
 @click.argument("item_id", type=ID, required=False)
 @click.option("--report", default=None, help="What was achieved (required, or --report-file).")
-@click.option("--report-file", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option(
+    "--report-file", type=click.Path(dir_okay=False, path_type=Path), default=None, help="The report, read from FILE."
+)
 @revision_option
 @item_synonym()
 @pass_ctx

@@ -331,8 +331,16 @@ def plan_schema() -> None:
 
 @plan.command("export")
 @click.argument("item_id", type=ID, required=False)
-@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option(
+    "--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True, help="The file's format."
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write to FILE (it says what it wrote); default: standard output.",
+)
 @item_synonym()
 @pass_ctx
 def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:

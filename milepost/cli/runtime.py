@@ -113,7 +113,13 @@ def _duration(seconds: float) -> str:
     show_default=True,
     help="Doers (do: commands) running at once, apart from --max-parallel's gates (docs/doers.md).",
 )
-@click.option("--task-runner", type=click.Choice(["thread", "dask"]), default="thread", show_default=True)
+@click.option(
+    "--task-runner",
+    type=click.Choice(["thread", "dask"]),
+    default="thread",
+    show_default=True,
+    help="Where the gates' tasks run: threads of this process, or Dask workers (pip install 'milepost[dask]').",
+)
 @click.option("--dask-address", default=None, metavar="ADDR", help="Dask scheduler (default: a LocalCluster).")
 @click.option("--until", default=None, metavar="NAME", help="Drive only NAME and what it depends on.")
 @click.option("--dry-run", is_flag=True, help="Print the order a drive would take; run nothing.")
