@@ -178,6 +178,7 @@ class DryRun(BaseModel):
     order: list[str]
     stale: dict[str, StaleInfo] = Field(default_factory=dict)
     waiting: dict[str, str] = Field(default_factory=dict)
+    left: dict[str, str] = Field(default_factory=dict)  # not done and not run by it: why (stuck, waits for ...)
 
 
 class Verified(BaseModel):

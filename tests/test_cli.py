@@ -390,6 +390,23 @@ def test_drive_dry_run_needs_no_prefect(item: CLI) -> None:
     assert r.code == 2 and "no milestone 'nope'" in r.err
 
 
+def test_drive_dry_run_names_what_it_would_not_run(cli: CLI) -> None:
+    """A stuck milestone and what waits behind it are named, with why, where
+    the dry run said only "nothing to run"."""
+    cli("item", "create", "left", check=True)
+    cli("add", "a", "--gate", "true", check=True)
+    cli("add", "m", "--deps", "a", "--gate", "exit 1", "--retries", "0", check=True)
+    cli("add", "z", "--deps", "m", "--gate", "true", check=True)
+    cli("add", "free", "--gate", "true", check=True)
+    for name in ("a", "m"):
+        cli("start", name, check=True)
+        cli("done", name)
+    dry = cli.json("drive", "--dry-run")
+    assert dry["order"] == ["free"] and dry["left"] == {"m": "stuck", "z": "waits for m"}, dry
+    text = cli("drive", "--dry-run").out
+    assert "1. free" in text and "not run: m: stuck" in text and "not run: z: waits for m" in text, text
+
+
 def test_approve_refused_when_not_in_review(item: CLI, workspace: Path) -> None:
     item("start", "a", check=True)
     before = snapshot(workspace)

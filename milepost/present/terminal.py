@@ -313,3 +313,5 @@ def show_dry_run(con: Console, plan: DryRun) -> None:
         con.print("nothing to run")
     for name, why in plan.waiting.items():
         con.print(f"[dim]not retried: {name}: {esc(why)}[/]")
+    for name, why in plan.left.items():
+        con.print(f"[dim]not run: {name}: {esc(why)}[/]")

@@ -10,6 +10,7 @@ every done milestone built on it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, select
@@ -298,7 +299,19 @@ def plan_order(ctx: Context, item: int | None = None, until: str | None = None) 
         order=order,
         stale={n: check.stale[n] for n in order if n in check.stale},
         waiting={n: why for n, why in check.waiting.items() if n in keep},
+        left={m.name: _why_left(m, sim) for m in g if m.name in keep and _left(m, order, check.waiting)},
     )
+
+
+def _left(m: Milestone, order: list[str], waiting: Mapping[str, str]) -> bool:
+    """Not done, and a drive would not run it (nor hold it for a change of its inputs)."""
+    return not m.status.is_done and m.name not in order and m.name not in waiting
+
+
+def _why_left(m: Milestone, sim: WorkGraph) -> str:
+    """Why a drive would not run ``m``: the deps it waits for that would not be done, else its status."""
+    undone = [d for d in m.deps if not sim.get(d).status.is_done]
+    return f"waits for {', '.join(undone)}" if undone else m.status.value
 
 
 # -- reading ----------------------------------------------------------------------
