@@ -10,7 +10,7 @@ from rich.console import Console
 
 from milepost.events import LineReporter
 from milepost.present.live import LiveReporter
-from milepost.present.terminal import columns, styled
+from milepost.present.terminal import columns, last_lines, styled
 from milepost.service import Service
 
 
@@ -110,3 +110,20 @@ def test_plain_lines_are_stamped_with_when_it_happened(service: Service) -> None
     first, second = out.getvalue().splitlines()
     assert first == f"{at.astimezone():%H:%M:%S} start  a (attempt 1)", first
     assert second.endswith("start  a (attempt 1)") and not second.startswith(f"{at.astimezone():%H:%M:%S}")
+
+
+def test_a_failed_gates_last_lines_do_not_open_on_a_traceback_marker() -> None:
+    tb = [
+        "Traceback (most recent call last):",
+        '  File "/x/m.py", line 3, in <module>',
+        "    value = compute(1) + compute(2)",
+        "            ^^^^^^^^^^",
+        '  File "/x/m.py", line 1, in compute',
+        "    return 1 / 0",
+        "           ~~^~~",
+        "ZeroDivisionError: division by zero",
+    ]
+    assert last_lines("\n".join(tb), 5) == tb[4:]  # (from the ^^^^ line on, its line above cut off)
+    assert last_lines("\n".join(tb), 2) == tb[-1:]
+    assert last_lines("\n".join(tb), 8) == tb
+    assert last_lines("a\n^^^\n") == ["a", "^^^"]

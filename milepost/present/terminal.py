@@ -103,9 +103,17 @@ def show_done(con: Console, r: DoneResult) -> None:
             f"{m.name}: {styled(m.status.value)} — gate failed: {esc(run.reason)} (attempt {run.attempt};"
             f" budget {budget(m.attempts, m.max_attempts)}, {left} left); {where}"
         )
-    tail = run.tail.rstrip().splitlines()[-10:]
-    for line in tail:
+    for line in last_lines(run.tail):
         con.print(f"  [dim]{esc(line)}[/]")
+
+
+def last_lines(text: str, n: int = 10) -> list[str]:
+    """The last ``n`` lines of a gate's output, not opening on a line that
+    only marks the one above it (a traceback's ``^^^^`` or ``~~~~``)."""
+    lines = text.rstrip().splitlines()[-n:]
+    while len(lines) > 1 and lines[0].strip() and not lines[0].strip().strip("^~"):
+        lines = lines[1:]
+    return lines
 
 
 def budget(used: int, most: int) -> str:
