@@ -152,6 +152,13 @@ def item_synonym(*, required: bool = False) -> Callable[[F], F]:
     return decorate
 
 
+def output_option(help_: str) -> Callable[[F], F]:
+    """``-o/--output FILE``: where a command writes what it would print."""
+    return click.option(
+        "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE", help=help_
+    )
+
+
 def revision_option(f: F) -> F:
     return click.option(
         "--expect-revision",

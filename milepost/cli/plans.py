@@ -22,6 +22,7 @@ from milepost.cli._base import (
     Ctx,
     cli,
     item_synonym,
+    output_option,
     pass_ctx,
     write_file,
 )
@@ -117,13 +118,7 @@ def plan_apply(c: Ctx, file: Path) -> None:
     is_flag=True,
     help="Count a module's import of an enclosing package (import pkg as p) as a dependency.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the plan here (default: stdout).",
-)
+@output_option("Write the plan to FILE (it says what it wrote); default: standard output.")
 @click.option(
     "--map-tests",
     "map_with",
@@ -334,13 +329,7 @@ def plan_schema() -> None:
 @click.option(
     "--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True, help="The file's format."
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write to FILE (it says what it wrote); default: standard output.",
-)
+@output_option("Write to FILE (it says what it wrote); default: standard output.")
 @item_synonym()
 @pass_ctx
 def plan_export(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:
@@ -384,13 +373,7 @@ MEDIA_TYPES = {
     " With --json, one JSON document holds the drawing: {item, revision, format, media_type, text}"
     " (png: base64 instead of text), or with -o {item, revision, format, media_type, output, bytes}.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write to this file (default: stdout).",
-)
+@output_option("Write to FILE (it says what it wrote); default: standard output.")
 @item_synonym()
 @pass_ctx
 def graph(c: Ctx, item_id: int | None, fmt: str, output: Path | None) -> None:

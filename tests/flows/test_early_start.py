@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from milepost.events import DriveEvent
+from milepost.flows.early import EarlyStart
 from milepost.planfile import parse_plan
 from milepost.service import Service
 from tests.conftest import CLI, wait_until
@@ -250,6 +251,18 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+def recorded_early(service: Service, plan: str, max_parallel: int, recorded: int) -> tuple[int, EarlyStart]:
+    """``plan`` applied and its first gates started before any flow run, as
+    the CLI's drive does, once ``recorded`` of them have passed and been recorded."""
+    from milepost.flows.early import start_first_gates
+
+    item = service.apply_plan(parse_plan(plan)).id
+    early = start_first_gates(service, item, max_parallel=max_parallel)
+    assert early is not None
+    wait_until(lambda: len([g for g in early.gates if g.recorded is not None]) >= recorded, timeout=30)
+    return item, early
+
+
 def test_a_recorded_gate_whose_task_run_cannot_be_drawn_is_said_once(
     prefect_api: str, service: Service, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -258,17 +271,12 @@ def test_a_recorded_gate_whose_task_run_cannot_be_drawn_is_said_once(
     and is recorded, and the drive ends well."""
     from milepost.flows import plan_nodes
     from milepost.flows.drive import run_drive
-    from milepost.flows.early import start_first_gates
 
-    item = service.apply_plan(
-        parse_plan(
-            "objective: undrawn\nmilestones:\n  - {name: one, gate: 'true'}\n  - {name: two, gate: 'true'}\n"
-            "  - {name: three, deps: [one, two], gate: 'true'}\n  - {name: four, deps: [three], gate: 'true'}\n"
-        )
-    ).id
-    early = start_first_gates(service, item, max_parallel=2)
-    assert early is not None
-    wait_until(lambda: len([g for g in early.gates if g.recorded is not None]) >= 3, timeout=30)
+    plan = (
+        "objective: undrawn\nmilestones:\n  - {name: one, gate: 'true'}\n  - {name: two, gate: 'true'}\n"
+        "  - {name: three, deps: [one, two], gate: 'true'}\n  - {name: four, deps: [three], gate: 'true'}\n"
+    )
+    item, early = recorded_early(service, plan, 2, 3)
 
     def refused(*args: Any) -> Any:
         raise RuntimeError("the events client is closed")
@@ -290,18 +298,13 @@ def test_a_drives_duration_counts_from_its_first_gates(prefect_api: str, service
     run's: here the first gates ran and were recorded a while before the loop
     began, and the drive's time holds all of it."""
     from milepost.flows.drive import run_drive
-    from milepost.flows.early import start_first_gates
 
-    item = service.apply_plan(
-        parse_plan(
-            "objective: timed\nmilestones:\n  - {name: one, gate: 'sleep 0.3'}\n"
-            "  - {name: two, deps: [one], gate: 'sleep 0.3'}\n  - {name: three, deps: [two], gate: 'true'}\n"
-        )
-    ).id
+    plan = (
+        "objective: timed\nmilestones:\n  - {name: one, gate: 'sleep 0.3'}\n"
+        "  - {name: two, deps: [one], gate: 'sleep 0.3'}\n  - {name: three, deps: [two], gate: 'true'}\n"
+    )
     t0 = time.monotonic()
-    early = start_first_gates(service, item, max_parallel=1)
-    assert early is not None
-    wait_until(lambda: len([g for g in early.gates if g.recorded is not None]) >= 2, timeout=30)
+    item, early = recorded_early(service, plan, 1, 2)
     time.sleep(1.0)  # (as Prefect's import would take)
     summary = run_drive(service, item, reporter=RecordingReporter(), early=early)
     whole = time.monotonic() - t0
@@ -316,17 +319,12 @@ def test_first_gates_recorded_before_the_flow_run_are_told_in_the_order_they_ran
     then a third after them: the drive tells both starts before either end,
     each with its own time, where it told each gate's start and end in turn."""
     from milepost.flows.drive import run_drive
-    from milepost.flows.early import start_first_gates
 
-    item = service.apply_plan(
-        parse_plan(
-            "objective: side by side\nmilestones:\n  - {name: one, gate: 'sleep 0.4'}\n"
-            "  - {name: two, gate: 'sleep 0.4'}\n  - {name: three, deps: [one, two], gate: 'true'}\n"
-        )
-    ).id
-    early = start_first_gates(service, item, max_parallel=2)
-    assert early is not None
-    wait_until(lambda: len([g for g in early.gates if g.recorded is not None]) >= 3, timeout=30)
+    plan = (
+        "objective: side by side\nmilestones:\n  - {name: one, gate: 'sleep 0.4'}\n"
+        "  - {name: two, gate: 'sleep 0.4'}\n  - {name: three, deps: [one, two], gate: 'true'}\n"
+    )
+    item, early = recorded_early(service, plan, 2, 3)
     reporter = RecordingReporter()
     summary = run_drive(service, item, max_parallel=2, reporter=reporter, early=early)
     assert summary.ok and summary.gate_runs == 3, summary
