@@ -4,7 +4,6 @@ unique names, no self-deps, no unknown deps, no cycle (reported as a path
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 
 from milepost.graph.errors import (
@@ -16,6 +15,7 @@ from milepost.graph.errors import (
     TransitionError,
     UnknownDependencyError,
 )
+from milepost.graph.hints import known_names
 from milepost.graph.models import NAME_PATTERN, Milestone, check_name
 from milepost.graph.status import MilestoneStatus
 
@@ -71,25 +71,25 @@ def milestone_problems(items: Sequence[Milestone]) -> Iterator[tuple[Milestone, 
             )
         else:
             seen[m.name] = m.id
-    known = ", ".join(itertools.islice(seen, _KNOWN_SHOWN)) + (
-        f", ... ({len(seen)} in all)" if len(seen) > _KNOWN_SHOWN else ""
-    )
+    names, unknown = list(seen), 0
     for m in items:
         if m.name in m.deps:
             yield m, SelfDependencyError(f"milestone {m.name!r} lists itself in its deps", milestone=m.name)
         for d in m.deps:
             if d not in seen:
+                unknown += 1
+                # The closest name for as many as a report shows; past them the list alone (each look costs).
+                hint = known_names(d, names, _KNOWN_SHOWN, suggest=unknown <= _SUGGESTED)
                 yield (
                     m,
                     UnknownDependencyError(
-                        f"milestone {m.name!r} depends on unknown milestone {d!r}; known: {known}",
-                        milestone=m.name,
-                        dep=d,
+                        f"milestone {m.name!r} depends on unknown milestone {d!r}; {hint}", milestone=m.name, dep=d
                     ),
                 )
 
 
 _KNOWN_SHOWN = 20  # names listed after an unknown dep (a plan may hold 100,000)
+_SUGGESTED = 50  # unknown deps given the closest known name (a plan's report shows 50 problems)
 
 
 def validate_milestones(items: Sequence[Milestone]) -> None:

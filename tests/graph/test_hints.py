@@ -29,3 +29,14 @@ def test_a_work_graph_refuses_an_unknown_name_with_the_hint() -> None:
     g = WorkGraph([Milestone(id=i + 1, name=n) for i, n in enumerate(NINE)])
     with pytest.raises(NotFoundError, match=r"no milestone 'comit' in this work item; did you mean 'commit'\?"):
         g.get("comit")
+
+
+def test_a_plans_unknown_deps_get_the_closest_name_for_as_many_as_a_report_shows() -> None:
+    from milepost.graph.validate import milestone_problems
+
+    ms = [Milestone(id=i + 1, name=n) for i, n in enumerate(NINE)]
+    ms += [Milestone(id=100 + i, name=f"late-{i}", deps=["comit"]) for i in range(60)]
+    said = [str(e) for _, e in milestone_problems(ms)]
+    assert len(said) == 60 and all("depends on unknown milestone 'comit'" in s for s in said), said[:2]
+    assert all("did you mean 'commit'?" in s for s in said[:50]), said[0]
+    assert not any("did you mean" in s for s in said[50:]) and "(69 in all)" in said[-1], said[-1]
