@@ -96,8 +96,8 @@ def test_the_live_view_counts_a_gate_from_its_own_start(service: Service) -> Non
 
 
 def test_plain_lines_are_stamped_with_when_it_happened(service: Service) -> None:
-    """A gate started before its report is stamped with its own start; its end
-    with the run's end."""
+    """A gate started before its report is stamped with its own start; one
+    reported as it starts, with now."""
     item = service.create_item("stamps").id
     service.add_milestone("a", gate="true", item=item)
     session = service.drive_session(item, "me:1")

@@ -333,11 +333,8 @@ class Tx:
 
 def unknown_milestone(conn: Connection, item_id: int, name: str) -> NotFoundError:
     """The refusal for a milestone the item does not have: the closest name it has, and the first ones."""
-    known = list(
-        conn.execute(select(MILESTONES.c.name).where(MILESTONES.c.item_id == item_id).order_by(MILESTONES.c.seq))
-        .scalars()
-        .all()
-    )
+    query = select(MILESTONES.c.name).where(MILESTONES.c.item_id == item_id).order_by(MILESTONES.c.seq)
+    known = conn.execute(query).scalars().all()
     return NotFoundError(f"no milestone {name!r} in this work item; {known_names(name, known)}", milestone=name)
 
 

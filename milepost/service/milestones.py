@@ -10,7 +10,6 @@ every done milestone built on it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, select
@@ -299,13 +298,14 @@ def plan_order(ctx: Context, item: int | None = None, until: str | None = None) 
         order=order,
         stale={n: check.stale[n] for n in order if n in check.stale},
         waiting={n: why for n, why in check.waiting.items() if n in keep},
-        left={m.name: _why_left(m, sim) for m in g if m.name in keep and _left(m, order, check.waiting)},
+        left={m.name: _why_left(m, sim) for m in sim if m.name in keep and _left(m, check.waiting)},
     )
 
 
-def _left(m: Milestone, order: list[str], waiting: Mapping[str, str]) -> bool:
-    """Not done, and a drive would not run it (nor hold it for a change of its inputs)."""
-    return not m.status.is_done and m.name not in order and m.name not in waiting
+def _left(m: Milestone, waiting: dict[str, str]) -> bool:
+    """Not done once every gate the drive would run passed (``m`` as the
+    simulation left it), nor held for a change of its inputs."""
+    return not m.status.is_done and m.name not in waiting
 
 
 def _why_left(m: Milestone, sim: WorkGraph) -> str:
