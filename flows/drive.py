@@ -41,7 +41,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from milepost.errors import EnvironmentProblem, PrefectUnreachableError, StaleRevisionError
 from milepost.events import DriveSummary, MultiReporter, NullReporter, Reporter
 from milepost.extras import require_task_runner
-from milepost.flows.doing import check_doers
+from milepost.flows.doer_attempts import check_doers
 from milepost.flows.early import EarlyStart
 from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
 from milepost.flows.heartbeat import Heartbeat, heartbeat_frequency, prefect_heartbeat_off

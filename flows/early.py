@@ -346,7 +346,7 @@ def start_first_gates(
     if any(m.status is MilestoneStatus.NEEDS_FIX and m.retry_at is not None and m.retry_at > now for m in g):
         return None  # a retry delay to honour: the loop's timers
     if any(m.has_doer for m in g):
-        return None  # doers run as the drive's tasks, in their worktrees (flows/doing.py)
+        return None  # doers run as the drive's tasks, in their worktrees (flows/doer_attempts.py)
     session = _Session(svc.ctx, item, owner_name(), use_cache=use_cache)
     session.units.set_workers(max_parallel)
     reclaimed = session.reclaim_expired()

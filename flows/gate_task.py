@@ -77,7 +77,7 @@ class GateSpec(BaseModel):
     commands: list[GateCommand]
     cwd: str
     env: dict[str, str]
-    inherit_env: bool = True  # False: env is the whole environment (a doer's, scrubbed: gates/doer.py)
+    inherit_env: bool = True  # False: env is the whole environment (a doer's, scrubbed: gates/doer_env.py)
     timeout: float | None = None
     log_path: str
     stop_file: str

@@ -27,7 +27,7 @@ from prefect.states import Failed
 
 from milepost.errors import EnvironmentProblem, MilepostError
 from milepost.events import DoTotals, DriveSummary, Reporter
-from milepost.flows.doing import Doing, NotStarted
+from milepost.flows.doer_attempts import Doing, NotStarted
 from milepost.flows.gate_task import (
     GATE_TASKS,
     GateSpec,
@@ -161,7 +161,7 @@ class Loop:
         if cwd is not None:
             spec.cwd = str(cwd)
         if kind is TaskKind.DO:
-            spec.env, spec.inherit_env = dict(extra_env or {}), False  # a doer's whole environment (gates/doer.py)
+            spec.env, spec.inherit_env = dict(extra_env or {}), False  # a doer's whole environment (gates/doer_env.py)
         # A fix follows a failed attempt: waiting on that failed future would leave it NotReady forever, so it
         # waits on nothing (it is submitted only after the attempt finished anyway).
         deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind is not TaskKind.FIX else []
@@ -270,7 +270,7 @@ class Loop:
                 self._not_submitted(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
                 raise
 
-    # -- doers (flows/doing.py) ------------------------------------------------
+    # -- doers (flows/doer_attempts.py) ------------------------------------------------
 
     def _hold_doers(self) -> None:
         """While as many doers run as may, ready doer milestones wait (held);

@@ -149,7 +149,7 @@ def run_gate(
         return GateResult(
             outcome=Outcome.FAILED, reason=reason, tail=reason, started_at=started, finished_at=datetime.now(UTC)
         )
-    # (inherit_env False: ``env`` is the whole environment, a doer's: gates/doer.py)
+    # (inherit_env False: ``env`` is the whole environment, a doer's: gates/doer_env.py)
     base_env = {**(os.environ if inherit_env else {}), **(env or {})}
     run = _Attempt(fd, log_path, default_cwd, base_env, default_timeout, stop, on_interrupt, units, origin)
     run.where = root or default_cwd

@@ -120,7 +120,7 @@ class Store:
     def at(self, root: Path) -> Store:
         """This store with another default cwd of gates and root of inputs
         (the same database and home): a drive whose gates prove the work in
-        another checkout of the workspace's repository (flows/doing.py)."""
+        another checkout of the workspace's repository (flows/doer_attempts.py)."""
         return cast(Store, _Rooted(self, root))
 
     @classmethod

@@ -1,4 +1,4 @@
-"""The git layer of doers (milepost.gates.git) on real git repositories in
+"""The git layer of doers (milepost.gates.git, worktrees, integration) on real git repositories in
 temporary folders: worktrees made, reused and made again, what a doer
 changed and its digest, protected paths, commits, and merges into the
 integration branch (clean, conflicting, beside a user's uncommitted work, two
@@ -16,16 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from milepost.gates.git import (
-    GitError,
-    Repo,
-    UnknownRefError,
-    Worktree,
-    Worktrees,
-    integration_checkout,
-    merge,
-    protected_changes,
-)
+from milepost.gates.git import GitError, Repo, UnknownRefError
+from milepost.gates.integration import integration_checkout, merge
+from milepost.gates.worktrees import Worktree, Worktrees, protected_changes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -346,7 +339,7 @@ def test_two_processes_merging_at_once_take_turns_and_both_land(tmp_path: Path) 
     a = work(repo, "a", {"src/a.py": "A = 1\n"})
     b = work(repo, "b", {"src/b.py": "B = 1\n"})
     code = (
-        "import sys; from pathlib import Path; from milepost.gates.git import merge;"
+        "import sys; from pathlib import Path; from milepost.gates.integration import merge;"
         "r = merge(Path(sys.argv[1]), sys.argv[2], sys.argv[3]); print(r.ok, r.commit)"
     )
     lock = repo.common_dir() / "milepost-merge.lock"

@@ -221,7 +221,7 @@ def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, op
 def _doer_agent(flag: str | None, setting: str | None) -> str | None:
     """``doer`` when this command runs inside a doer's worktree or
     environment (docs/doers.md): no --agent flag makes it anyone else.
-    (The name is gates.doer.DOER_AGENT, not imported: it costs pydantic.)"""
+    (The name is gates.doer_env.DOER_AGENT, not imported: it costs pydantic.)"""
     here = Path.cwd().resolve()
     inside = any(p.name == "worktrees" and p.parent.name == ".milepost" for p in (here, *here.parents))
     if not inside and setting != "doer":

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from milepost.errors import DoerRefusedError
-from milepost.gates.doer import DOER_AGENT
+from milepost.gates.doer_env import DOER_AGENT
 from milepost.gates.outcome import GateResult
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import (
@@ -448,13 +448,13 @@ class Service:
 
     def do_runs(self, name: str, item: int | None = None) -> list[DoRun]:
         """What the milestone's doers did, attempt by attempt (docs/doers.md)."""
-        from milepost.service import doers
+        from milepost.service import do_evidence as doers
 
         return doers.do_runs(self.ctx, name, item)
 
     def do_run(self, name: str, attempt: int | None = None, item: int | None = None) -> DoRun:
         """The do run of one attempt (the last by default); :class:`NotFoundError` when it ran no doer."""
-        from milepost.service import doers
+        from milepost.service import do_evidence as doers
 
         return doers.do_run(self.ctx, name, attempt, item)
 

@@ -84,7 +84,7 @@ class DriveSession:
         """From now on this drive's gates run, and its inputs are read, in
         ``root``, another checkout of the workspace's repository (the
         integration checkout of doers when the workspace has uncommitted
-        changes: flows/doing.py)."""
+        changes: flows/doer_attempts.py)."""
         self.ctx = dataclasses.replace(self.ctx, store=self.ctx.store.at(root))
 
     def proofs_check(self, g: WorkGraph) -> proofs.Check:

@@ -47,7 +47,7 @@ from milepost.service import _rows as rows
 from milepost.service._rows import ITEMS, MILESTONES
 from milepost.service._tx import Context, GraphCache
 from milepost.service.claims import interrupted_result, record
-from milepost.service.doers import do_run_of, record_do_run
+from milepost.service.do_evidence import do_run_of, record_do_run
 from milepost.service.leases import LeaseKeeper, expired
 
 __all__ = [

@@ -165,7 +165,7 @@ milestones:
 
 
 def _do_runs(service: Service, name: str, item: int) -> list[Any]:
-    from milepost.service.doers import do_runs
+    from milepost.service.do_evidence import do_runs
 
     return do_runs(service.ctx, name, item)
 

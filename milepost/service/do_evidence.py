@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from milepost._schema import DO_RUNS
 from milepost.errors import NotFoundError
 from milepost.gates.attempt import AttemptFiles
-from milepost.gates.doer import read_cost
+from milepost.gates.doer_env import read_cost
 from milepost.gates.outcome import GateResult
 from milepost.results import Claim, DoRun
 from milepost.retry import retried

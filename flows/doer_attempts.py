@@ -20,16 +20,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from milepost.errors import InputError
-from milepost.gates import git
+from milepost.gates import git, worktrees
 from milepost.gates.attempt import AttemptFiles
-from milepost.gates.doer import PromptFacts, doer_env, write_prompt
+from milepost.gates.doer_env import PromptFacts, doer_env, write_prompt
+from milepost.gates.integration import integration_checkout, merge
 from milepost.gates.outcome import GateResult, Outcome
 from milepost.gates.supervisor import host_identity
 from milepost.graph.models import DoerSettings, GateCommand, Milestone
 from milepost.graph.status import Isolation
 from milepost.results import Claim, DoRun
 from milepost.service import Service
-from milepost.service import doers as evidence
+from milepost.service import do_evidence as evidence
 
 __all__ = ["DoStart", "Doing", "NotStarted", "check_doers", "do_files"]
 
@@ -81,7 +82,7 @@ class _Attempt:
     cwd: Path
     base: str | None  # the commit it started from (None: not a git worktree)
     started_at: datetime
-    worktree: git.Worktree | None = None
+    worktree: worktrees.Worktree | None = None
     run: DoRun | None = None
 
 
@@ -130,7 +131,7 @@ class Doing:
                 " name an existing branch (git branch --list)"
             )
         if checkout:
-            doing.integration = git.integration_checkout(doing.repo, doing.base, service.store.home)
+            doing.integration = integration_checkout(doing.repo, doing.base, service.store.home)
         return doing
 
     def busy(self) -> bool:
@@ -157,7 +158,7 @@ class Doing:
             path = self.service.store.home / "worktrees" / f"item-{self.item}" / m.name
             try:
                 fresh = not path.exists()
-                wt = git.Worktrees(self.repo).ensure(path, self._branch(m), self._tip())
+                wt = worktrees.Worktrees(self.repo).ensure(path, self._branch(m), self._tip())
             except git.GitError as e:
                 return NotStarted(_failure(claim, f"do not started: {e}"))
             cwd, base = wt.path, wt.head()
@@ -268,27 +269,29 @@ class Doing:
             run.diff_stat = wt.diff_stat(a.base, head)
         return None
 
-    def _protected(self, claim: Claim, wt: git.Worktree, changed: list[str]) -> str | None:
+    def _protected(self, claim: Claim, wt: worktrees.Worktree, changed: list[str]) -> str | None:
         """Why the attempt is refused for protected paths, or None. Its
         uncommitted edits to them are discarded; a protected path changed by
         a commit on the branch (one the doer made itself, now or in an
         earlier attempt) is never merged: the branch starts again from the
         integration tip."""
         patterns = list(self.settings.protect)
-        protected = git.protected_changes(changed, patterns)
-        committed = git.protected_changes(wt.branch_paths(self._tip()), patterns) if patterns and self.base else []
+        protected = worktrees.protected_changes(changed, patterns)
+        committed = (
+            worktrees.protected_changes(wt.branch_paths(self._tip()), patterns) if patterns and self.base else []
+        )
         if not protected and not committed:
             return None
         wt.discard(protected)
         if committed:
             assert self.repo is not None
-            git.Worktrees(self.repo).reset_branch(wt.path, self._branch(claim.milestone), self._tip())
+            worktrees.Worktrees(self.repo).reset_branch(wt.path, self._branch(claim.milestone), self._tip())
         both = sorted({*protected, *committed})
         shown = ", ".join(both[:5]) + (f" and {len(both) - 5} more" if len(both) > 5 else "")
         undone = "the branch starts again from the integration tip" if committed else "its edits to them were discarded"
         return f"refused: the doer changed protected paths ({shown}); {undone}"
 
-    def _nothing_new(self, claim: Claim, wt: git.Worktree, run: DoRun) -> str | None:
+    def _nothing_new(self, claim: Claim, wt: worktrees.Worktree, run: DoRun) -> str | None:
         """The doer changed nothing: refused, unless the branch holds an
         earlier attempt's committed work not merged yet (its gate failed, maybe
         for a reason outside the change, such as a tool missing then): the
@@ -311,18 +314,18 @@ class Doing:
         m = claim.milestone
         assert self.base is not None
         if self.integration.resolve() == self.repo.root.resolve():  # a person may have started editing since
-            self.integration = git.integration_checkout(self.repo, self.base, self.service.store.home)
+            self.integration = integration_checkout(self.repo, self.base, self.service.store.home)
         # (a worktree of milepost's stays as it is: the drive's gates run in it, see Loop._gates_in_integration)
-        merged = git.merge(self.integration, self._branch(m), f"milepost: merge {m.name} (attempt {claim.attempt})")
+        merged = merge(self.integration, self._branch(m), f"milepost: merge {m.name} (attempt {claim.attempt})")
         if merged.ok:
             if merged.commit is not None:
                 evidence.set_merge_commit(self.service.ctx, claim, merged.commit)
             with contextlib.suppress(git.GitError):  # (merged: nothing left to keep; a leftover is harmless)
-                git.Worktrees(self.repo).drop(a.worktree.path, self._branch(m))
+                worktrees.Worktrees(self.repo).drop(a.worktree.path, self._branch(m))
             return result
         with open(claim.log_path, "a", encoding="utf-8") as log:
             log.write(f"\n=== merge of {self._branch(m)} into {self.base} failed: conflict\n{merged.conflict}\n")
-        git.Worktrees(self.repo).reset_branch(a.worktree.path, self._branch(m), self._tip())
+        worktrees.Worktrees(self.repo).reset_branch(a.worktree.path, self._branch(m), self._tip())
         why = f"merge conflict with {self.base}: {merged.conflict.splitlines()[0] if merged.conflict else ''}"
         return result.model_copy(update={"outcome": Outcome.FAILED, "reason": why.rstrip(": ")})
 
