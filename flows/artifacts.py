@@ -1,8 +1,9 @@
 """Prefect artifacts of a drive: a progress artifact updated as milestones
 finish, and at the end a markdown summary with the DAG as a picture (an SVG
 image given as a ``data:`` URI: the Prefect UI renders images in markdown,
-not Mermaid, and strips inline ``<svg>``) and a table of milestones (status,
-attempts, last reason)."""
+not Mermaid, and strips inline ``<svg>``), a table of milestones (status,
+attempts, last reason) and, when doers ran, a table of their attempts (cost,
+tokens, agent session)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ from milepost.graph.dag import WorkGraph
 from milepost.graph.status import MilestoneStatus
 from milepost.graph.words import count
 from milepost.present.picture import svg_data_uri, to_svg
-from milepost.results import Claim, DoneResult
+from milepost.results import Claim, DoneResult, DoRun
 
-__all__ = ["ArtifactReporter"]
+__all__ = ["ArtifactReporter", "do_rows"]
 
 PROGRESS_INTERVAL = 1.0
 # Past this the picture stays out of the artifact (`milepost graph --format svg` draws it).
@@ -50,6 +51,23 @@ def counts_line(done: int, total: int, gate_runs: int, cached: int) -> str:
     return f"{done} of {count(total, 'milestone')} done, {count(gate_runs, 'gate run')}{cached_part} in this drive."
 
 
+def do_rows(runs: list[DoRun]) -> list[dict[str, Any]]:
+    """The do runs' table in the UI: each doer's outcome, cost, tokens and agent session."""
+    return [
+        {
+            "milestone": r.milestone,
+            "attempt": r.attempt,
+            "outcome": r.outcome,
+            "cost_usd": r.cost_usd,
+            "tokens": r.tokens,
+            "session": r.session or "",
+            "reason": r.reason,
+            "usage_warning": r.usage_warning or "",
+        }
+        for r in runs
+    ]
+
+
 class ArtifactReporter(NullReporter):
     """The drive's artifacts, attached to its flow run. They are made by
     threads of their own with clients of their own, so the drive never waits
@@ -64,6 +82,7 @@ class ArtifactReporter(NullReporter):
         self.durations = durations  # the gates' last run times, for the picture's critical path
         self.total = max(total, 1)
         self.finished: set[str] = set()
+        self.do_runs: list[DoRun] = []  # the doers of this drive, as they ended (docs/doers.md)
         self.progress = _Progress(item, self.flow_run_id)
         # The picture's layout imports grandalf: while the gates run, not at the end.
         threading.Thread(target=_import_quietly, args=("grandalf.layouts",), daemon=True).start()
@@ -76,6 +95,9 @@ class ArtifactReporter(NullReporter):
         if done.milestone.status.is_done:
             self.finished.add(done.milestone.name)
         self.progress.set(100.0 * len(self.finished) / self.total)
+
+    def do_finished(self, claim: Claim, run: DoRun) -> None:
+        self.do_runs.append(run)
 
     def publish(self, summary: DriveSummary, graph: WorkGraph) -> None:
         self._publish(summary, graph, self.durations(self.item) if self.durations else None)
@@ -111,6 +133,9 @@ class ArtifactReporter(NullReporter):
                 client.update_artifact(progress_id, ArtifactUpdate(data=100.0 * done / self.total))
             self._create(client, "markdown", f"milepost-item-{self.item}-summary", verdict, md)
             self._create(client, "table", f"milepost-item-{self.item}-milestones", "milestones", json.dumps(rows))
+            if self.do_runs:
+                doers = json.dumps(do_rows(self.do_runs))
+                self._create(client, "table", f"milepost-item-{self.item}-do-runs", "the doers' attempts", doers)
 
     def _create(self, client: SyncPrefectClient, kind: str, key: str, description: str, data: Any) -> UUID:
         made = ArtifactCreate(type=kind, key=key, description=description, flow_run_id=self.flow_run_id, data=data)

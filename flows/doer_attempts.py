@@ -190,6 +190,20 @@ class Doing:
                 return f"budget: {m.name}'s doers cost ${spent:.2f} of do_budget_usd ${m.do_budget_usd:.2f}"
         return None
 
+    def _budget_left(self, claim: Claim) -> float | None:
+        """The dollars ``claim``'s doer may spend: the least of what is left of
+        the item's and the milestone's budget (None: neither has one)."""
+        left: list[float] = []
+        if self.settings.budget_usd is not None:
+            left.append(self.settings.budget_usd - evidence.spent(self.service.ctx, self.item))
+        if claim.milestone.do_budget_usd is not None:
+            left.append(claim.milestone.do_budget_usd - evidence.spent(self.service.ctx, self.item, claim.pk))
+        return max(0.0, min(left)) if left else None
+
+    def _usage(self, m: Milestone) -> str | None:
+        """The form of ``m``'s doer's usage report: its own, the item's, or None (found)."""
+        return m.do_usage or self.settings.usage
+
     def _env(self, claim: Claim, cwd: Path, files: AttemptFiles) -> dict[str, str]:
         m = claim.milestone
         before = AttemptFiles(Path(claim.log_path)).previous()
@@ -219,7 +233,24 @@ class Doing:
         }
         if failure is not None and last is not None:
             given["MILEPOST_FAILURE_LOG"] = str(last)
+        given.update(self._agent_env(claim))
         return doer_env(os.environ, self.settings.env, given)
+
+    def _agent_env(self, claim: Claim) -> dict[str, str]:
+        """What an agent needs beyond the prompt: what is left of its budget
+        (the drive also stops a doer whose streamed cost passes it), the
+        session of the milestone's last doer to resume, the usage form named."""
+        given: dict[str, str] = {}
+        left = self._budget_left(claim)
+        if left is not None:
+            given["MILEPOST_BUDGET_LEFT_USD"] = f"{left:.4f}"
+        session = evidence.session_of(self.service.ctx, claim.pk)
+        if session is not None:
+            given["MILEPOST_DOER_SESSION"] = session
+        form = self._usage(claim.milestone)
+        if form is not None:
+            given["MILEPOST_DO_USAGE"] = form
+        return given
 
     # -- after the doer ----------------------------------------------------------------
 
@@ -228,7 +259,14 @@ class Doing:
         or the attempt's failure (the doer failed, or its change is refused);
         and its do run, recorded."""
         a = self.running[(claim.milestone.name, claim.attempt)]
-        run = evidence.do_run_of(claim, result, host=host_identity()["host"], worktree=str(a.cwd), base_commit=a.base)
+        run = evidence.do_run_of(
+            claim,
+            result,
+            self._usage(claim.milestone),
+            host=host_identity()["host"],
+            worktree=str(a.cwd),
+            base_commit=a.base,
+        )
         outcome: GateResult | Path = a.cwd
         if a.worktree is not None and a.worktree.exists():
             run.diff_digest = a.worktree.diff_digest()  # (a failed doer's too: the next may make the same change)
@@ -237,6 +275,8 @@ class Doing:
             if refusal is not None:
                 run = run.model_copy(update={"outcome": "refused", "reason": refusal})
                 outcome = _failure(claim, refusal)
+        elif result.reason.removeprefix("do: ").startswith("budget:"):  # stopped past its budget (BudgetWatch)
+            outcome = _failure(claim, result.reason.removeprefix("do: "), result)
         else:
             outcome = _failure(claim, f"do {result.reason}", result)
         a.run = run

@@ -28,6 +28,7 @@ from milepost.gates.liveness import Life, life
 from milepost.gates.outcome import CachedFrom
 from milepost.gates.supervisor import host_identity, own_identity
 from milepost.gates.units import UnitBook
+from milepost.gates.usage import BudgetWatch
 from milepost.graph.models import GateCommand
 from milepost.graph.words import count
 from milepost.results import Claim
@@ -262,6 +263,19 @@ def new_monitor() -> _Monitor:
     return _Monitor()
 
 
+def _budget_watch(spec: GateSpec) -> Callable[[], str | None] | None:
+    """A doer's watch: it is stopped once its streamed cost passes what is
+    left of its budget (``MILEPOST_BUDGET_LEFT_USD``, given it by the drive)."""
+    left = spec.env.get("MILEPOST_BUDGET_LEFT_USD") if spec.kind is TaskKind.DO else None
+    if left is None:
+        return None
+    try:
+        dollars = float(left)
+    except ValueError:
+        return None
+    return BudgetWatch(Path(spec.log_path), dollars, spec.env.get("MILEPOST_DO_USAGE")).check
+
+
 def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | None = None) -> State[Any]:
     """The body of :data:`gate_task`: run one gate (or fix) attempt and end
     in a state that says how it went (see :func:`task_state`). Its verdict
@@ -301,6 +315,7 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
             root=Path(spec.cwd),
             units=box.units,
             origin=CachedFrom(item=spec.claim.item, milestone=spec.claim.milestone.name, attempt=spec.claim.attempt),
+            watch=_budget_watch(spec),
         )
         passed = result.passed
     finally:

@@ -53,6 +53,7 @@ def _run_one(
     timeout: float | None,
     stop: threading.Event | None,
     on_interrupt: Callable[[BaseException], None] | None = None,
+    watch: Callable[[], str | None] | None = None,
 ) -> CommandResult:
     log_room.write(log_fd, command_header(cmd))
     start_offset = os.lseek(log_fd, 0, os.SEEK_END)
@@ -77,11 +78,14 @@ def _run_one(
     except LaunchError as e:
         return failed(f"cannot start {cmd.name!r}: {e}")
     crash_point("gate")
+    stopped: str | None = None  # why ``watch`` stopped it
     try:
         while not job.wait(STOP_POLL_SECONDS):
             if stop is not None and stop.is_set():
                 job.kill("interrupted")
                 job.wait()
+            elif watch is not None and stopped is None and (stopped := watch()) is not None:
+                job.kill(stopped)
     except BaseException as e:
         # Interrupted (Ctrl-C, SIGTERM): never leave the gate running.
         job.kill("interrupted")
@@ -95,6 +99,9 @@ def _run_one(
     end_offset = os.lseek(log_fd, 0, os.SEEK_END)
     tail = read_tail(log_path, start_offset, end_offset)
     outcome, reason = judge(status, timeout, tail)
+    if stopped is not None and status.killed == stopped:
+        outcome, reason = Outcome.FAILED, stopped  # (a failure of the command, not an interrupt)
+        log_room.write(log_fd, f"\nmilepost: {stopped}; process group killed\n")
     if status.timed_out:
         log_room.write(log_fd, f"\nmilepost: {reason}; process group killed\n")
     outcome, reason = log_room.judge(log_fd, log_path, outcome, reason)
@@ -115,6 +122,7 @@ def run_gate(
     units: UnitBook | None = None,
     origin: CachedFrom | None = None,
     inherit_env: bool = True,
+    watch: Callable[[], str | None] | None = None,
 ) -> GateResult:
     """Run the commands of one gate attempt in order; all must pass. After a
     failure the rest are reported as skipped. Output goes to ``log_path``;
@@ -138,7 +146,11 @@ def run_gate(
     book of this drive and of the store) is not run again and reads
     ``cached``; ``origin`` (this attempt) is where the units run here passed.
     Every unit of the command runs (or is reused) even after one failed, so
-    the evidence names each; the commands after it are skipped."""
+    the evidence names each; the commands after it are skipped.
+
+    ``watch``, asked while a command runs (every STOP_POLL_SECONDS), says
+    why it must stop (a doer past its budget): its process group is killed
+    and the command fails with that reason."""
     started = datetime.now(UTC)
     t0 = time.monotonic()
     try:
@@ -151,7 +163,7 @@ def run_gate(
         )
     # (inherit_env False: ``env`` is the whole environment, a doer's: gates/doer_env.py)
     base_env = {**(os.environ if inherit_env else {}), **(env or {})}
-    run = _Attempt(fd, log_path, default_cwd, base_env, default_timeout, stop, on_interrupt, units, origin)
+    run = _Attempt(fd, log_path, default_cwd, base_env, default_timeout, stop, on_interrupt, units, origin, watch)
     run.where = root or default_cwd
     proven: Fingerprint | None = None
     files = AttemptFiles(log_path)
@@ -191,6 +203,7 @@ class _Attempt:
     on_interrupt: Callable[[BaseException], None] | None
     units: UnitBook | None
     origin: CachedFrom | None
+    watch: Callable[[], str | None] | None = None
     where: Path = field(default_factory=Path)
 
     def commands(self, commands: Sequence[GateCommand]) -> list[CommandResult]:
@@ -217,7 +230,11 @@ class _Attempt:
         timeout = cmd.timeout if cmd.timeout is not None else self.default_timeout
         run_env = {**self.base_env, **cmd.env}
         if not cmd.each:
-            return [_run_one(index, cmd, self.fd, self.log_path, cwd, run_env, timeout, self.stop, self.on_interrupt)]
+            return [
+                _run_one(
+                    index, cmd, self.fd, self.log_path, cwd, run_env, timeout, self.stop, self.on_interrupt, self.watch
+                )
+            ]
         one = functools.partial(
             _run_one,
             log_fd=self.fd,

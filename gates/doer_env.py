@@ -1,5 +1,6 @@
 """What a doer is given and what it leaves: its environment (scrubbed of
-milepost's own store and secrets), its prompt file, and the cost it reports.
+milepost's own store and secrets) and its prompt file. What it cost is read
+by :mod:`milepost.gates.usage`.
 
 A doer is the ``do:`` command of a milestone (a coding agent, or any
 script). It runs as a task of the drive before the milestone's gate, in the
@@ -9,15 +10,13 @@ supervisor does, as it runs a gate's commands.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from milepost.graph.models import Milestone
 
-__all__ = ["DOER_AGENT", "Cost", "PromptFacts", "doer_env", "read_cost", "write_prompt"]
+__all__ = ["DOER_AGENT", "PromptFacts", "doer_env", "write_prompt"]
 
 # A milepost command a doer runs acts as this agent, never as an operator.
 DOER_AGENT = "doer"
@@ -98,43 +97,3 @@ def write_prompt(path: Path, m: Milestone, facts: PromptFacts) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What a doer said its attempt cost (``MILEPOST_COST_FILE``)."""
-
-    usd: float | None = None
-    tokens: int | None = None
-    problem: str | None = None  # the file was there but unreadable: said, not counted
-
-
-def _amount(value: object, kind: type) -> bool:
-    """Whether ``value`` is absent or a finite number >= 0 (whole for ``int``)."""
-    if value is None:
-        return True
-    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not isinstance(value, int)):
-        return False
-    return math.isfinite(value) and value >= 0
-
-
-def read_cost(path: Path) -> Cost:
-    """The cost file a doer may write: ``{"usd": 0.12, "tokens": 3400}``.
-    Absent: nothing known. Unreadable or of another form: nothing counted,
-    with the problem named (the doer's log says so)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return Cost()
-    except OSError as e:
-        return Cost(problem=f"cannot read {path.name}: {e.strerror}")
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return Cost(problem=f'{path.name} is not JSON: write {{"usd": 0.12, "tokens": 3400}}')
-    if not isinstance(data, dict):
-        return Cost(problem=f'{path.name} holds a {type(data).__name__}: write {{"usd": 0.12, "tokens": 3400}}')
-    usd, tokens = data.get("usd"), data.get("tokens")
-    if not (_amount(usd, float) and _amount(tokens, int)):
-        return Cost(problem=f"{path.name}: usd must be a number >= 0 and tokens a whole number >= 0")
-    return Cost(usd=None if usd is None else float(usd), tokens=tokens)

@@ -11,7 +11,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
 
@@ -311,6 +311,8 @@ Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Delay = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 Retries = Annotated[StrictInt, Field(ge=0, le=MAX_RETRIES)]
 Budget = Annotated[float, Field(ge=0, le=MAX_USD, allow_inf_nan=False)]
+# The forms of a doer's usage report milepost reads (milepost.gates.usage; docs/doers.md).
+UsageForm = Literal["claude-json", "codex-json", "file"]
 InputPattern = Annotated[str, AfterValidator(_input_pattern)]
 
 
@@ -385,6 +387,7 @@ class Milestone(_Read):
     do: str | None = None
     do_timeout: Annotated[float, Field(gt=0)] | None = None
     do_budget_usd: Annotated[float, Field(ge=0)] | None = None
+    do_usage: UsageForm | None = None  # the form of its doer's usage report (None: the item's, else found)
     updated_at: datetime | None = None
 
     @property
@@ -436,6 +439,7 @@ class DoerSettings(_Read):
     protect: list[str] = Field(default_factory=list)  # gitignore patterns a doer must not change
     env: list[str] = Field(default_factory=list)  # names of variables passed on to doers (else scrubbed)
     budget_usd: Annotated[float, Field(ge=0)] | None = None  # what the item's doers may cost in all
+    usage: UsageForm | None = None  # the form of its doers' usage reports (None: found by looking)
 
     @property
     def is_default(self) -> bool:

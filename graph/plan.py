@@ -28,6 +28,7 @@ from milepost.graph.models import (
     Retries,
     Seconds,
     Text,
+    UsageForm,
     WorkItem,
     check_name,
 )
@@ -113,7 +114,13 @@ class PlanMilestone(_Strict):
     )
     do_timeout: Seconds | None = Field(None, description="seconds before the do command is killed (a failed attempt)")
     do_budget_usd: Budget | None = Field(
-        None, description="dollars this milestone's doers may cost in all (what they write to MILEPOST_COST_FILE)"
+        None, description="dollars this milestone's doers may cost in all (what their usage reports say)"
+    )
+    do_usage: UsageForm | None = Field(
+        None,
+        description="the form of its doer's usage report: claude-json (claude -p --output-format json or"
+        " stream-json), codex-json (codex exec --json) or file (MILEPOST_COST_FILE); default: doer.usage,"
+        " else found in its output",
     )
 
 
@@ -150,6 +157,11 @@ class PlanDoer(_Strict):
         description="environment variables passed on to doers (others of milepost's own and secrets are removed)",
     )
     budget_usd: Budget | None = Field(None, description="dollars the item's doers may cost in all")
+    usage: UsageForm | None = Field(
+        None,
+        description="the form of its doers' usage reports: claude-json, codex-json or file (default: found in"
+        " each doer's output, else its MILEPOST_COST_FILE)",
+    )
 
     @model_validator(mode="after")
     def _protect_paths(self) -> PlanDoer:
@@ -227,6 +239,7 @@ class Plan(_Strict):
                         "do": pm.do,
                         "do_timeout": pm.do_timeout,
                         "do_budget_usd": pm.do_budget_usd,
+                        "do_usage": pm.do_usage,
                     }
                 )
             )
@@ -311,5 +324,5 @@ def _milestone_settings(m: Milestone, d: ItemDefaults) -> dict[str, Any]:
         entry["cache"] = False
     if m.flaky:
         entry["flaky"] = True
-    entry.update({k: v for k in ("do", "do_timeout", "do_budget_usd") if (v := getattr(m, k)) is not None})
+    entry.update({k: v for k in ("do", "do_timeout", "do_budget_usd", "do_usage") if (v := getattr(m, k)) is not None})
     return entry

@@ -141,6 +141,9 @@ MILESTONES = Table(
     Column("do", Text),
     Column("do_timeout", Float),
     Column("do_budget_usd", Float),
+    # The form of its doer's usage report, and the agent session its doers resume (read from their reports).
+    Column("do_usage", String(16)),
+    Column("doer_session", String(200)),
     Column("created_at", UTCDateTime, nullable=False, default=utcnow),
     Column("updated_at", UTCDateTime, nullable=False, default=utcnow),
     UniqueConstraint("item_id", "seq", name="uq_milestones_item_seq"),
@@ -213,6 +216,8 @@ DO_RUNS = Table(
     Column("diff_digest", String(64)),
     Column("cost_usd", Float),
     Column("tokens", Integer),
+    Column("session", String(200)),  # the agent's session or thread id, from its usage report
+    Column("usage_warning", Text),  # a usage report that could not be read, or figures left out
     Column("merge_commit", String(64)),
     Column("started_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=False),

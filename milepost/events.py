@@ -344,6 +344,9 @@ class JsonLinesReporter(NullReporter):
             duration=round(run.duration, 3),
             diff_stat=run.diff_stat,
             cost_usd=run.cost_usd,
+            tokens=run.tokens,
+            session=run.session,
+            usage_warning=run.usage_warning,
             log_path=run.log_path,
         )
 

@@ -115,6 +115,8 @@ class DoRun(BaseModel):
     diff_digest: str | None = None
     cost_usd: float | None = None
     tokens: int | None = None
+    session: str | None = None  # the agent's session (thread) id, from its usage report
+    usage_warning: str | None = None  # its usage report unread, or figures left out: nothing counted for them
     merge_commit: str | None = None
     started_at: datetime
     finished_at: datetime

@@ -350,7 +350,8 @@ def _show_do_runs(con: Console, ds: list[Any]) -> None:
 
     con.print("\n[bold]do[/] (the doer before each gate)")
     t = Table(box=None, header_style="bold")
-    for col in ("attempt", "outcome", "exit", "duration", "cost", "change", "merged", "reason"):
+    cols = ("attempt", "outcome", "exit", "duration", "cost", "tokens", "session", "change", "merged", "reason")
+    for col in cols:
         t.add_column(col, overflow="fold")
     for d in ds:
         t.add_row(
@@ -359,11 +360,16 @@ def _show_do_runs(con: Console, ds: list[Any]) -> None:
             "-" if d.exit_code is None else str(d.exit_code),
             f"{d.duration:.2f} s",
             "-" if d.cost_usd is None else f"${d.cost_usd:.2f}",
+            "-" if d.tokens is None else str(d.tokens),
+            esc(d.session or "-"),
             esc((d.diff_stat or "-").strip()),
             (d.merge_commit or "-")[:10],
             esc(d.reason),
         )
     con.print(t)
+    for d in ds:
+        if d.usage_warning:
+            con.print(f"[yellow]warning:[/] attempt {d.attempt}: its usage report was not read: {esc(d.usage_warning)}")
 
 
 @cli.command()

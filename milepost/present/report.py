@@ -15,10 +15,11 @@ passed, and says so: the properties ``outcome`` (``cached``) and
 name the run reused, and its ``system-out`` says it in a sentence.
 
 A milestone with a ``do:`` command (docs/doers.md) carries its doer's
-evidence as properties: ``do_runs`` and ``do_cost_usd_total`` (all its do
-runs), and its last do run's ``do_attempt``, ``do_outcome``, ``do_reason``,
-``do_exit_code``, ``do_duration``, ``do_cost_usd``, ``do_tokens``,
-``do_base_commit``, ``do_result_commit``, ``do_merge_commit``,
+evidence as properties: ``do_runs``, ``do_cost_usd_total`` and
+``do_tokens_total`` (all its do runs), and its last do run's ``do_attempt``,
+``do_outcome``, ``do_reason``, ``do_exit_code``, ``do_duration``,
+``do_cost_usd``, ``do_tokens``, ``do_session`` (its agent's session),
+``do_usage_warning`` (a usage report not read), ``do_base_commit``, ``do_result_commit``, ``do_merge_commit``,
 ``do_diff_stat`` and ``do_log``; a failure's text names the doer's outcome
 when one ran in the last attempt. The suite's properties add the drive's
 doers in all (``do_runs``, ``do_passed``, ``do_cost_usd``, ``do_tokens``)
@@ -167,6 +168,9 @@ def _do_props(dos: list[DoRun]) -> list[tuple[str, object]]:
         ("do_duration", f"{d.duration:.3f}"),
         ("do_cost_usd", blank(d.cost_usd)),
         ("do_tokens", blank(d.tokens)),
+        ("do_tokens_total", sum(r.tokens or 0 for r in dos)),
+        ("do_session", blank(d.session)),
+        ("do_usage_warning", blank(d.usage_warning)),
         ("do_base_commit", blank(d.base_commit)),
         ("do_result_commit", blank(d.result_commit)),
         ("do_merge_commit", blank(d.merge_commit)),
@@ -253,5 +257,13 @@ def _do_cell(dos: list[DoRun]) -> str:
     if not dos:
         return "-"
     d = dos[-1]
-    cost = f", ${d.cost_usd:.2f}" if d.cost_usd is not None else ""
-    return f"{d.outcome} (attempt {d.attempt}{cost})"
+    facts = [f"attempt {d.attempt}"]
+    if d.cost_usd is not None:
+        facts.append(f"${d.cost_usd:.2f}")
+    if d.tokens is not None:
+        facts.append(f"{d.tokens} tokens")
+    if d.session:
+        facts.append(f"session `{d.session}`")
+    if d.usage_warning:
+        facts.append("usage not read")
+    return f"{d.outcome} ({', '.join(facts)})".replace("|", "\\|")

@@ -54,7 +54,13 @@ def do_outcome(d: DoRun) -> str:
     facts = [] if d.exit_code is None else [f"exit code {d.exit_code}"]
     facts.append(f"{d.duration:.2f} s")
     if d.cost_usd is not None:
-        facts.append(f"${d.cost_usd:.2f}" + (f", {d.tokens} tokens" if d.tokens is not None else ""))
+        facts.append(f"${d.cost_usd:.2f}")
+    if d.tokens is not None:
+        facts.append(f"{d.tokens} tokens")
+    if d.session:
+        facts.append(f"session {d.session}")
+    if d.usage_warning:
+        facts.append(f"usage not read: {printable(d.usage_warning)}")
     if d.diff_stat:
         facts.append(" ".join(d.diff_stat.split()))
     if d.result_commit:

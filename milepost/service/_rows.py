@@ -50,6 +50,7 @@ DEFINITION_FIELDS = frozenset(
         "do",
         "do_timeout",
         "do_budget_usd",
+        "do_usage",
         "retries",
         "timeout",
         "review",
@@ -226,6 +227,7 @@ MILESTONE_ROW_FIELDS = (
     "do",
     "do_budget_usd",
     "do_timeout",
+    "do_usage",
     "fix",
     "flaky",
     "gate",
@@ -250,6 +252,7 @@ def milestone_row(m: Milestone) -> tuple[Any, ...]:
         m.do,
         m.do_budget_usd,
         m.do_timeout,
+        m.do_usage,
         m.fix,
         m.flaky,
         [vars(c) for c in m.gate],  # its fields (str, dict, float): model_dump's value, faster (read, not kept)

@@ -12,17 +12,17 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from milepost._schema import DO_RUNS
+from milepost._schema import DO_RUNS, MILESTONES
 from milepost.errors import NotFoundError
 from milepost.gates.attempt import AttemptFiles
-from milepost.gates.doer_env import read_cost
 from milepost.gates.outcome import GateResult
+from milepost.gates.usage import read_usage
 from milepost.results import Claim, DoRun
 from milepost.retry import retried
 from milepost.service._find import milestone_pk, of_attempt, resolve
 from milepost.service._tx import Context
 
-__all__ = ["do_run", "do_runs", "last_do_run", "record_do_run", "set_merge_commit", "spent"]
+__all__ = ["do_run", "do_runs", "last_do_run", "record_do_run", "session_of", "set_merge_commit", "spent"]
 
 _FIELDS = (
     "attempt",
@@ -40,18 +40,21 @@ _FIELDS = (
     "diff_digest",
     "cost_usd",
     "tokens",
+    "session",
+    "usage_warning",
     "merge_commit",
     "started_at",
     "finished_at",
 )
 
 
-def do_run_of(claim: Claim, result: GateResult, **facts: Any) -> DoRun:
+def do_run_of(claim: Claim, result: GateResult, usage: str | None = None, **facts: Any) -> DoRun:
     """The do run of ``claim``'s attempt as ``result`` (its do task's) tells
-    it, with what the doer wrote to its cost file; ``facts``: what else is
-    known of it (host, worktree, base commit), or read otherwise."""
+    it, with what its usage report says (in the form ``usage``: its output's,
+    or its cost file's; None: found); ``facts``: what else is known of it
+    (host, worktree, base commit), or read otherwise."""
     files = AttemptFiles(Path(claim.log_path)).do
-    cost = read_cost(files.cost)
+    cost = read_usage(files.log, files.cost, usage)
     fields: dict[str, Any] = {
         "item": claim.item,
         "milestone": claim.milestone.name,
@@ -65,6 +68,8 @@ def do_run_of(claim: Claim, result: GateResult, **facts: Any) -> DoRun:
         "command": claim.milestone.do or "",
         "cost_usd": cost.usd,
         "tokens": cost.tokens,
+        "session": cost.session,
+        "usage_warning": cost.problem,
         "started_at": result.started_at,
         "finished_at": result.finished_at,
     }
@@ -81,8 +86,19 @@ def record_do_run(ctx: Context, claim: Claim, run: DoRun) -> None:
     try:
         with ctx.store.write() as conn:
             conn.execute(insert(DO_RUNS).values(values))
+            if run.session:  # the milestone's agent session: its next doer resumes it
+                conn.execute(update(MILESTONES).where(MILESTONES.c.id == claim.pk).values(doer_session=run.session))
     except IntegrityError:
         return
+
+
+@retried
+def session_of(ctx: Context, pk: int) -> str | None:
+    """The agent session a milestone's doers work in (from the last usage
+    report that named one; forgotten by its reset), by the milestone's key."""
+    with ctx.store.read() as conn:
+        found = conn.execute(select(MILESTONES.c.doer_session).where(MILESTONES.c.id == pk)).scalar()
+    return str(found) if found else None
 
 
 def set_merge_commit(ctx: Context, claim: Claim, commit: str) -> None:

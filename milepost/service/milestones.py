@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 
 from milepost._schema import utcnow
 from milepost.errors import InputError, InvalidValueError, NotFoundError, TransitionError
@@ -194,6 +194,8 @@ def act(
                 raise
             changes = [change]
             out = tx.save(pk, changes)
+            if action is Action.RESET:  # a reset milestone's next doer starts a new agent session
+                tx.conn.execute(update(MILESTONES).where(MILESTONES.c.id == pk).values(doer_session=None))
         return ActionResult(item=tx.id, revision=tx.next_revision, milestone=changes[0].after, changes=out)
 
     return write(ctx, resolve(ctx, item), fn, expect_revision)

@@ -207,7 +207,9 @@ def _killed_doer(ctx: Context, claim: Claim, result: GateResult) -> None:
     if not claim.milestone.has_doer or not AttemptFiles(Path(claim.log_path)).do.log.exists():
         return
     # (nothing of the doer's own end is known: not its exit, its time or its output)
-    run = do_run_of(claim, result, host=result.host, outcome=Outcome.INTERRUPTED.value, exit_code=None, duration=0.0)
+    # (its own form when named; else found in its output, the item's form being out of reach here)
+    ended = {"outcome": Outcome.INTERRUPTED.value, "exit_code": None, "duration": 0.0}
+    run = do_run_of(claim, result, claim.milestone.do_usage, host=result.host, **ended)
     record_do_run(ctx, claim, run)
 
 

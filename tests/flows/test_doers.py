@@ -757,7 +757,7 @@ milestones:
     # the step summary: a do column and the totals
     md = step.read_text()
     assert "| total | do | last reason |" in md and "2 do runs (1 passed), $0.35, 540 tokens" in md
-    assert "| passed (attempt 1, $0.25) |" in md and "| failed (attempt 1, $0.10) |" in md
+    assert "| passed (attempt 1, $0.25, 500 tokens) |" in md and "| failed (attempt 1, $0.10, 40 tokens) |" in md
     assert "| - | " in md.split("| c |")[1].splitlines()[0]  # c has no doer
 
     # log: the gate's log ends with the doer's outcome too; --do prints the doer's own log

@@ -1,0 +1,362 @@
+"""What a doer's attempt cost, read from what the doer left: its agent's own
+usage report in its output, or the cost file it may write (docs/doers.md,
+"What a doer costs").
+
+The forms read (``do_usage``; unnamed: found by looking):
+
+- ``claude-json``: Claude Code's result object, ``claude -p --output-format
+  json`` (one JSON object) or ``stream-json`` (one per line, the ``result``
+  ones): ``total_cost_usd``, ``usage`` (``input_tokens``, ``output_tokens``,
+  ``cache_creation_input_tokens``, ``cache_read_input_tokens``, all counted)
+  and ``session_id`` (also on the stream's first ``system`` line). A
+  ``result`` restates the cost of its process so far: results of one
+  session are running totals (one that drops starts a new process's);
+  different sessions add up.
+- ``codex-json``: Codex's events, ``codex exec --json``: ``thread.started``
+  (``thread_id``: the session ``codex exec resume`` takes) and each
+  ``turn.completed``'s ``usage`` (``input_tokens`` and ``output_tokens``;
+  ``cached_input_tokens`` is part of the input). Codex reports no dollars.
+- ``file``: ``MILEPOST_COST_FILE``: ``{"usd": 0.12, "tokens": 3400}``, or
+  aider's analytics log (``aider --analytics-log "$MILEPOST_COST_FILE"
+  --no-analytics``: one JSON event a line, each ``message_send`` with its
+  ``cost`` and ``total_tokens``).
+
+A report that cannot be read is said (:attr:`Cost.problem`, the do run's
+warning) and counts nothing: never a crash, never a silent zero. A negative
+or non-numeric figure is left out, with a warning.
+
+:class:`BudgetWatch` reads a running doer's output as it grows: a doer whose
+streamed cost passes what is left of its budget is stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["USAGE_FORMS", "BudgetWatch", "Cost", "UsageReader", "read_cost", "read_usage"]
+
+CLAUDE, CODEX, FILE = "claude-json", "codex-json", "file"
+USAGE_FORMS = (CLAUDE, CODEX, FILE)
+
+_COST_FORM = '{"usd": 0.12, "tokens": 3400}'
+_CLAUDE_TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+_CODEX_TOKENS = ("input_tokens", "output_tokens")  # (cached_input_tokens is a part of input_tokens)
+# A line longer than this is not read as a report (a stream's tool output can be megabytes).
+_MAX_LINE = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a doer's attempt cost, as far as it is known: dollars, tokens, the
+    agent's session, the form it was read in, and what could not be read."""
+
+    usd: float | None = None
+    tokens: int | None = None
+    session: str | None = None
+    form: str | None = None
+    problem: str | None = None  # unread or left out: said in the do run, not counted
+
+    def noting(self, problem: str | None) -> Cost:
+        if not problem:
+            return self
+        both = f"{self.problem}; {problem}" if self.problem else problem
+        return Cost(self.usd, self.tokens, self.session, self.form, both)
+
+
+def _number(value: object) -> float | None:
+    """A finite number >= 0, or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def _session(value: object) -> str | None:
+    """An agent's session id as it can be kept (up to 200 printable characters), or None."""
+    if not isinstance(value, str) or not value or len(value) > 200 or not value.isprintable():
+        return None
+    return value
+
+
+def _whole(value: object) -> int | None:
+    number = _number(value)
+    return int(number) if number is not None and number == int(number) else None
+
+
+# -- the doer's output ----------------------------------------------------------------
+
+
+@dataclass
+class _Running:
+    """One Claude Code session's running totals in a stream (a drop: a new process)."""
+
+    usd_before: float = 0.0
+    usd: float | None = None
+    tokens_before: int = 0
+    tokens: int | None = None
+
+    def take(self, usd: float | None, tokens: int | None) -> None:
+        if usd is not None:
+            if self.usd is not None and usd < self.usd:
+                self.usd_before += self.usd
+            self.usd = usd
+        if tokens is not None:
+            if self.tokens is not None and tokens < self.tokens:
+                self.tokens_before += self.tokens
+            self.tokens = tokens
+
+
+@dataclass
+class UsageReader:
+    """The usage reports in a doer's output, fed line by line (or in chunks)."""
+
+    claude: dict[str, _Running] = field(default_factory=dict)
+    claude_seen: bool = False
+    claude_results: int = 0
+    claude_session: str | None = None
+    codex_seen: bool = False
+    codex_tokens: int | None = None
+    codex_session: str | None = None
+    problems: list[str] = field(default_factory=list)
+    _partial: bytes = b""
+
+    def feed(self, data: bytes) -> None:
+        """More output; complete lines are read, the rest waits for its end."""
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > _MAX_LINE:
+            self._partial = b""
+        for line in lines:
+            self.line(line.decode("utf-8", errors="replace"))
+
+    def finish(self) -> None:
+        """The output ended: its last line, if it had no line break."""
+        if self._partial:
+            self.line(self._partial.decode("utf-8", errors="replace"))
+            self._partial = b""
+
+    def line(self, text: str) -> None:
+        text = text.strip()
+        if not text.startswith("{") or len(text) > _MAX_LINE:
+            return
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            if '"type":"result"' in text.replace(" ", ""):
+                self.claude_seen = True
+                self._problem("a Claude Code result line is not JSON (cut off?): not counted")
+            return
+        if isinstance(obj, dict):
+            self._event(obj)
+
+    def _event(self, obj: dict[str, Any]) -> None:
+        kind = obj.get("type")
+        if kind == "result" and ("total_cost_usd" in obj or "session_id" in obj or "usage" in obj):
+            self._claude_result(obj)
+        elif kind == "system" and obj.get("subtype") == "init" and "session_id" in obj:
+            self.claude_seen = True
+            self.claude_session = _session(obj["session_id"]) or self.claude_session
+        elif kind == "thread.started" and "thread_id" in obj:
+            self.codex_seen = True
+            self.codex_session = _session(obj["thread_id"]) or self.codex_session
+        elif kind in ("turn.completed", "turn.failed"):
+            self.codex_seen = True
+            if isinstance(obj.get("usage"), dict):
+                self._codex_usage(obj["usage"])
+
+    def _claude_result(self, obj: dict[str, Any]) -> None:
+        self.claude_seen = True
+        self.claude_results += 1
+        session = _session(obj.get("session_id"))
+        if session is not None:
+            self.claude_session = session
+        usd = None
+        if "total_cost_usd" in obj:
+            usd = _number(obj["total_cost_usd"])
+            if usd is None and obj["total_cost_usd"] is not None:
+                self._problem(f"total_cost_usd {obj['total_cost_usd']!r} is not a number >= 0: left out")
+        self.claude.setdefault(session or "", _Running()).take(usd, self._tokens(obj.get("usage"), _CLAUDE_TOKENS))
+
+    def _codex_usage(self, usage: dict[str, Any]) -> None:
+        tokens = self._tokens(usage, _CODEX_TOKENS)
+        if tokens is not None:
+            self.codex_tokens = (self.codex_tokens or 0) + tokens
+
+    def _tokens(self, usage: object, names: tuple[str, ...]) -> int | None:
+        if not isinstance(usage, dict):
+            return None
+        total, known = 0, False
+        for name in names:
+            if usage.get(name) is None:
+                continue
+            n = _whole(usage[name])
+            if n is None:
+                self._problem(f"usage {name} {usage[name]!r} is not a whole number >= 0: left out")
+                continue
+            total, known = total + n, True
+        return total if known else None
+
+    def _problem(self, text: str) -> None:
+        if text not in self.problems and len(self.problems) < 5:
+            self.problems.append(text)
+
+    @property
+    def claude_usd(self) -> float | None:
+        """What the Claude Code results said so far, in dollars (None: none said)."""
+        said = [r for r in self.claude.values() if r.usd is not None]
+        return sum(r.usd_before + (r.usd or 0.0) for r in said) if said else None
+
+    @property
+    def claude_tokens(self) -> int | None:
+        said = [r for r in self.claude.values() if r.tokens is not None]
+        return sum(r.tokens_before + (r.tokens or 0) for r in said) if said else None
+
+    def cost(self, form: str) -> Cost:
+        """What the output says in ``form`` (claude-json or codex-json)."""
+        notes = "; ".join(self.problems) or None
+        if form == CLAUDE:
+            if not self.claude_seen:
+                notes = _join(notes, "no Claude Code report in its output (claude -p --output-format json)")
+            elif self.claude_results == 0:
+                notes = _join(notes, "no Claude Code result in its output (it ended before its result line)")
+            return Cost(self.claude_usd, self.claude_tokens, self.claude_session, CLAUDE, notes)
+        if not self.codex_seen:
+            notes = _join(notes, "no Codex events in its output (codex exec --json)")
+        return Cost(None, self.codex_tokens, self.codex_session, CODEX, notes)
+
+
+def _join(a: str | None, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+def _read_output(log: Path, start: int = 0) -> tuple[UsageReader, str | None]:
+    reader = UsageReader()
+    try:
+        with open(log, "rb") as f:
+            f.seek(start)
+            while chunk := f.read(1 << 20):
+                reader.feed(chunk)
+    except FileNotFoundError:
+        return reader, None
+    except OSError as e:
+        return reader, f"cannot read the doer's output {log.name}: {e.strerror or e}"
+    reader.finish()
+    return reader, None
+
+
+def read_usage(log: Path, cost_file: Path, form: str | None = None, start: int = 0) -> Cost:
+    """What the doer's attempt cost: its output ``log`` (from byte ``start``)
+    read in ``form``, or its ``cost_file``. Unnamed (None): the cost file when
+    the doer wrote one, else the first report its output holds (Claude
+    Code's, then Codex's), else nothing known (no problem: a plain script)."""
+    if form == FILE:
+        return read_cost(cost_file)
+    if form is None:
+        written = read_cost(cost_file)
+        if written.form is not None or written.problem is not None:
+            return written
+    reader, unreadable = _read_output(log, start)
+    if form is None:
+        form = CLAUDE if reader.claude_seen else CODEX if reader.codex_seen else None
+        if form is None:
+            return Cost(problem=unreadable)
+    return reader.cost(form).noting(unreadable)
+
+
+# -- the cost file -------------------------------------------------------------------
+
+
+def read_cost(path: Path) -> Cost:
+    """The cost file a doer may write: ``{"usd": 0.12, "tokens": 3400}``, or
+    aider's analytics log. Absent: nothing known. Unreadable or of another
+    form: nothing counted, with the problem named (the do run says so)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Cost()
+    except OSError as e:
+        return Cost(problem=f"cannot read {path.name}: {e.strerror}")
+    except UnicodeDecodeError:
+        return Cost(problem=f"{path.name} is not text: write {_COST_FORM}")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return _aider_log(path.name, text)
+    if not isinstance(data, dict):
+        return Cost(problem=f"{path.name} holds a {type(data).__name__}: write {_COST_FORM}")
+    if "event" in data:
+        return _aider_log(path.name, text)
+    return _cost_object(path.name, data)
+
+
+def _cost_object(name: str, data: dict[str, Any]) -> Cost:
+    usd, tokens, problems = data.get("usd"), data.get("tokens"), []
+    read_usd = _number(usd)
+    if usd is not None and read_usd is None:
+        problems.append(f"{name}: usd {usd!r} is not a number >= 0: left out")
+    read_tokens = _whole(tokens)
+    if tokens is not None and read_tokens is None:
+        problems.append(f"{name}: tokens {tokens!r} is not a whole number >= 0: left out")
+    return Cost(usd=read_usd, tokens=read_tokens, form=FILE, problem="; ".join(problems) or None)
+
+
+def _aider_log(name: str, text: str) -> Cost:
+    """Aider's analytics log (``--analytics-log``): the ``message_send`` events."""
+    usd, tokens, sends, problems = 0.0, 0, 0, []
+    for line in text.splitlines():
+        try:
+            event = json.loads(line) if line.strip() else None
+        except ValueError:
+            return Cost(problem=f"{name} is neither {_COST_FORM} nor aider's analytics log (a line is not JSON)")
+        if not isinstance(event, dict) or event.get("event") != "message_send":
+            continue
+        found = event.get("properties")
+        props: dict[str, Any] = found if isinstance(found, dict) else {}
+        sends += 1
+        cost, count = _number(props.get("cost")), _whole(props.get("total_tokens"))
+        if cost is None and props.get("cost") is not None:
+            problems.append(f"{name}: an aider message's cost {props.get('cost')!r} is not a number >= 0: left out")
+        usd += cost or 0.0
+        tokens += count or 0
+    if sends == 0:
+        return Cost(form=FILE, problem=f"{name}: aider's analytics log holds no message_send event")
+    return Cost(usd=usd, tokens=tokens, form=FILE, problem="; ".join(dict.fromkeys(problems)) or None)
+
+
+# -- while the doer runs ---------------------------------------------------------------
+
+
+class BudgetWatch:
+    """Reads a running doer's output (its log, from where it was when the
+    watch was made) as it grows; :meth:`check` says why the doer must stop
+    once the dollars its streamed Claude Code results report pass ``left``."""
+
+    def __init__(self, log: Path, left: float, form: str | None = None) -> None:
+        self.log, self.left, self.form = log, left, form
+        try:
+            self.pos = os.path.getsize(log)
+        except OSError:
+            self.pos = 0
+        self.reader = UsageReader()
+
+    def check(self) -> str | None:
+        """Why the doer must stop (its budget is spent), or None."""
+        if self.form in (CODEX, FILE):
+            return None  # (no dollars in the output: only a report in Claude Code's form streams them)
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self.pos)
+                data = f.read(1 << 22)
+        except OSError:
+            return None
+        self.pos += len(data)
+        self.reader.feed(data)
+        spent = self.reader.claude_usd
+        if spent is not None and spent > self.left:
+            return f"budget: its doer's reported cost ${spent:.2f} passed the ${self.left:.2f} left of its budget"
+        return None

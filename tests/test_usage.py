@@ -1,0 +1,286 @@
+"""What a doer's attempt cost, read from its agent's own report
+(milepost.gates.usage; docs/doers.md, "What a doer costs"), with recorded
+outputs in the forms the agents document: Claude Code's result object
+(``claude -p --output-format json`` and ``stream-json``), Codex's events
+(``codex exec --json``, the sample of its docs/exec.md), aider's analytics
+log (``--analytics-log``, the form of its sample-analytics.jsonl), and the
+cost file as before."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from milepost.errors import MilepostError
+from milepost.gates.command import run_gate
+from milepost.gates.outcome import Outcome
+from milepost.gates.usage import BudgetWatch, Cost, UsageReader, read_cost, read_usage
+from milepost.graph.models import GateCommand
+from milepost.graph.plan import plan_from_item
+from milepost.planfile import parse_plan
+from milepost.service import Service
+
+# Claude Code, `claude -p "..." --output-format json`: one JSON object (one line).
+CLAUDE_RESULT = {
+    "type": "result",
+    "subtype": "success",
+    "is_error": False,
+    "duration_ms": 8421,
+    "duration_api_ms": 7954,
+    "num_turns": 6,
+    "result": "I added the parser and its tests pass.",
+    "session_id": "4f6c1a9e-2b7d-4c35-9e0a-1d2f3b4c5d6e",
+    "total_cost_usd": 0.1834,
+    "usage": {
+        "input_tokens": 21,
+        "cache_creation_input_tokens": 5120,
+        "cache_read_input_tokens": 40213,
+        "output_tokens": 1402,
+        "server_tool_use": {"web_search_requests": 0},
+    },
+    "permission_denials": [],
+}
+CLAUDE_JSON = json.dumps(CLAUDE_RESULT, separators=(",", ":"))
+CLAUDE_TOKENS = 21 + 5120 + 40213 + 1402
+
+# Claude Code, `--output-format stream-json --verbose`: one object a line, the result last.
+_TEXT = {"role": "assistant", "content": [{"type": "text", "text": "Reading."}], "usage": {}}
+CLAUDE_STREAM = "\n".join(
+    json.dumps(o)
+    for o in [
+        {"type": "system", "subtype": "init", "cwd": "/w", "session_id": "s-1", "tools": ["Edit"], "model": "m"},
+        {"type": "assistant", "message": _TEXT, "session_id": "s-1"},
+        {"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "content": "ok"}]}},
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "session_id": "s-1",
+            "total_cost_usd": 0.42,
+            "usage": {"input_tokens": 10, "output_tokens": 90},
+        },
+    ]
+)
+
+# Codex, `codex exec --json`: the sample output of codex's docs/exec.md.
+_TURN = {"input_tokens": 24763, "cached_input_tokens": 24448, "output_tokens": 122}
+_LS = {"id": "item_1", "type": "command_execution", "command": "bash -lc ls", "status": "in_progress"}
+CODEX_EVENTS = "".join(
+    json.dumps(o) + "\n"
+    for o in [
+        {"type": "thread.started", "thread_id": "0199a213-81c0-7800-8aa1-bbab2a035a53"},
+        {"type": "turn.started"},
+        {"type": "item.completed", "item": {"id": "item_0", "type": "reasoning", "text": "**Searching**"}},
+        {"type": "item.started", "item": _LS},
+        {"type": "item.completed", "item": {"id": "item_3", "type": "agent_message", "text": "Yep."}},
+        {
+            "type": "turn.completed",
+            "usage": {"input_tokens": 24763, "cached_input_tokens": 24448, "output_tokens": 122},
+        },
+    ]
+)
+
+
+def _send(prompt: int, completion: int, cost: float, total: float) -> dict[str, object]:
+    props = {"main_model": "gemini/gemini-2.5-pro", "edit_format": "ask", "prompt_tokens": prompt}
+    props |= {"completion_tokens": completion, "total_tokens": prompt + completion, "cost": cost, "total_cost": total}
+    return {"event": "message_send", "properties": props, "user_id": "u", "time": 1755100406}
+
+
+# aider, `--analytics-log FILE`: events of the form of its sample-analytics.jsonl.
+AIDER_LOG = "".join(
+    json.dumps(o) + "\n"
+    for o in [
+        {"event": "launched", "properties": {}, "user_id": "u", "time": 1755100400},
+        {"event": "message_send_starting", "properties": {}, "user_id": "u", "time": 1755100401},
+        _send(10006, 81, 0.0133175, 0.0133175),
+        _send(10829, 591, 0.01944625, 0.03276375),
+        {"event": "exit", "properties": {"reason": "Completed --message"}, "user_id": "u", "time": 1755100864},
+    ]
+)
+
+
+def _log(tmp_path: Path, text: str) -> Path:
+    """A do log as the drive writes it: milepost's header, then the doer's output."""
+    log = tmp_path / "attempt-1.do.log"
+    log.write_text(f"=== [do] $ the agent\n{text}\n")
+    return log
+
+
+def _usage(tmp_path: Path, out: str, form: str | None = None, cost_file: str | None = None) -> Cost:
+    cost = tmp_path / "attempt-1.cost.json"
+    if cost_file is not None:
+        cost.write_text(cost_file)
+    return read_usage(_log(tmp_path, out), cost, form)
+
+
+@pytest.mark.parametrize("form", [None, "claude-json"])
+def test_claude_codes_json_result_gives_its_cost_tokens_and_session(tmp_path: Path, form: str | None) -> None:
+    got = _usage(tmp_path, CLAUDE_JSON, form)
+    assert got == Cost(0.1834, CLAUDE_TOKENS, "4f6c1a9e-2b7d-4c35-9e0a-1d2f3b4c5d6e", "claude-json", None)
+
+
+def test_claude_codes_stream_gives_its_last_result_and_the_init_lines_session(tmp_path: Path) -> None:
+    assert _usage(tmp_path, CLAUDE_STREAM) == Cost(0.42, 100, "s-1", "claude-json", None)
+    # killed before its result line: the session of its init line, no figure, and it is said
+    cut = CLAUDE_STREAM.rsplit("\n", 1)[0]
+    got = _usage(tmp_path, cut, "claude-json")
+    assert (got.usd, got.session) == (None, "s-1") and "no Claude Code result" in (got.problem or "")
+
+
+def test_results_of_one_process_are_running_totals_and_sessions_add_up() -> None:
+    r = UsageReader()
+    for session, usd in [("a", 0.1), ("a", 0.3), ("b", 0.2), ("a", 0.05)]:  # a drop: a new process of a
+        r.line(json.dumps({"type": "result", "session_id": session, "total_cost_usd": usd}))
+    assert r.claude_usd == pytest.approx(0.3 + 0.05 + 0.2)
+
+
+def test_codex_events_give_tokens_and_the_thread_never_dollars(tmp_path: Path) -> None:
+    got = _usage(tmp_path, CODEX_EVENTS)
+    assert got == Cost(None, 24763 + 122, "0199a213-81c0-7800-8aa1-bbab2a035a53", "codex-json", None)
+    two_turns = CODEX_EVENTS + '{"type":"turn.completed","usage":{"input_tokens":100,"output_tokens":5}}\n'
+    assert _usage(tmp_path, two_turns, "codex-json").tokens == 24763 + 122 + 105
+
+
+def test_aiders_analytics_log_in_the_cost_file(tmp_path: Path) -> None:
+    got = _usage(tmp_path, "Tokens: 10k sent, 81 received. Cost: $0.01 message, $0.01 session.", None, AIDER_LOG)
+    assert got == Cost(pytest.approx(0.0133175 + 0.01944625), 10087 + 11420, None, "file", None)
+
+
+def test_the_cost_file_still_works_and_wins_over_a_report(tmp_path: Path) -> None:
+    assert _usage(tmp_path, "plain output", None, '{"usd": 0.12, "tokens": 3400}') == Cost(0.12, 3400, form="file")
+    # a wrapper that wrote the cost file from the report: counted once, from the file
+    assert _usage(tmp_path, CLAUDE_JSON, None, '{"usd": 0.2}').usd == 0.2
+    # named: the file only, or the report only
+    assert _usage(tmp_path, CLAUDE_JSON, "file", '{"usd": 0.2}').usd == 0.2
+    assert _usage(tmp_path, CLAUDE_JSON, "claude-json", '{"usd": 0.2}').usd == 0.1834
+    assert read_cost(tmp_path / "absent.json") == Cost()
+
+
+def test_a_plain_script_has_no_report_and_no_warning(tmp_path: Path) -> None:
+    assert _usage(tmp_path, "edited 2 files\n{not json") == Cost()
+
+
+@pytest.mark.parametrize(
+    ("form", "out", "said"),
+    [
+        ("claude-json", "I am done.", "no Claude Code report in its output"),
+        ("codex-json", "Done.", "no Codex events in its output"),
+        (None, '{"type":"result","session_id":"s","total_cost_usd":0.5', "result line is not JSON"),
+        (None, '{"type":"result","session_id":"s","total_cost_usd":-1}', "total_cost_usd -1 is not a number >= 0"),
+        (None, '{"type":"result","session_id":"s","total_cost_usd":"0.5"}', "total_cost_usd '0.5' is not a number"),
+        (None, '{"type":"result","session_id":"s","total_cost_usd":1,"usage":{"output_tokens":-3}}', "output_tokens"),
+    ],
+)
+def test_a_report_milepost_cannot_read_is_a_warning_never_a_crash_nor_a_zero(
+    tmp_path: Path, form: str | None, out: str, said: str
+) -> None:
+    got = _usage(tmp_path, out, form)
+    assert said in (got.problem or ""), got
+    assert got.usd != 0.0  # a figure left out is not counted as nothing spent
+    if "-1" in out or '"0.5"' in out:
+        assert got.usd is None and got.session == "s"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"usd": -0.5, "tokens": 10}', "usd -0.5 is not a number >= 0: left out"),
+        ('{"usd": "a lot"}', "usd 'a lot' is not a number >= 0"),
+        ('{"usd": 0.1, "tokens": 1.5}', "tokens 1.5 is not a whole number"),
+        ("[1, 2]", "holds a list"),
+        ("not json at all", "neither"),
+        ('{"event": "launched", "properties": {}}', "no message_send event"),
+    ],
+)
+def test_a_bad_cost_file_is_a_warning_and_its_good_figures_count(tmp_path: Path, text: str, said: str) -> None:
+    got = _usage(tmp_path, "", "file", text)
+    assert said in (got.problem or ""), got
+    if text.startswith('{"usd": -0.5'):
+        assert (got.usd, got.tokens) == (None, 10)
+
+
+def test_a_session_id_that_cannot_be_kept_is_not_kept(tmp_path: Path) -> None:
+    long = json.dumps({"type": "result", "session_id": "x" * 500, "total_cost_usd": 0.1})
+    assert _usage(tmp_path, long).session is None
+
+
+def test_the_watch_reads_the_stream_as_it_grows_lines_cut_anywhere(tmp_path: Path) -> None:
+    log = tmp_path / "do.log"
+    log.write_text("=== [setup] $ something\n")
+    watch = BudgetWatch(log, left=0.5)
+    line = json.dumps({"type": "result", "session_id": "s", "total_cost_usd": 0.3}) + "\n"
+    over = json.dumps({"type": "result", "session_id": "s", "total_cost_usd": 0.61}) + "\n"
+    with open(log, "a") as f:
+        f.write(line[:20])
+        f.flush()
+        assert watch.check() is None
+        f.write(line[20:] + over[:30])
+        f.flush()
+        assert watch.check() is None  # $0.30 so far: the rest of the line is not there yet
+        f.write(over[30:])
+        f.flush()
+    assert watch.check() == "budget: its doer's reported cost $0.61 passed the $0.50 left of its budget"
+    assert BudgetWatch(log, left=0.5, form="codex-json").check() is None  # no dollars in Codex's form
+
+
+def test_a_watched_command_past_its_budget_is_stopped_and_fails_with_the_reason(tmp_path: Path) -> None:
+    """The gate runner kills the process group of a command its watch stops."""
+    log = tmp_path / "attempt-1.do.log"
+    results = " ".join(
+        f"'{json.dumps({'type': 'result', 'session_id': 's', 'total_cost_usd': usd})}'" for usd in (0.2, 0.4, 0.7)
+    )
+    run = f'for r in {results}; do echo "$r"; sleep 0.3; done; sleep 60 & wait; touch {tmp_path}/late'
+    log.touch()
+    watch = BudgetWatch(log, left=0.5)
+    t0 = time.monotonic()
+    result = run_gate([GateCommand(name="do", run=run)], log, default_cwd=tmp_path, watch=watch.check)
+    assert time.monotonic() - t0 < 20
+    assert result.outcome is Outcome.FAILED
+    assert result.reason == "budget: its doer's reported cost $0.70 passed the $0.50 left of its budget"
+    assert not (tmp_path / "late").exists()
+    assert "process group killed" in log.read_text()
+    assert read_usage(log, tmp_path / "none.json").usd == 0.7  # what it spent is charged
+
+
+def test_the_watch_is_asked_only_while_a_command_runs(tmp_path: Path) -> None:
+    asked = threading.Event()
+
+    def watch() -> str | None:
+        asked.set()
+        return None
+
+    log = tmp_path / "g.log"
+    result = run_gate([GateCommand(name="g", run="sleep 0.5")], log, default_cwd=tmp_path, watch=watch)
+    assert result.passed and asked.is_set()
+
+
+def test_an_unknown_usage_form_is_a_plan_error_at_its_line() -> None:
+    text = (
+        "objective: o\n"  # 1
+        "doer: {usage: claude}\n"  # 2
+        "milestones:\n"  # 3
+        "  - name: a\n"  # 4
+        "    do: ./agent\n"  # 5
+        "    do_usage: json\n"  # 6
+    )
+    with pytest.raises(MilepostError) as info:
+        parse_plan(text, "plan.yaml")
+    assert info.value.message == (
+        "plan.yaml:2: invalid doer.usage: input should be 'claude-json', 'codex-json' or 'file' (found 'claude');"
+        " plan.yaml:6: milestone 'a': invalid do_usage: input should be 'claude-json', 'codex-json' or 'file'"
+        " (found 'json')"
+    )
+
+
+def test_the_usage_forms_are_kept_and_exported(service: Service) -> None:
+    text = "objective: o\ndoer: {usage: codex-json}\nmilestones:\n  - {name: a, do: ./agent, do_usage: claude-json}\n"
+    item = service.apply_plan(parse_plan(text))
+    it = service.get_item(item.id)
+    assert (it.doer.usage, it.milestones[0].do_usage) == ("codex-json", "claude-json")
+    out = plan_from_item(it)
+    assert out["doer"] == {"usage": "codex-json"} and out["milestones"][0]["do_usage"] == "claude-json"
