@@ -11,7 +11,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
 
@@ -143,10 +143,19 @@ def check_command(run: str, what: str) -> str:
     return check_text(run, what)
 
 
-def check_do(do: str | None, timeout: float | None, budget_usd: float | None, owner: str) -> None:
-    """A milestone's doer: its command, its timeout, its budget in dollars (docs/doers.md)."""
+def check_do(
+    do: str | None, timeout: float | None, budget_usd: float | None, owner: str, usage: str | None = None
+) -> None:
+    """A milestone's doer: its command, its timeout, its budget in dollars,
+    the form of its usage report (docs/doers.md)."""
     if do is not None:
         check_command(do, f"the do command of {owner}")
+    if usage is not None and usage not in USAGE_FORMS:
+        raise InvalidValueError(
+            f"invalid do_usage {usage!r} for {owner}: use one of {', '.join(USAGE_FORMS)}",
+            field="do_usage",
+            value=repr(usage),
+        )
     _check_seconds(timeout, owner, "do_timeout", zero_ok=False)
     ok = budget_usd is None or (
         not isinstance(budget_usd, bool)
@@ -313,6 +322,7 @@ Retries = Annotated[StrictInt, Field(ge=0, le=MAX_RETRIES)]
 Budget = Annotated[float, Field(ge=0, le=MAX_USD, allow_inf_nan=False)]
 # The forms of a doer's usage report milepost reads (milepost.gates.usage; docs/doers.md).
 UsageForm = Literal["claude-json", "codex-json", "file"]
+USAGE_FORMS: tuple[str, ...] = get_args(UsageForm)
 InputPattern = Annotated[str, AfterValidator(_input_pattern)]
 
 

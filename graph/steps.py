@@ -274,6 +274,7 @@ def new_milestone(
     do: str | None = None,
     do_timeout: float | None = None,
     do_budget_usd: float | None = None,
+    do_usage: str | None = None,
 ) -> Milestone:
     """A milestone to add as ``new_id``: validated, and its deps must exist
     already (so no cycle can form). ``lookup(name)``: the id of an existing
@@ -286,7 +287,7 @@ def new_milestone(
     check_text(acceptance, f"the acceptance text of {owner}")
     if fix is not None:
         check_command(fix, f"the fix command of {owner}")
-    check_do(do, do_timeout, do_budget_usd, owner)
+    check_do(do, do_timeout, do_budget_usd, owner, do_usage)
     inputs = check_inputs(inputs, owner)
     if inputs and not gate:
         raise InvalidValueError(
@@ -332,6 +333,7 @@ def new_milestone(
             "do": do,
             "do_timeout": do_timeout,
             "do_budget_usd": do_budget_usd,
+            "do_usage": do_usage,
         }
     )
 

@@ -284,3 +284,16 @@ def test_the_usage_forms_are_kept_and_exported(service: Service) -> None:
     assert (it.doer.usage, it.milestones[0].do_usage) == ("codex-json", "claude-json")
     out = plan_from_item(it)
     assert out["doer"] == {"usage": "codex-json"} and out["milestones"][0]["do_usage"] == "claude-json"
+
+
+def test_add_names_the_form_and_refuses_an_unknown_one(service: Service) -> None:
+    from milepost.gates.usage import USAGE_FORMS
+    from milepost.graph.models import USAGE_FORMS as NAMED
+
+    assert NAMED == USAGE_FORMS
+    service.apply_plan(parse_plan("objective: o\nmilestones:\n  - {name: a, gate: 'true'}\n"))
+    service.add_milestone("b", do="./agent", do_usage="codex-json")
+    assert service.get_item().milestones[1].do_usage == "codex-json"
+    with pytest.raises(MilepostError) as info:
+        service.add_milestone("c", do="./agent", do_usage="json")
+    assert info.value.message == "invalid do_usage 'json' for milestone 'c': use one of claude-json, codex-json, file"

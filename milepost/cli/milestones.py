@@ -77,6 +77,12 @@ from milepost.present.terminal import (
 )
 @click.option("--do-timeout", type=float, default=None, metavar="SECONDS", help="Seconds before --do is killed.")
 @click.option("--do-budget-usd", type=float, default=None, metavar="USD", help="Dollars its doers may cost in all.")
+@click.option(
+    "--do-usage",
+    type=click.Choice(["claude-json", "codex-json", "file"]),
+    default=None,
+    help="The form of its doer's usage report (default: the item's doer.usage, else found in its output).",
+)
 @item_option
 @revision_option
 @pass_ctx
@@ -98,6 +104,7 @@ def add(
     do: str | None,
     do_timeout: float | None,
     do_budget_usd: float | None,
+    do_usage: str | None,
     item: int | None,
     expect_revision: int | None,
 ) -> None:
@@ -120,6 +127,7 @@ def add(
         do=do,
         do_timeout=do_timeout,
         do_budget_usd=do_budget_usd,
+        do_usage=do_usage,
         item=item,
         expect_revision=expect_revision,
     )

@@ -312,6 +312,7 @@ class Service:
         do: str | None = None,
         do_timeout: float | None = None,
         do_budget_usd: float | None = None,
+        do_usage: str | None = None,
         item: int | None = None,
         expect_revision: int | None = None,
     ) -> ActionResult:
@@ -332,7 +333,7 @@ class Service:
             inputs=inputs,
             cache=cache,
             flaky=flaky,
-            do=(do, do_timeout, do_budget_usd),
+            do=(do, do_timeout, do_budget_usd, do_usage),
             item=item,
             expect_revision=expect_revision,
         )

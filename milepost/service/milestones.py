@@ -65,7 +65,7 @@ def add_milestone(
     inputs: list[str] | None = None,
     cache: bool = True,
     flaky: bool = False,
-    do: tuple[str | None, float | None, float | None] = (None, None, None),
+    do: tuple[str | None, float | None, float | None, str | None] = (None, None, None, None),
     item: int | None = None,
     expect_revision: int | None = None,
 ) -> ActionResult:
@@ -119,6 +119,7 @@ def add_milestone(
             do=do[0],
             do_timeout=do[1],
             do_budget_usd=do[2],
+            do_usage=do[3],
         )
         if m.inputs:
             from milepost.service.proofs import check_module_entries
