@@ -25,10 +25,11 @@ from milepost.service.do_evidence import do_runs, session_of
 from tests.agents.standin import install
 from tests.conftest import CLI, InProcessCLI
 from tests.flows.conftest import api_post
-from tests.flows.test_doers import _gone, _props, apply, repo
+from tests.flows.test_doers import _gone, _props, any_service, apply, repo
 from tests.test_agent_recipes import recipes
 
 pytestmark = pytest.mark.xdist_group("prefect")
+__all__ = ["any_service"]  # (a fixture of test_doers.py, used here)
 
 S = MilestoneStatus
 
@@ -59,8 +60,10 @@ def recipe(agent: str) -> str:
 
 
 def test_claude_codes_json_results_are_charged_resumed_and_stop_at_the_items_budget(
-    prefect_api: str, service: Service, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    prefect_api: str, any_service: Service, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On SQLite and on PostgreSQL."""
+    service = any_service
     repo(workspace)
     agents = Agents(
         tmp_path,
@@ -102,9 +105,10 @@ milestones:
     assert [(r.attempt, r.reason) for r in service.runs("c", item)] == [(1, why)]
     assert "c#1" not in seen and do_runs(service.ctx, "c", item) == []
     # `runs` shows each do run's cost, tokens and session
-    out = InProcessCLI(workspace)("runs", "a", "--item", str(item), check=True).out
+    cli = InProcessCLI(workspace, {"MILEPOST_DB": service.ctx.store.url})
+    out = cli("runs", "a", "--item", str(item), check=True).out
     assert "$0.30" in out and "1552" in out and "sess-a" in out
-    shown = json.loads(InProcessCLI(workspace)("--json", "runs", "a", "--item", str(item), check=True).out)
+    shown = json.loads(cli("--json", "runs", "a", "--item", str(item), check=True).out)
     assert [(d["cost_usd"], d["tokens"], d["session"]) for d in shown["do_runs"]][1] == (0.3, 1552, "sess-a")
     # the Prefect UI: the drive's table of do runs
     of_run = {"artifacts": {"flow_run_id": {"any_": [summary.flow_run_id]}}}
