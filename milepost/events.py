@@ -410,8 +410,11 @@ class LineReporter(NullReporter):
     def do_finished(self, claim: Claim, run: DoRun) -> None:
         what = f"; {run.diff_stat.strip()}" if run.diff_stat else ""
         cost = f", ${run.cost_usd:.2f}" if run.cost_usd is not None else ""
+        cost += f", {run.tokens} tokens" if run.tokens is not None else ""
         took = f"attempt {claim.attempt} in {run.duration:.1f} s{cost}"
         self._line(f"do     {claim.milestone.name} ({took}): {run.reason}{what}")
+        if run.usage_warning:
+            self._line(f"warning: {claim.milestone.name}: its doer's usage report was not read: {run.usage_warning}")
 
     def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
         self._line(f"retry of {milestone} in {delay:.1f} s")

@@ -96,6 +96,9 @@ class LiveReporter:
             self.rows[claim.milestone.name][4] = f"do: {run.reason}"
         if run.outcome != "passed":
             self.notes.append(f"do of {claim.milestone.name} (attempt {claim.attempt}): {run.reason}")
+        if run.usage_warning:
+            name = claim.milestone.name
+            self.notes.append(f"warning: {name}: its doer's usage report was not read: {run.usage_warning}")
 
     def retry_scheduled(self, milestone: str, at: datetime, delay: float) -> None:
         self.rows[milestone][4] = f"retry in {delay:.1f} s"

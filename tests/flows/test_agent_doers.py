@@ -191,6 +191,8 @@ milestones:
     junit, step = tmp_path / "report.xml", tmp_path / "step.md"
     r = CLI(workspace, agents.env)("drive", str(item), "--junit", str(junit), GITHUB_STEP_SUMMARY=str(step))
     assert r.code == 0, r.out + r.err
+    assert "warning: bad: its doer's usage report was not read: no Claude Code report" in r.out + r.err
+    assert "do     ai (attempt 1 in " in r.out and ", $0.02, 4525 tokens): exit 0" in r.out
     cx = do_runs(service.ctx, "cx", item)
     assert [(d.tokens, d.session, d.cost_usd) for d in cx] == [(24885, "th-9", None), (24885, "th-9", None)]
     assert agents.seen()["cx#2"]["argv"][:5] == ["exec", "--full-auto", "--json", "resume", "th-9"]
