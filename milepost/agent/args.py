@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from milepost.graph.models import TodoItem
+from milepost.graph.models import TodoItem, UsageForm
 from milepost.graph.status import ItemFilter, PlanStatus, WaitKind
 
 __all__ = ["DriveArgs", "GraphArgs", "MilestoneArgs", "ToolArgs", "WaitArgs", "WorkItemArgs"]
@@ -69,6 +69,7 @@ class MilestoneArgs(ToolArgs):
     do: str | None = Field(None, description="add: a command that does the work before the gate (docs/doers.md)")
     do_timeout: float | None = Field(None, description="add: seconds before the do command is killed")
     do_budget_usd: float | None = Field(None, description="add: dollars its doers may cost in all")
+    do_usage: UsageForm | None = Field(None, description="add: its doer's usage report form")
     verdict: str | None = Field(None, description="done: a note kept with the gate run")
     reason: str | None = Field(None, description="needs_fix, reset, reject, lock, unlock")
     expect_revision: int | None = None

@@ -171,6 +171,7 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
             do=a.do,
             do_timeout=a.do_timeout,
             do_budget_usd=a.do_budget_usd,
+            do_usage=a.do_usage,
             item=a.item,
             expect_revision=rev,
         )
