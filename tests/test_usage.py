@@ -297,3 +297,33 @@ def test_add_names_the_form_and_refuses_an_unknown_one(service: Service) -> None
     with pytest.raises(MilepostError) as info:
         service.add_milestone("c", do="./agent", do_usage="json")
     assert info.value.message == "invalid do_usage 'json' for milestone 'c': use one of claude-json, codex-json, file"
+
+
+def test_a_do_runs_line_names_its_cost_tokens_session_and_an_unread_report() -> None:
+    from datetime import UTC, datetime
+
+    from milepost.present.terminal import do_outcome
+    from milepost.results import DoRun
+
+    now = datetime.now(UTC)
+    run = DoRun(
+        item=1,
+        milestone="a",
+        attempt=2,
+        outcome="failed",
+        reason="budget: its doer's reported cost $0.70 passed the $0.50 left of its budget",
+        exit_code=None,
+        duration=1.5,
+        command="claude",
+        cost_usd=0.7,
+        tokens=1552,
+        session="sess-a",
+        started_at=now,
+        finished_at=now,
+    )
+    assert do_outcome(run) == (
+        "do failed: budget: its doer's reported cost $0.70 passed the $0.50 left of its budget"
+        " (1.50 s, $0.70, 1552 tokens, session sess-a)"
+    )
+    unread = run.model_copy(update={"cost_usd": None, "tokens": None, "session": None, "usage_warning": "no report"})
+    assert do_outcome(unread).endswith("(1.50 s, usage not read: no report)")
