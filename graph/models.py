@@ -177,7 +177,8 @@ def check_env(env: Mapping[str, str], what: str) -> Mapping[str, str]:
 
 INPUTS_RULE = (
     "gitignore-style patterns relative to the workspace root, e.g. 'src/pkg/**', './setup.py' (that file at the"
-    " root only) or '!**/*.md', or module entries such as 'module:pkg.mod' (the module and what it imports)"
+    " root only) or '!**/*.md', module entries such as 'module:pkg.mod' (the module and what it imports), or"
+    " environment entries such as 'env:.venv/bin/python' or 'env:python3' (an interpreter and its distributions)"
 )
 
 
@@ -194,6 +195,8 @@ def _pattern_problem(pattern: str) -> str | None:
         return "contains a NUL or line-break character"
     if pattern.startswith(MODULE_PREFIX):
         return module_entry_problem(pattern)
+    if pattern.startswith(ENV_PREFIX):
+        return env_entry_problem(pattern)
     if pattern.startswith("#"):
         return "starts with '#', which makes it a comment in gitignore syntax (write '\\#' for a literal '#')"
     body = pattern[1:] if pattern.startswith("!") else pattern
@@ -236,12 +239,42 @@ def module_entry_problem(entry: str) -> str | None:
     return None
 
 
+ENV_PREFIX = "env:"
+_ENV_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+def env_entry_problem(entry: str) -> str | None:
+    """What is wrong with the form of an ``env:`` input entry, or None
+    (whether the interpreter exists is the machine's question, asked when it is checked)."""
+    body = entry[len(ENV_PREFIX) :]
+    usage = (
+        "env:NAME takes a command found on the gate's PATH (such as python3 or pytest), or the path of an"
+        " interpreter or of a script of one, relative to the workspace root or absolute (such as .venv/bin/python)"
+    )
+    if not body.strip():
+        return f"names no interpreter ({usage})"
+    if body != body.strip() or any(c.isspace() for c in body):
+        return f"contains white space ({usage})"
+    if body.startswith("~") or "$" in body or any(c in body for c in "*?[]\\"):
+        return f"is not a command name or a path ('~', '$', '\\' and wildcards are not expanded; {usage})"
+    if "/" not in body:
+        return None if _ENV_WORD.fullmatch(body) else f"is not a command name ({usage})"
+    if body.endswith("/"):
+        return f"names a folder, not an interpreter ({usage})"
+    if ".." in body.split("/"):
+        return f"has a '..' part (write the absolute path of an interpreter outside the workspace; {usage})"
+    return None
+
+
 def _normal_pattern(pattern: str) -> str:
     """``./src/**`` and ``src/**`` mean the same (a '/' inside anchors a
     pattern at the root): keep the second spelling. ``./setup.py`` anchors a
     name that would otherwise match at any depth: it keeps its ``./``."""
     if pattern.startswith(MODULE_PREFIX):
         return MODULE_PREFIX + pattern[len(MODULE_PREFIX) :].removeprefix("./")
+    if pattern.startswith(ENV_PREFIX):
+        body = pattern[len(ENV_PREFIX) :]
+        return ENV_PREFIX + (body.removeprefix("./") if "/" in body.removeprefix("./") else body)
     neg = pattern.startswith("!")
     body = pattern[1:] if neg else pattern
     while body.startswith("././"):

@@ -347,9 +347,18 @@ def _unit_milestones(o: _Options, r: _Read, ms: _Milestones) -> tuple[list[dict[
         elif commands:
             entry["gate"] = commands
         if commands and r.inside:
-            entry["inputs"] = flow(n.inputs)
+            entry["inputs"] = flow(n.inputs + _env_entries(commands, o.base))
         milestones.append(entry)
     return milestones, skipped
+
+
+def _env_entries(commands: list[dict[str, Any]], base: Path) -> list[str]:
+    """The ``env:`` entries of the interpreters a milestone's gate steps start
+    (``env:python3``, ``env:.venv/bin/python``): its environment is an input too."""
+    from milepost.gates.pyenv import gate_entry
+
+    found = (gate_entry(str(c["run"]), None, base, os.environ.get("PATH")) for c in commands)
+    return list(dict.fromkeys(e for e in found if e is not None))
 
 
 def _commands(
