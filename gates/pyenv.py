@@ -248,8 +248,8 @@ class EnvProbe:
             folders = info["path"]
             assert isinstance(folders, list)
             for folder in folders:
-                if _inside(str(folder), self.root):
-                    continue  # the workspace's own files are inputs of their own
+                if _workspace_code(str(folder), self.root):
+                    continue  # (the workspace's own files are inputs of their own: module: entries, patterns)
                 for name, version in self._folder(data, str(folder)).items():
                     dists.setdefault(name, version)  # the first on the path is the one imported
             return EnvFacts(str(info["executable"]), str(info["version"]), dists)
@@ -324,8 +324,11 @@ class EnvProbe:
                 tmp.unlink()
 
 
-def _inside(folder: str, root: Path) -> bool:
+def _workspace_code(folder: str, root: Path) -> bool:
+    """Whether a folder of an interpreter's path is the workspace's own code
+    (``src/`` on ``PYTHONPATH``), not an environment in it (``.venv/lib/.../site-packages``)."""
     try:
-        return Path(folder).resolve().is_relative_to(root.resolve())
-    except OSError:
+        inside = Path(folder).resolve().relative_to(root.resolve())
+    except (OSError, ValueError):
         return False
+    return not ({"site-packages", "dist-packages"} & set(inside.parts))

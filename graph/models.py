@@ -178,7 +178,8 @@ def check_env(env: Mapping[str, str], what: str) -> Mapping[str, str]:
 INPUTS_RULE = (
     "gitignore-style patterns relative to the workspace root, e.g. 'src/pkg/**', './setup.py' (that file at the"
     " root only) or '!**/*.md', module entries such as 'module:pkg.mod' (the module and what it imports), or"
-    " environment entries such as 'env:.venv/bin/python' or 'env:python3' (an interpreter and its distributions)"
+    " environment entries such as 'env:.venv/bin/python' or 'env:python3' (an interpreter, by its path or on the"
+    " gate's PATH, and its installed distributions)"
 )
 
 
@@ -193,10 +194,8 @@ def _pattern_problem(pattern: str) -> str | None:
         return f"is {len(pattern)} characters long (at most {MAX_PATTERN})"
     if "\x00" in pattern or "\n" in pattern or "\r" in pattern:
         return "contains a NUL or line-break character"
-    if pattern.startswith(MODULE_PREFIX):
-        return module_entry_problem(pattern)
-    if pattern.startswith(ENV_PREFIX):
-        return env_entry_problem(pattern)
+    if pattern.startswith((MODULE_PREFIX, ENV_PREFIX)):
+        return module_entry_problem(pattern) if pattern.startswith(MODULE_PREFIX) else env_entry_problem(pattern)
     if pattern.startswith("#"):
         return "starts with '#', which makes it a comment in gitignore syntax (write '\\#' for a literal '#')"
     body = pattern[1:] if pattern.startswith("!") else pattern
@@ -247,22 +246,18 @@ def env_entry_problem(entry: str) -> str | None:
     """What is wrong with the form of an ``env:`` input entry, or None
     (whether the interpreter exists is the machine's question, asked when it is checked)."""
     body = entry[len(ENV_PREFIX) :]
-    usage = (
-        "env:NAME takes a command found on the gate's PATH (such as python3 or pytest), or the path of an"
-        " interpreter or of a script of one, relative to the workspace root or absolute (such as .venv/bin/python)"
-    )
     if not body.strip():
-        return f"names no interpreter ({usage})"
-    if body != body.strip() or any(c.isspace() for c in body):
-        return f"contains white space ({usage})"
+        return "names no interpreter"
+    if any(c.isspace() for c in body):
+        return "contains white space"
     if body.startswith("~") or "$" in body or any(c in body for c in "*?[]\\"):
-        return f"is not a command name or a path ('~', '$', '\\' and wildcards are not expanded; {usage})"
+        return "is not a command name or a path ('~', '$', '\\' and wildcards are not expanded)"
     if "/" not in body:
-        return None if _ENV_WORD.fullmatch(body) else f"is not a command name ({usage})"
+        return None if _ENV_WORD.fullmatch(body) else "is not a command name"
     if body.endswith("/"):
-        return f"names a folder, not an interpreter ({usage})"
+        return "names a folder, not an interpreter"
     if ".." in body.split("/"):
-        return f"has a '..' part (write the absolute path of an interpreter outside the workspace; {usage})"
+        return "has a '..' part (write the absolute path of an interpreter outside the workspace)"
     return None
 
 
