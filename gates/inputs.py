@@ -33,7 +33,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -331,21 +331,19 @@ class Snapshot:
                 files.update(keys)
                 if why is not None:
                     unreadable[entry] = why
-        files.update(self.runner_config(patterns))
+        files.update(self.runner_config(found))
         return Fingerprint(spec=spec, files=files, unreadable=unreadable)
 
-    def runner_config(self, patterns: Sequence[str]) -> dict[str, str]:
-        """The test runner's configuration read for the test files ``module:``
-        entries name (see :mod:`.runner_config`): key -> content digest."""
-        modules = [e for e in patterns if is_module_entry(e)]
-        if not modules:
-            return {}
-        roots = self.imports.roots_of(modules)
+    def runner_config(self, files: Iterable[str]) -> dict[str, str]:
+        """The test runner's configuration read for the test files among
+        ``files`` (see :mod:`.runner_config`): key -> content digest."""
         out: dict[str, str] = {}
-        for entry in modules:
-            m = self.imports.resolve_entry(entry, roots)
-            if m is not None and is_test_file(m.rel):
-                out.update(config_inputs(m.rel, lambda rel: self._digest(rel)[0], self._section))
+        folders: set[str] = set()
+        for rel in files:
+            folder = rel.rpartition("/")[0]
+            if folder not in folders and is_test_file(rel):
+                folders.add(folder)  # (the same folder, the same configuration)
+                out.update(config_inputs(rel, lambda r: self._digest(r)[0], self._section))
         return out
 
     def _section(self, rel: str, name: str, section: str) -> str:

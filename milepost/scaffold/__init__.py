@@ -410,7 +410,9 @@ def _final_milestone(o: _Options, r: _Read, ms: _Milestones) -> dict[str, Any]:
     if r.inside:
         folder = r.source.folder
         folders = [folder, *(x for x in o.roots if folder not in (x, *x.parents))]
-        entry["inputs"] = flow(shown(f, o.base) + "/" for f in folders if shown(f, o.base) != str(f))
+        patterns = [shown(f, o.base) + "/" for f in folders if shown(f, o.base) != str(f)]
+        steps = entry["gate"] if isinstance(entry["gate"], list) else [{"run": entry["gate"]}]
+        entry["inputs"] = flow(patterns + _env_entries(steps, o.base))
     return entry
 
 
@@ -463,7 +465,7 @@ def _result(
     if r.inside:
         header.append(
             "# inputs: module entries (its modules and the tests its gate runs), read with what they import when"
-            " checked."
+            " checked,\n# and env: entries (the interpreter its gate runs, with its installed distributions)."
         )
     if ms.left_out:
         header.append(f"# {count(ms.left_out, 'unaffected milestone')} left out.")

@@ -108,9 +108,10 @@ def input_files(root: Path, m: Milestone) -> dict[str, Any]:
             elif is_module_entry(e):
                 found = snap.imports.expand(e, roots)
                 files, missing = sorted(found.files), found.missing
-                extra = {"config": sorted(snap.runner_config([e]))}
             else:
                 files, missing = snap.matching([e]), None
+            if not is_env_entry(e):
+                extra = {"config": sorted(snap.runner_config(files))}
             every |= set(files)
             entries.append({"entry": e, "files": files, "missing": missing, **extra})
         # The last matching pattern wins: a negation removes files from those before it.
