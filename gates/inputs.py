@@ -11,6 +11,11 @@ work tree, what git ignores. Content decides, not modification times: a
 ``touch`` changes nothing. A symbolic link counts as the text it points to
 (as git stores it), an executable bit as part of the content.
 
+Besides files: a test file among the inputs brings pytest's configuration
+sections (``pyproject.toml[tool.pytest]``, see :mod:`.runner_config`), and an
+``env:NAME`` entry the interpreter it names and its installed distributions
+(``env:NAME[dist]``, see :mod:`.pyenv`), each a key of the file list.
+
 A **stat cache** (path, size, mtime, ctime, inode -> content digest) in the
 workspace's ``.milepost/cache/`` keeps unchanged files from being hashed
 again; a missing, stale or unwritable cache only costs time. A file whose

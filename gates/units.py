@@ -4,8 +4,11 @@ unit whose result is kept under the digest of its command and its inputs.
 A unit's **digest** covers what it runs (the command with ``{file}``
 replaced, ``cwd``, ``env``, the effective timeout) and the content of its
 inputs: for a ``.py`` file, what ``module:FILE`` stands for (the file, what
-it imports at run time and, for a test file, its ``conftest.py`` files; see
-:mod:`.imports`); for any other file, the file itself. It does not depend on
+it imports at run time and, for a test file, its ``conftest.py`` files and
+pytest's configuration; see :mod:`.imports` and :mod:`.runner_config`); for
+any other file, the file itself; and the environment its command starts
+(:func:`unit_env_inputs`: the ``env:`` entry of its interpreter, see
+:mod:`.pyenv`). It does not depend on
 which milestone's gate runs it: every gate that includes the same unit in
 the same state shares one result.
 

@@ -63,7 +63,9 @@ from milepost.present.terminal import (
     multiple=True,
     metavar="PATTERN",
     help="Files the gate proves: gitignore-style patterns relative to the workspace root (repeat, or"
-    " comma-separated); when they change, the done milestone is stale. Default: the item's default inputs.",
+    " comma-separated), module:NAME (a module and what it imports) or env:NAME (an interpreter and its installed"
+    " distributions, e.g. env:.venv/bin/python); when they change, the done milestone is stale. Default: the item's"
+    " default inputs.",
 )
 @click.option("--no-cache", is_flag=True, help="Never let a passed run on the same gate and inputs stand in.")
 @click.option("--flaky", is_flag=True, help="Retry a failure even when its inputs did not change.")
