@@ -27,9 +27,10 @@ adds or removes an entry there, so its mtime moves). What was found is kept
 in ``.milepost/cache/envs.json``; a folder changed in the last 2 seconds is
 read every time until it settles (as the stat cache does with files).
 
-Which interpreter a gate uses (:func:`gate_entry`): the first word of its
-command after ``VAR=value`` assignments (and an ``env`` or ``exec`` prefix),
-when it is a Python interpreter by name (``python``, ``python3.12``,
+Which interpreters a gate uses (:func:`gate_entries`): the first word of
+each simple command of its ``run`` (split at ``&&``, ``||``, ``;``, ``|``),
+after ``VAR=value`` assignments and an ``env``, ``exec`` or ``command``
+prefix, when it is a Python interpreter by name (``python``, ``python3.12``,
 ``pypy3``) or a script whose shebang names one; resolved with ``PATH`` as
 the gate sees it, relative paths from the command's ``cwd``.
 
@@ -53,7 +54,7 @@ from pathlib import Path
 
 from milepost.graph.models import ENV_PREFIX
 
-__all__ = ["ENV_CACHE_FILE", "EnvFacts", "EnvProbe", "gate_entry", "interpreter_of", "is_env_entry"]
+__all__ = ["ENV_CACHE_FILE", "EnvFacts", "EnvProbe", "gate_entries", "gate_entry", "interpreter_of", "is_env_entry"]
 
 ENV_CACHE_FILE = Path("cache") / "envs.json"  # under the workspace's .milepost/
 FORMAT = "milepost-envs-1"
@@ -124,27 +125,49 @@ def interpreter_of(name: str, root: Path, path_env: str | None) -> tuple[str | N
     return target, ""
 
 
-def _program(run: str) -> str | None:
-    """The program a shell command starts first (after assignments and an ``env``/``exec`` prefix)."""
+_OPERATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&"})
+
+
+def _programs(run: str) -> list[str]:
+    """The programs a shell command starts: the first word of each simple
+    command (after ``VAR=value`` assignments and an ``env``/``exec``/``command``
+    prefix), in order; one that is not a plain word (``$X``, a subshell's) is left out."""
+    lexer = shlex.shlex(run, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
     try:
-        words = shlex.split(run)
+        words = list(lexer)
     except ValueError:
-        return None
+        return []
+    out: list[str] = []
+    start = True
     for w in words:
-        if _ASSIGNMENT.fullmatch(w) or w in ("env", "exec", "command"):
+        if w in _OPERATORS:
+            start = True
             continue
-        if any(c in w for c in "$`;|&()<>"):
-            return None
-        return w
-    return None
+        if set(w) <= set("&|;()<>"):
+            continue  # a redirection's operator
+        if not start or _ASSIGNMENT.fullmatch(w) or w in ("env", "exec", "command"):
+            continue
+        start = False
+        if not any(c in w for c in "$`*?[]{}"):
+            out.append(w)
+    return out
+
+
+def gate_entries(run: str, cwd: str | None, root: Path, path_env: str | None) -> list[str]:
+    """The ``env:`` entries of the interpreters a gate command starts (each
+    simple command of it that is a Python by name or a script whose shebang
+    names one), or none (``make``, ``uv run ...``)."""
+    found = (_entry(prog, cwd, root, path_env) for prog in _programs(run))
+    return list(dict.fromkeys(e for e in found if e is not None))
 
 
 def gate_entry(run: str, cwd: str | None, root: Path, path_env: str | None) -> str | None:
-    """The ``env:`` entry of the interpreter a gate command runs, or None when
-    it starts no Python (``make``, ``uv run ...``, a shell construct)."""
-    prog = _program(run)
-    if prog is None:
-        return None
+    """The first of :func:`gate_entries`, or None."""
+    return next(iter(gate_entries(run, cwd, root, path_env)), None)
+
+
+def _entry(prog: str, cwd: str | None, root: Path, path_env: str | None) -> str | None:
     if "/" in prog and not os.path.isabs(prog):
         rel = os.path.normpath(os.path.join(cwd or "", prog))
         if rel.startswith(".."):

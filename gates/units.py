@@ -44,7 +44,7 @@ from pathlib import Path
 
 from milepost.gates.inputs import Snapshot, spec_digest
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
-from milepost.gates.pyenv import gate_entry
+from milepost.gates.pyenv import gate_entries
 from milepost.graph.models import GateCommand
 
 __all__ = ["Adopted", "AheadJob", "UnitBook", "unit_command", "unit_digest", "unit_env_inputs"]
@@ -65,12 +65,11 @@ def unit_inputs(path: str) -> list[str]:
 
 
 def unit_env_inputs(snap: Snapshot, cmd: GateCommand, env: Mapping[str, str] | None = None) -> list[str]:
-    """The environment a unit runs in, as input entries: the ``env:`` entry of
-    the interpreter its command starts (see :func:`milepost.gates.pyenv.gate_entry`),
+    """The environment a unit runs in, as input entries: the ``env:`` entries of
+    the interpreters its command starts (see :func:`milepost.gates.pyenv.gate_entries`),
     found with ``PATH`` as the gate sees it; none when it starts no Python."""
     seen = {**(os.environ if env is None else env), **cmd.env}
-    entry = gate_entry(cmd.run, cmd.cwd, snap.root, seen.get("PATH"))
-    return [entry] if entry is not None else []
+    return gate_entries(cmd.run, cmd.cwd, snap.root, seen.get("PATH"))
 
 
 def unit_digest(

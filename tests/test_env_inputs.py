@@ -20,7 +20,7 @@ import pytest
 
 from milepost.errors import MilepostError
 from milepost.gates.inputs import Snapshot
-from milepost.gates.pyenv import EnvProbe, gate_entry, interpreter_of
+from milepost.gates.pyenv import EnvProbe, gate_entries, gate_entry, interpreter_of
 from milepost.gates.units import unit_digest
 from milepost.graph.models import GateCommand
 from milepost.planfile import parse_plan
@@ -251,7 +251,12 @@ def test_the_interpreter_a_gate_runs_is_found_from_its_command(tmp_path: Path) -
     assert gate_entry("pytest -q {file}", None, root, path) == "env:pytest"  # on PATH, a script of Python
     assert gate_entry("make test", None, root, path) is None
     assert gate_entry("make-it", None, root, path) is None
-    assert gate_entry("cd x && python3 -m pytest", None, root, path) is None  # (a shell construct: name it)
+    # Each simple command of a shell line: the interpreters of all of them, in order.
+    assert gate_entries("cd x && python3 -m pytest 2>&1 | tee log", None, root, path) == ["env:python3"]
+    line = "echo {file} >> ledger && python3 -m compileall -q {file}; .venv/bin/pytest -q {file}"
+    assert gate_entries(line, None, root, path) == ["env:python3", "env:.venv/bin/pytest"]
+    assert gate_entries("$PY -m pytest", None, root, path) == []  # (not a plain word: name it)
+    assert gate_entries("sh -c 'python3 x.py", None, root, path) == []  # (unclosed quote)
     # An entry resolves to the interpreter itself, through a script's shebang (env's lookup on PATH too).
     assert interpreter_of(".venv/bin/pytest", root, path) == (str(bin_ / "python"), "")
     found, _ = interpreter_of("tool", root, path)

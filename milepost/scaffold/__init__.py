@@ -355,10 +355,10 @@ def _unit_milestones(o: _Options, r: _Read, ms: _Milestones) -> tuple[list[dict[
 def _env_entries(commands: list[dict[str, Any]], base: Path) -> list[str]:
     """The ``env:`` entries of the interpreters a milestone's gate steps start
     (``env:python3``, ``env:.venv/bin/python``): its environment is an input too."""
-    from milepost.gates.pyenv import gate_entry
+    from milepost.gates.pyenv import gate_entries
 
-    found = (gate_entry(str(c["run"]), None, base, os.environ.get("PATH")) for c in commands)
-    return list(dict.fromkeys(e for e in found if e is not None))
+    found = (e for c in commands for e in gate_entries(str(c["run"]), None, base, os.environ.get("PATH")))
+    return list(dict.fromkeys(found))
 
 
 def _commands(

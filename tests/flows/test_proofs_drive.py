@@ -80,10 +80,10 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     ledger = tmp_path / "ledger.txt"
     item = scaffold(cli, ledger, "prove pkg module by module")
     plan = {m["name"]: m for m in cli.json("list")["milestones"]}
-    assert plan["pkg.mid"]["inputs"] == ["module:pkg.mid", "module:tests/test_mid.py"]
+    assert plan["pkg.mid"]["inputs"] == ["module:pkg.mid", "module:tests/test_mid.py", f"env:{sys.executable}"]
     files = ["pkg/__init__.py", "pkg/leaf.py", "pkg/mid.py", "tests/test_mid.py"]
     assert cli.json("inputs", "pkg.mid")["files"] == files
-    assert plan["pkg.other"]["inputs"] == ["module:pkg.other", "module:tests/test_other.py"]
+    assert plan["pkg.other"]["inputs"] == ["module:pkg.other", "module:tests/test_other.py", f"env:{sys.executable}"]
     leaf, mid, top, other = "pkg.leaf", "pkg.mid", "pkg.top", "pkg.other"
 
     # 1. A first drive proves everything.
