@@ -139,6 +139,9 @@ milestones:
     cli("plan", "apply", "plan.yaml", check=True)
     cli("start", "prices", check=True)
     cli("done", "prices", check=True)
+    shown = cli("inputs", "prices", check=True).out
+    assert "  pyproject.toml[tool.pytest] (the test runner's configuration)" in shown
+    assert cli.json("inputs", "prices")["inputs"][1]["config"] == ["pyproject.toml[tool.pytest]"]
     write(pkg, {"pyproject.toml": PYPROJECT + 'addopts = "--no-such-option"\n'})
     (m,) = cli.json("list")["milestones"]
     assert m["view"] == "stale" and m["stale"]["changed"] == ["pyproject.toml[tool.pytest]"]
