@@ -4,8 +4,9 @@ gate's environment (``env:`` entries: the interpreter and its installed
 distributions), and ``cache: false`` running every unit of its gate.
 
 Real git work trees, real pytest runs in gates, real virtualenvs made with
-``python3 -m venv`` and real ``pip install``/``pip uninstall`` of a tiny
-distribution built offline from a folder in tmp (its own PEP 517 backend)."""
+``python -m venv`` and real ``pip install``/``pip uninstall`` of a tiny
+distribution built offline from a folder in tmp (its own PEP 517 backend);
+the store on SQLite, and on PostgreSQL where units are shared through it."""
 
 from __future__ import annotations
 
@@ -91,8 +92,9 @@ def test_a_test_file_counts_pytests_sections_from_its_folder_up_to_the_root(pkg:
 
 
 def test_a_conftest_edit_between_root_and_test_file_makes_that_unit_stale_not_others(
-    service: Service, pkg: Path, tmp_path: Path
+    any_service: Service, pkg: Path, tmp_path: Path
 ) -> None:
+    service = any_service
     ledger = tmp_path / "ledger.txt"
     service.apply_plan(
         parse_plan(
@@ -160,8 +162,9 @@ milestones:
 
 
 def test_cache_false_runs_every_unit_however_fresh_a_shared_result_is(
-    service: Service, pkg: Path, tmp_path: Path
+    any_service: Service, pkg: Path, tmp_path: Path
 ) -> None:
+    service = any_service
     ledger = tmp_path / "ledger.txt"
     write(pkg, {"notes.txt": "notes\n"})
     step = f'{{name: tests, run: "echo {{file}} >> {ledger} && grep -q def {{file}}", each: [tests/test_prices.py]}}'
