@@ -337,7 +337,7 @@ def pip(python: Path, *args: str) -> None:
         [str(python), "-m", "pip", "-q", "--disable-pip-version-check", *args],
         check=True,
         capture_output=True,
-        env={**os.environ, "PIP_NO_INDEX": "1"},
+        env={**os.environ, "PIP_NO_INDEX": "1", "PIP_NO_CACHE_DIR": "1"},
     )
 
 
