@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mcp.py
 	$(BIN)/python benchmarks/bench_next.py
 	$(BIN)/python benchmarks/bench_proofs.py
+	$(BIN)/python benchmarks/bench_env.py
 	$(BIN)/python benchmarks/bench_scaffold.py
 	$(BIN)/python benchmarks/bench_store.py
 	$(BIN)/python benchmarks/bench_plan.py

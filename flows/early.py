@@ -104,6 +104,7 @@ class EarlyGate:
                 inputs=m.inputs if m.has_inputs else [],
                 root=root,
                 units=self.session.units,
+                reuse_units=m.cache,
                 origin=CachedFrom(item=self.claim.item, milestone=m.name, attempt=self.claim.attempt),
             )
         except BaseException as e:  # handed to the waiter

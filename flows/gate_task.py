@@ -90,6 +90,8 @@ class GateSpec(BaseModel):
     # A passed run with the same fingerprint stands in: the driver wrote the
     # result file already, the task runs nothing (it is the run's node in the UI).
     cached: bool = False
+    # False (cache: false): every unit of the gate runs, none is answered by the store or the drive.
+    reuse_units: bool = True
 
     @property
     def files(self) -> AttemptFiles:
@@ -314,6 +316,7 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
             inputs=spec.inputs,
             root=Path(spec.cwd),
             units=box.units,
+            reuse_units=spec.reuse_units,
             origin=CachedFrom(item=spec.claim.item, milestone=spec.claim.milestone.name, attempt=spec.claim.attempt),
             watch=_budget_watch(spec),
         )

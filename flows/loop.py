@@ -157,6 +157,7 @@ class Loop:
             driver=self.driver,
             inputs=m.inputs if kind is TaskKind.GATE and m.has_inputs else [],
             cached=cached,
+            reuse_units=m.cache,
         )
         if cwd is not None:
             spec.cwd = str(cwd)

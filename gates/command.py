@@ -123,6 +123,7 @@ def run_gate(
     origin: CachedFrom | None = None,
     inherit_env: bool = True,
     watch: Callable[[], str | None] | None = None,
+    reuse_units: bool = True,
 ) -> GateResult:
     """Run the commands of one gate attempt in order; all must pass. After a
     failure the rest are reported as skipped. Output goes to ``log_path``;
@@ -145,6 +146,9 @@ def run_gate(
     (:mod:`.units`): a unit that passed in the same state (``units``, the
     book of this drive and of the store) is not run again and reads
     ``cached``; ``origin`` (this attempt) is where the units run here passed.
+    ``reuse_units`` False (``cache: false``, ``--no-cache``, ``--fresh``):
+    every unit runs (within the book's workers), none is answered by the
+    book or the store, and none is offered to other gates.
     Every unit of the command runs (or is reused) even after one failed, so
     the evidence names each; the commands after it are skipped.
 
@@ -164,6 +168,7 @@ def run_gate(
     # (inherit_env False: ``env`` is the whole environment, a doer's: gates/doer_env.py)
     base_env = {**(os.environ if inherit_env else {}), **(env or {})}
     run = _Attempt(fd, log_path, default_cwd, base_env, default_timeout, stop, on_interrupt, units, origin, watch)
+    run.reuse_units = reuse_units
     run.where = root or default_cwd
     proven: Fingerprint | None = None
     files = AttemptFiles(log_path)
@@ -205,6 +210,7 @@ class _Attempt:
     origin: CachedFrom | None
     watch: Callable[[], str | None] | None = None
     where: Path = field(default_factory=Path)
+    reuse_units: bool = True
 
     def commands(self, commands: Sequence[GateCommand]) -> list[CommandResult]:
         """Run them in order; after a failure the rest are skipped."""
@@ -245,7 +251,7 @@ class _Attempt:
             stop=self.stop,
             on_interrupt=self.on_interrupt,
         )
-        runs = UnitRuns(self.where, self.units, self.origin, self.default_timeout)
+        runs = UnitRuns(self.where, self.units, self.origin, self.default_timeout, reuse=self.reuse_units, env=run_env)
         return runs.run(cmd, one, index, self.fd, self.stop, self.log_path, self.on_interrupt)
 
 

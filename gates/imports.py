@@ -53,6 +53,7 @@ __all__ = [
     "ImportIndex",
     "Statement",
     "is_module_entry",
+    "is_test_file",
     "parse_imports",
 ]
 
@@ -73,6 +74,11 @@ DEFAULT_ROOTS = ("", "src")
 
 def is_module_entry(entry: str) -> bool:
     return entry.startswith(MODULE_PREFIX)
+
+
+def is_test_file(rel: str) -> bool:
+    """Whether pytest collects the file by its name (``test_*.py``, ``*_test.py``)."""
+    return _TEST_FILE.fullmatch(rel.rpartition("/")[2]) is not None
 
 
 @dataclass(frozen=True)

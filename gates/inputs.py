@@ -11,6 +11,11 @@ work tree, what git ignores. Content decides, not modification times: a
 ``touch`` changes nothing. A symbolic link counts as the text it points to
 (as git stores it), an executable bit as part of the content.
 
+Besides files: a test file among the inputs brings pytest's configuration
+sections (``pyproject.toml[tool.pytest]``, see :mod:`.runner_config`), and an
+``env:NAME`` entry the interpreter it names and its installed distributions
+(``env:NAME[dist]``, see :mod:`.pyenv`), each a key of the file list.
+
 A **stat cache** (path, size, mtime, ctime, inode -> content digest) in the
 workspace's ``.milepost/cache/`` keeps unchanged files from being hashed
 again; a missing, stale or unwritable cache only costs time. A file whose
@@ -30,15 +35,18 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from milepost.gates.import_memo import ImportMemo
-from milepost.gates.imports import ImportIndex, is_module_entry
+from milepost.gates.imports import ImportIndex, is_module_entry, is_test_file
 from milepost.gates.listing import NEVER, FileIndex, git_files, walk_files
+from milepost.gates.pyenv import ENV_CACHE_FILE, PATH_VARIABLES, EnvProbe, interpreter_of, is_env_entry
+from milepost.gates.runner_config import config_inputs, section_digest
 from milepost.graph.models import GateCommand
 
 __all__ = [
@@ -217,6 +225,17 @@ class Snapshot:
         self._git: bool | None = None
         self._digests: dict[str, tuple[str | None, str | None]] = {}
         self._imports: ImportIndex | None = None
+        self._probe: EnvProbe | None = None
+        # What this snapshot found of the environments and the runner's configuration, once each.
+        self._envs: dict[tuple[str, ...], tuple[dict[str, str], str | None]] = {}
+        self._sections: dict[tuple[str, str], str] = {}
+
+    @property
+    def envs(self) -> EnvProbe:
+        """The interpreters ``env:`` entries stand for (probed and scanned as their stats allow)."""
+        if self._probe is None:
+            self._probe = EnvProbe(self.root, self.root / ".milepost" / ENV_CACHE_FILE)
+        return self._probe
 
     @property
     def imports(self) -> ImportIndex:
@@ -248,7 +267,7 @@ class Snapshot:
         entries naming no module (entry -> why)."""
         if not patterns:
             return set(), {}
-        globs = [p for p in patterns if not is_module_entry(p)]
+        globs = [p for p in patterns if not is_module_entry(p) and not is_env_entry(p)]
         modules = [p for p in patterns if is_module_entry(p)]
         files = set(self._index(globs).match(globs)) if globs else set()
         missing: dict[str, str] = {}
@@ -299,7 +318,9 @@ class Snapshot:
             self.cache.put(rel, st, digest)
         return (digest + (":x" if st.st_mode & 0o111 else ""), None)
 
-    def fingerprint(self, patterns: Sequence[str], spec: str) -> Fingerprint:
+    def fingerprint(self, patterns: Sequence[str], spec: str, env: Mapping[str, str] | None = None) -> Fingerprint:
+        """``patterns``' fingerprint now; ``env``: the gate's environment
+        (``PATH`` finds the interpreters of ``env:`` entries; default this process's)."""
         files: dict[str, str] = {}
         found, missing = self.resolve(patterns)
         unreadable: dict[str, str] = {entry: why.partition(": ")[2] for entry, why in missing.items()}
@@ -309,13 +330,67 @@ class Snapshot:
                 files[rel] = digest
             elif why is not None:
                 unreadable[rel] = why
+        for entry in patterns:
+            if is_env_entry(entry):
+                keys, why = self.environment(entry, os.environ if env is None else env)
+                files.update(keys)
+                if why is not None:
+                    unreadable[entry] = why
+        files.update(self.runner_config(found))
         return Fingerprint(spec=spec, files=files, unreadable=unreadable)
+
+    def runner_config(self, files: Iterable[str]) -> dict[str, str]:
+        """The test runner's configuration read for the test files among
+        ``files`` (see :mod:`.runner_config`): key -> content digest."""
+        out: dict[str, str] = {}
+        folders: set[str] = set()
+        for rel in files:
+            folder = rel.rpartition("/")[0]
+            if folder not in folders and is_test_file(rel):
+                folders.add(folder)  # (the same folder, the same configuration)
+                out.update(config_inputs(rel, lambda r: self._digest(r)[0], self._section))
+        return out
+
+    def _section(self, rel: str, name: str, section: str) -> str:
+        key = (rel, str(self._digest(rel)[0]))
+        if key not in self._sections:
+            try:
+                with open(os.path.join(self._root, rel), "rb") as f:
+                    self._sections[key] = section_digest(name, section, f.read())
+            except OSError as e:
+                self._sections[key] = "unreadable:" + (e.strerror or type(e).__name__)
+        return self._sections[key]
+
+    def environment(self, entry: str, env: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+        """What an ``env:`` entry stands for now: its keys (``env:NAME`` -> the
+        interpreter's real path and version, ``env:NAME[dist]`` -> each
+        distribution's version), and why it could not be read (or None)."""
+        memo = (entry, env.get("PATH") or "", *(env.get(v) or "" for v in PATH_VARIABLES))
+        if memo not in self._envs:
+            self._envs[memo] = self._environment(entry, env)
+        return self._envs[memo]
+
+    def _environment(self, entry: str, env: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+        name = entry[len("env:") :]
+        interpreter, why = interpreter_of(name, self.root, env.get("PATH"))
+        if interpreter is None:
+            return {}, why.partition(": ")[2]
+        try:
+            facts = self.envs.facts(interpreter, env)
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            return {}, f"{interpreter} could not be asked: {e}"
+        ident = hashlib.sha256(f"{facts.executable}\n{facts.version}".encode()).hexdigest()[:DIGEST_CHARS]
+        keys = {entry: "python:" + ident}
+        keys.update({f"{entry}[{dist}]": "dist:" + version for dist, version in facts.distributions.items()})
+        return keys, None
 
     def save(self) -> None:
         """Keep what was hashed and parsed for the next time (best effort)."""
         self.cache.save()
         if self._imports is not None:
             self._imports.save()
+        if self._probe is not None:
+            self._probe.save()
 
 
 def fingerprint_of(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -26,16 +26,26 @@ class UnitRuns:
     """The units of one ``each`` command of an attempt: found in the book, or run."""
 
     def __init__(
-        self, root: Path, book: UnitBook | None, origin: CachedFrom | None, default_timeout: float | None
+        self,
+        root: Path,
+        book: UnitBook | None,
+        origin: CachedFrom | None,
+        default_timeout: float | None,
+        *,
+        reuse: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.root = root
         self.book = book
         self.origin = origin
         self.default_timeout = default_timeout
+        # False (cache: false, --no-cache, --fresh): every unit runs; none is looked up or offered to others.
+        self.reuse = reuse
+        self.env = env  # the gate's environment (its PATH finds the unit's interpreter)
 
     def _digest(self, snap: Snapshot, cmd: GateCommand, path: str, fd: int) -> str | None:
         try:
-            return unit_digest(snap, cmd, path, self.default_timeout)
+            return unit_digest(snap, cmd, path, self.default_timeout, self.env)
         except Exception as e:  # the unit still runs: it is only not shared
             log_room.note(fd, f"could not fingerprint unit {path}: {type(e).__name__}: {e}")
             return None
@@ -97,7 +107,8 @@ class UnitRuns:
                 reason="skipped: the attempt was interrupted",
                 file=path,
             )
-        before = self.book.begin(digest) if self.book is not None and digest is not None else None
+        shared = self.book is not None and digest is not None and self.reuse
+        before = self.book.begin(digest) if shared and self.book is not None and digest is not None else None
         if isinstance(before, tuple):
             return _reused(one, path, digest, *before, write or (lambda text: log_room.write(fd, text)))
         try:
@@ -107,10 +118,10 @@ class UnitRuns:
                 r = run(one, first + n)
             r = r.model_copy(update={"file": path, "unit": digest})
         except BaseException:
-            if self.book is not None and digest is not None:
+            if shared and self.book is not None and digest is not None:
                 self.book.end(digest, None, None)
             raise
-        if self.book is not None and digest is not None:
+        if shared and self.book is not None and digest is not None:
             self.book.end(digest, r, self.origin)
         return r
 

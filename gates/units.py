@@ -4,8 +4,11 @@ unit whose result is kept under the digest of its command and its inputs.
 A unit's **digest** covers what it runs (the command with ``{file}``
 replaced, ``cwd``, ``env``, the effective timeout) and the content of its
 inputs: for a ``.py`` file, what ``module:FILE`` stands for (the file, what
-it imports at run time and, for a test file, its ``conftest.py`` files; see
-:mod:`.imports`); for any other file, the file itself. It does not depend on
+it imports at run time and, for a test file, its ``conftest.py`` files and
+pytest's configuration; see :mod:`.imports` and :mod:`.runner_config`); for
+any other file, the file itself; and the environment its command starts
+(:func:`unit_env_inputs`: the ``env:`` entry of its interpreter, see
+:mod:`.pyenv`). It does not depend on
 which milestone's gate runs it: every gate that includes the same unit in
 the same state shares one result.
 
@@ -33,16 +36,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from milepost.gates.inputs import Snapshot, spec_digest
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
+from milepost.gates.pyenv import gate_entries
 from milepost.graph.models import GateCommand
 
-__all__ = ["Adopted", "AheadJob", "UnitBook", "unit_command", "unit_digest"]
+__all__ = ["Adopted", "AheadJob", "UnitBook", "unit_command", "unit_digest", "unit_env_inputs"]
 
 FORMAT = "milepost-unit-1"
 
@@ -59,9 +64,22 @@ def unit_inputs(path: str) -> list[str]:
     return [path if "/" in path else f"./{path}"]
 
 
-def unit_digest(snap: Snapshot, cmd: GateCommand, path: str, default_timeout: float | None) -> str | None:
-    """The unit's digest now, or None when its inputs cannot all be read (or its file is missing)."""
-    fp = snap.fingerprint(unit_inputs(path), spec_digest([unit_command(cmd, path)], default_timeout))
+def unit_env_inputs(snap: Snapshot, cmd: GateCommand, env: Mapping[str, str] | None = None) -> list[str]:
+    """The environment a unit runs in, as input entries: the ``env:`` entries of
+    the interpreters its command starts (see :func:`milepost.gates.pyenv.gate_entries`),
+    found with ``PATH`` as the gate sees it; none when it starts no Python."""
+    seen = {**(os.environ if env is None else env), **cmd.env}
+    return gate_entries(cmd.run, cmd.cwd, snap.root, seen.get("PATH"))
+
+
+def unit_digest(
+    snap: Snapshot, cmd: GateCommand, path: str, default_timeout: float | None, env: Mapping[str, str] | None = None
+) -> str | None:
+    """The unit's digest now, or None when its inputs cannot all be read (or its file is missing).
+    ``env``: the gate's environment (default this process's), where its interpreter is found."""
+    seen = {**(os.environ if env is None else env), **cmd.env}
+    inputs = unit_inputs(path) + unit_env_inputs(snap, cmd, env)
+    fp = snap.fingerprint(inputs, spec_digest([unit_command(cmd, path)], default_timeout), seen)
     if fp.digest is None or path not in fp.files:
         return None
     return hashlib.sha256(f"{FORMAT}\n{fp.digest}".encode()).hexdigest()

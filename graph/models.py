@@ -186,7 +186,9 @@ def check_env(env: Mapping[str, str], what: str) -> Mapping[str, str]:
 
 INPUTS_RULE = (
     "gitignore-style patterns relative to the workspace root, e.g. 'src/pkg/**', './setup.py' (that file at the"
-    " root only) or '!**/*.md', or module entries such as 'module:pkg.mod' (the module and what it imports)"
+    " root only) or '!**/*.md', module entries such as 'module:pkg.mod' (the module and what it imports), or"
+    " environment entries such as 'env:.venv/bin/python' or 'env:python3' (an interpreter, by its path or on the"
+    " gate's PATH, and its installed distributions)"
 )
 
 
@@ -201,8 +203,8 @@ def _pattern_problem(pattern: str) -> str | None:
         return f"is {len(pattern)} characters long (at most {MAX_PATTERN})"
     if "\x00" in pattern or "\n" in pattern or "\r" in pattern:
         return "contains a NUL or line-break character"
-    if pattern.startswith(MODULE_PREFIX):
-        return module_entry_problem(pattern)
+    if pattern.startswith((MODULE_PREFIX, ENV_PREFIX)):
+        return module_entry_problem(pattern) if pattern.startswith(MODULE_PREFIX) else env_entry_problem(pattern)
     if pattern.startswith("#"):
         return "starts with '#', which makes it a comment in gitignore syntax (write '\\#' for a literal '#')"
     body = pattern[1:] if pattern.startswith("!") else pattern
@@ -245,12 +247,38 @@ def module_entry_problem(entry: str) -> str | None:
     return None
 
 
+ENV_PREFIX = "env:"
+_ENV_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+def env_entry_problem(entry: str) -> str | None:
+    """What is wrong with the form of an ``env:`` input entry, or None
+    (whether the interpreter exists is the machine's question, asked when it is checked)."""
+    body = entry[len(ENV_PREFIX) :]
+    if not body.strip():
+        return "names no interpreter"
+    if any(c.isspace() for c in body):
+        return "contains white space"
+    if body.startswith("~") or "$" in body or any(c in body for c in "*?[]\\"):
+        return "is not a command name or a path ('~', '$', '\\' and wildcards are not expanded)"
+    if "/" not in body:
+        return None if _ENV_WORD.fullmatch(body) else "is not a command name"
+    if body.endswith("/"):
+        return "names a folder, not an interpreter"
+    if ".." in body.split("/"):
+        return "has a '..' part (write the absolute path of an interpreter outside the workspace)"
+    return None
+
+
 def _normal_pattern(pattern: str) -> str:
     """``./src/**`` and ``src/**`` mean the same (a '/' inside anchors a
     pattern at the root): keep the second spelling. ``./setup.py`` anchors a
     name that would otherwise match at any depth: it keeps its ``./``."""
     if pattern.startswith(MODULE_PREFIX):
         return MODULE_PREFIX + pattern[len(MODULE_PREFIX) :].removeprefix("./")
+    if pattern.startswith(ENV_PREFIX):
+        body = pattern[len(ENV_PREFIX) :]
+        return ENV_PREFIX + (body.removeprefix("./") if "/" in body.removeprefix("./") else body)
     neg = pattern.startswith("!")
     body = pattern[1:] if neg else pattern
     while body.startswith("././"):

@@ -116,10 +116,11 @@ def test_the_example_scaffolds_in_import_order_with_its_tests(example: CLI) -> N
         {"name": "unittest", "run": "python3 -m unittest -q {file}", "each": ["tests/test_mod_b.py"]},
     ]  # a {path} step of one module file is a unit too: kept under the digest of the file and its imports
     # Inputs: module entries, read when checked: its module (with what it imports) and the tests its gate runs.
-    assert ms["kv.mod_b"]["inputs"] == ["module:kv.mod_b", "module:tests/test_mod_b.py"]
-    assert ms["kv.mod_c"]["inputs"] == ["module:kv.mod_c", "module:tests/test_mod_c.py"]
-    assert ms["kv.interfaces"]["inputs"] == ["module:kv.interfaces"]
-    assert ms["all-tests"]["inputs"] == ["src/kv/", "tests/"]  # the package and the tests
+    # And the interpreter its gate runs (env:python3, found on PATH when checked), with its distributions.
+    assert ms["kv.mod_b"]["inputs"] == ["module:kv.mod_b", "module:tests/test_mod_b.py", "env:python3"]
+    assert ms["kv.mod_c"]["inputs"] == ["module:kv.mod_c", "module:tests/test_mod_c.py", "env:python3"]
+    assert ms["kv.interfaces"]["inputs"] == ["module:kv.interfaces", "env:python3"]
+    assert ms["all-tests"]["inputs"] == ["src/kv/", "tests/", "env:python3"]  # the package and the tests
     # What the entries stand for now: the module, its package's __init__ (run by importing it), what it
     # imports, and the test file with what it imports (test_mod_b imports the package: the whole of it).
     # No test imports the package itself: its gate is the compile unit alone.
@@ -282,9 +283,9 @@ def test_editing_a_leaf_makes_exactly_it_and_its_importers_stale(tmp_path: Path)
     )
     plan = plan_of((tmp_path / "plan.yaml").read_text())
     ms = by_name(plan)
-    assert ms["app.top"]["inputs"] == ["module:app.top"]
-    assert ms["app.mid"]["inputs"] == ["module:app.mid", "module:tests/test_mid.py"]
-    assert ms["app.other"]["inputs"] == ["module:app.other", "module:tests/test_other.py"]
+    assert ms["app.top"]["inputs"] == ["module:app.top", "env:python3"]
+    assert ms["app.mid"]["inputs"] == ["module:app.mid", "module:tests/test_mid.py", "env:python3"]
+    assert ms["app.other"]["inputs"] == ["module:app.other", "module:tests/test_other.py", "env:python3"]
     cli("plan", "apply", "plan.yaml", check=True)
     while (nxt := cli.json("next")["milestone"]) is not None:
         cli("start", nxt["name"], check=True)
@@ -428,7 +429,7 @@ def test_tests_are_mapped_by_imports_when_the_tests_folder_is_not_a_package(tmp_
     assert gate["lib.calc"] == ["tests/test_calc.py"]
     assert gate["lib.nums"] == []
     assert gate["lib.lonely"] == ["tests/unit/test_lonely.py"]  # by name
-    assert ms["lib.text"]["inputs"] == ["module:lib.text", "module:tests/test_api.py"]
+    assert ms["lib.text"]["inputs"][:2] == ["module:lib.text", "module:tests/test_api.py"]  # (env:pytest if on PATH)
     notes = "\n".join(data["notes"])
     assert "by name (lib.calc, lib.lonely)" in notes
     assert "not tests (they define none): tests/conftest.py, tests/helpers.py, tests/strategies_test.py" in notes
@@ -564,7 +565,7 @@ def test_tests_inside_the_package_are_tests_not_milestones(tmp_path: Path) -> No
     assert set(ms) == {"geo", "geo.shapes", "geo.maps"}  # no milestone for geo.test_maps
     assert units(ms["geo.shapes"]["gate"]) == ["src/geo/tests/test_shapes.py"]
     assert units(ms["geo.maps"]["gate"]) == ["src/geo/test_maps.py"]  # named after geo.maps
-    assert ms["geo.shapes"]["inputs"] == ["module:geo.shapes", "module:src/geo/tests/test_shapes.py"]
+    assert ms["geo.shapes"]["inputs"][:2] == ["module:geo.shapes", "module:src/geo/tests/test_shapes.py"]
     assert "1 module of geo are tests or their helpers: no milestones" in data["notes"]
 
 

@@ -63,7 +63,9 @@ from milepost.present.terminal import (
     multiple=True,
     metavar="PATTERN",
     help="Files the gate proves: gitignore-style patterns relative to the workspace root (repeat, or"
-    " comma-separated); when they change, the done milestone is stale. Default: the item's default inputs.",
+    " comma-separated), module:NAME (a module and what it imports) or env:NAME (an interpreter and its installed"
+    " distributions, e.g. env:.venv/bin/python); when they change, the done milestone is stale. Default: the item's"
+    " default inputs.",
 )
 @click.option("--no-cache", is_flag=True, help="Never let a passed run on the same gate and inputs stand in.")
 @click.option("--flaky", is_flag=True, help="Retry a failure even when its inputs did not change.")
@@ -295,7 +297,9 @@ def list_(c: Ctx, item: int | None) -> None:
 @pass_ctx
 def inputs(c: Ctx, name: str, item: int | None) -> None:
     """The files a milestone's inputs stand for now: each pattern's matches,
-    and each module:NAME entry's module with what it imports as the code is."""
+    each module:NAME entry's module with what it imports as the code is (a
+    test file's: with pytest's configuration), and each env:NAME entry's
+    interpreter with its installed distributions."""
     data = c.service.input_files(name, item)
 
     def human(con: Console) -> None:
@@ -303,10 +307,18 @@ def inputs(c: Ctx, name: str, item: int | None) -> None:
             con.print(f"{name}: no inputs (its proof is bound to no files)")
             return
         for e in data["inputs"]:
+            env = e.get("environment")
             found = count(len(e["files"]), "file")
-            con.print(f"{esc(e['entry'])}: {esc(e['missing']) if e['missing'] else found}")
+            if env is not None:
+                dists = env["distributions"]
+                found = f"{env['interpreter']} (Python {env['version']}), {count(len(dists), 'distribution')}"
+            con.print(f"{esc(e['entry'])}: {esc(e['missing']) if e['missing'] else esc(found)}")
             for f in e["files"]:
                 con.print(f"  {esc(f)}")
+            for f in e.get("config", []):
+                con.print(f"  {esc(f)} (the test runner's configuration)")
+            for d, v in (env or {}).get("distributions", {}).items():
+                con.print(f"  {esc(d)} {esc(v)}")
         n = len(data["files"])
         con.print(f"{count(n, 'file')} in all")
 

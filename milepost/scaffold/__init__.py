@@ -347,9 +347,18 @@ def _unit_milestones(o: _Options, r: _Read, ms: _Milestones) -> tuple[list[dict[
         elif commands:
             entry["gate"] = commands
         if commands and r.inside:
-            entry["inputs"] = flow(n.inputs)
+            entry["inputs"] = flow(n.inputs + _env_entries(commands, o.base))
         milestones.append(entry)
     return milestones, skipped
+
+
+def _env_entries(commands: list[dict[str, Any]], base: Path) -> list[str]:
+    """The ``env:`` entries of the interpreters a milestone's gate steps start
+    (``env:python3``, ``env:.venv/bin/python``): its environment is an input too."""
+    from milepost.gates.pyenv import gate_entries
+
+    found = (e for c in commands for e in gate_entries(str(c["run"]), None, base, os.environ.get("PATH")))
+    return list(dict.fromkeys(found))
 
 
 def _commands(
@@ -401,7 +410,9 @@ def _final_milestone(o: _Options, r: _Read, ms: _Milestones) -> dict[str, Any]:
     if r.inside:
         folder = r.source.folder
         folders = [folder, *(x for x in o.roots if folder not in (x, *x.parents))]
-        entry["inputs"] = flow(shown(f, o.base) + "/" for f in folders if shown(f, o.base) != str(f))
+        patterns = [shown(f, o.base) + "/" for f in folders if shown(f, o.base) != str(f)]
+        steps = entry["gate"] if isinstance(entry["gate"], list) else [{"run": entry["gate"]}]
+        entry["inputs"] = flow(patterns + _env_entries(steps, o.base))
     return entry
 
 
@@ -454,7 +465,7 @@ def _result(
     if r.inside:
         header.append(
             "# inputs: module entries (its modules and the tests its gate runs), read with what they import when"
-            " checked."
+            " checked,\n# and env: entries (the interpreter its gate runs, with its installed distributions)."
         )
     if ms.left_out:
         header.append(f"# {count(ms.left_out, 'unaffected milestone')} left out.")

@@ -209,7 +209,8 @@ def _store_run(
     run = GateRun(**result.model_dump(), item=tx.id, milestone=c.milestone.name, attempt=c.attempt, verdict=verdict)
     source = _source_run_id(tx, result)
     rows.ADD_RUN.run(tx.conn, **rows.run_row(tx.id, c.pk, c.attempt, result, stored, verdict, source))
-    proofs.store_unit_passes(tx.conn, tx.id, c.milestone.name, c.attempt, result)
+    if c.milestone.cache:  # (cache: false: its results are not a function of its inputs, not offered to others)
+        proofs.store_unit_passes(tx.conn, tx.id, c.milestone.name, c.attempt, result)
     if result.passed and result.inputs_digest:
         files = manifest
         if files is None and result.log_path:

@@ -15,6 +15,8 @@ inputs costs nothing here.
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from milepost.errors import InvalidValueError
 from milepost.gates.imports import is_module_entry
 from milepost.gates.inputs import Fingerprint, Snapshot, changed_paths, describe_changes, spec_digest
 from milepost.gates.outcome import CachedFrom, GateResult, Outcome
+from milepost.gates.pyenv import interpreter_of, is_env_entry
 from milepost.gates.units import UnitBook
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import Milestone
@@ -99,18 +102,43 @@ def input_files(root: Path, m: Milestone) -> dict[str, Any]:
         entries = []
         every: set[str] = set()
         for e in m.inputs:
-            if is_module_entry(e):
+            extra: dict[str, Any] = {}
+            if is_env_entry(e):
+                files, (missing, extra) = [], environment_of(snap, e)
+            elif is_module_entry(e):
                 found = snap.imports.expand(e, roots)
                 files, missing = sorted(found.files), found.missing
             else:
                 files, missing = snap.matching([e]), None
+            if not is_env_entry(e):
+                extra = {"config": sorted(snap.runner_config(files))}
             every |= set(files)
-            entries.append({"entry": e, "files": files, "missing": missing})
+            entries.append({"entry": e, "files": files, "missing": missing, **extra})
         # The last matching pattern wins: a negation removes files from those before it.
         files_now = snap.matching(m.inputs) if any(e.startswith("!") for e in m.inputs) else sorted(every)
     finally:
         snap.save()
     return {"milestone": m.name, "inputs": entries, "files": files_now}
+
+
+def environment_of(snap: Snapshot, entry: str) -> tuple[str | None, dict[str, Any]]:
+    """What an ``env:`` entry stands for now: (why it names nothing, or None),
+    and ``{"environment": {interpreter, executable, version, distributions}}``."""
+    interpreter, why = interpreter_of(entry[len("env:") :], snap.root, os.environ.get("PATH"))
+    if interpreter is None:
+        return why, {}
+    try:
+        facts = snap.envs.facts(interpreter, os.environ)
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        return f"{interpreter} could not be asked: {e}", {}
+    return None, {
+        "environment": {
+            "interpreter": interpreter,
+            "executable": facts.executable,
+            "version": facts.version.split()[0] if facts.version else "",
+            "distributions": dict(sorted(facts.distributions.items())),
+        }
+    }
 
 
 def fingerprint(snap: Snapshot, m: Milestone) -> Fingerprint:

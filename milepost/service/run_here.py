@@ -127,6 +127,7 @@ def run_claimed(ctx: Context, claimed: Claim, *, verdict: str | None = None) -> 
                 inputs=m.inputs if m.has_inputs else (),
                 root=ctx.store.root,
                 units=proofs.unit_book(ctx),
+                reuse_units=m.cache,  # (cache: false: every unit runs; --no-cache leaves the units to their digests)
                 origin=CachedFrom(item=claimed.item, milestone=m.name, attempt=claimed.attempt),
             )
     except KeyboardInterrupt:

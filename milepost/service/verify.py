@@ -267,7 +267,8 @@ class _Run:
             stop=self.stop,
             inputs=m.inputs if m.has_inputs else (),
             root=root,
-            units=self.units if self.use_cache else None,
+            units=self.units,
+            reuse_units=self.use_cache and m.cache,  # (cache: false, --fresh: every unit runs)
             origin=origin,
         )
 

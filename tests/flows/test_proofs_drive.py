@@ -80,10 +80,10 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     ledger = tmp_path / "ledger.txt"
     item = scaffold(cli, ledger, "prove pkg module by module")
     plan = {m["name"]: m for m in cli.json("list")["milestones"]}
-    assert plan["pkg.mid"]["inputs"] == ["module:pkg.mid", "module:tests/test_mid.py"]
+    assert plan["pkg.mid"]["inputs"] == ["module:pkg.mid", "module:tests/test_mid.py", f"env:{sys.executable}"]
     files = ["pkg/__init__.py", "pkg/leaf.py", "pkg/mid.py", "tests/test_mid.py"]
     assert cli.json("inputs", "pkg.mid")["files"] == files
-    assert plan["pkg.other"]["inputs"] == ["module:pkg.other", "module:tests/test_other.py"]
+    assert plan["pkg.other"]["inputs"] == ["module:pkg.other", "module:tests/test_other.py", f"env:{sys.executable}"]
     leaf, mid, top, other = "pkg.leaf", "pkg.mid", "pkg.top", "pkg.other"
 
     # 1. A first drive proves everything.
@@ -162,3 +162,23 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     assert {t["name"]: t["state"]["name"] for t in got if t["name"] != "pkg"} == dict.fromkeys(
         [leaf, mid, other, top], "Cached"
     )
+
+
+@pytest.mark.timeout(600)
+def test_cache_false_runs_its_units_in_a_drive(prefect_api: str, repo: tuple[Path, CLI], tmp_path: Path) -> None:
+    """A drive's book has a pass of the unit (another milestone ran it, in this drive and in the
+    store): a ``cache: false`` milestone's gate runs it all the same, and no outcome reads cached."""
+    root, cli = repo
+    ledger = tmp_path / "ledger.txt"
+    step = f'{{name: t, run: "echo {{file}} >> {ledger} && grep -q def {{file}}", each: [tests/test_leaf.py]}}'
+    (root / "plan.yaml").write_text(
+        "objective: cache off\nmilestones:\n"
+        f'  - {{name: shared, gate: [{step}], inputs: ["module:tests/test_leaf.py"]}}\n'
+        f'  - {{name: live, deps: [shared], cache: false, gate: [{step}], inputs: ["module:tests/test_leaf.py"]}}\n'
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    r = cli("drive")
+    assert r.code == 0, r.err + r.out
+    assert ran(ledger, 0) == ["tests/test_leaf.py", "tests/test_leaf.py"]  # shared ran it, and live again
+    (unit,) = cli.json("runs", "live")["runs"][-1]["commands"]
+    assert unit["outcome"] == "passed" and unit["cached_from"] is None
