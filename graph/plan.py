@@ -34,7 +34,7 @@ from milepost.graph.models import (
 from milepost.graph.status import Isolation, MilestoneStatus, PlanStatus
 from milepost.graph.validate import validate_milestones
 
-__all__ = ["Plan", "PlanCommand", "PlanDefaults", "PlanDoer", "PlanMilestone", "plan_from_item"]
+__all__ = ["Plan", "PlanCommand", "PlanDefaults", "PlanDoer", "PlanMilestone", "gate_entry", "plan_from_item"]
 
 
 class _Strict(BaseModel):
@@ -273,20 +273,20 @@ def _milestone_entry(m: Milestone, d: ItemDefaults) -> dict[str, Any]:
         entry["deps"] = list(m.deps)
     if m.acceptance:
         entry["acceptance"] = m.acceptance
-    gate = _gate_entry(m)
+    gate = gate_entry(m)
     if gate is not None:
         entry["gate"] = gate
     entry.update(_milestone_settings(m, d))
     return entry
 
 
-def _gate_entry(m: Milestone) -> str | list[dict[str, Any]] | None:
+def gate_entry(m: Milestone) -> str | list[dict[str, Any]] | None:
     """The milestone's gate as a plan file writes it: one command's text, a list of commands, or None."""
     g0 = m.gate[0] if len(m.gate) == 1 else None
     if g0 is not None and g0.name == "gate" and not (g0.cwd or g0.env or g0.timeout or g0.each):
         return m.gate[0].run
     if m.gate:
-        return [g.model_dump(exclude_defaults=True) | {"name": g.name} for g in m.gate]
+        return [{"name": g.name} | g.model_dump(exclude_defaults=True) for g in m.gate]
     return None
 
 

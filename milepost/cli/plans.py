@@ -28,6 +28,7 @@ from milepost.cli._base import (
 )
 from milepost.present.terminal import (
     show_graph_text,
+    show_revision,
 )
 
 
@@ -38,16 +39,46 @@ def plan() -> None:
 
 @plan.command("apply")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--item",
+    "item",
+    type=ID,
+    default=None,
+    metavar="N",
+    help="Refine work item N in place (milestones matched by name) instead of creating a new item.",
+)
+@click.option(
+    "--expect-revision",
+    type=ID,
+    default=None,
+    metavar="N",
+    help="With --item: refuse (exit 2) unless the item is at revision N: safe read-modify-write.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="With --item: print the change (what is added, removed, changed and proven again) and write nothing.",
+)
 @pass_ctx
-def plan_apply(c: Ctx, file: Path) -> None:
-    """Validate FILE whole, then create its work item (focused).
+def plan_apply(c: Ctx, file: Path, item: int | None, expect_revision: int | None, dry_run: bool) -> None:
+    """Validate FILE whole, then create its work item (focused), or with
+    --item N refine item N in place as one revision.
 
-    Every problem is reported at once (the first 20), each with the line where
-    it starts and the milestone's name; nothing is written unless all is sound."""
+    Every problem is reported at once (the first 50), each with the line where
+    it starts and the milestone's name; nothing is written unless all is sound.
+    A refinement keeps unchanged milestones' status and proofs and proves again
+    those whose gate, inputs or deps changed (docs/plan-files.md)."""
     from milepost.planfile import gc_paused, load_plan
 
+    if item is None and (expect_revision is not None or dry_run):
+        flag = "--expect-revision" if expect_revision is not None else "--dry-run"
+        raise InvalidValueError(f"{flag} refines an existing item: pass --item N with it (or leave {flag} out)")
     with gc_paused():  # a large plan is millions of objects, none of them garbage
         p = load_plan(file)  # validated before the store is touched
+        if item is not None:
+            r = c.service.revise_item(p, item=item, expect_revision=expect_revision, dry_run=dry_run)
+            c.emit(r.model_dump(mode="json"), lambda con: show_revision(con, r))
+            return
         it = c.service.apply_plan(p)
     c.emit(
         it.model_dump(mode="json") if c.json else None,

@@ -62,6 +62,7 @@ from milepost.workspace import resolve_workspace
 
 if TYPE_CHECKING:
     from milepost.graph.plan import Plan
+    from milepost.graph.revise import PlanRevision
     from milepost.service.claims import interrupted_result
     from milepost.service.drive import DriveSession
     from milepost.service.proofs import Check
@@ -287,6 +288,30 @@ class Service:
 
     def export_plan(self, item: int | None = None) -> dict[str, Any]:
         return milestones.export_plan(self.ctx, item)
+
+    def revise_item(
+        self, plan: Plan, *, item: int | None = None, expect_revision: int | None = None, dry_run: bool = False
+    ) -> PlanRevision:
+        """``plan apply FILE --item N``: refine an item in place (see :mod:`.revise`)."""
+        from milepost.service import revise
+
+        return revise.revise_item(self.ctx, plan, item=item, expect_revision=expect_revision, dry_run=dry_run)
+
+    def edit_milestone(
+        self,
+        name: str,
+        changes: dict[str, Any],
+        *,
+        item: int | None = None,
+        expect_revision: int | None = None,
+        dry_run: bool = False,
+    ) -> PlanRevision:
+        """``edit NAME``: one milestone's definition changed, as a plan revision."""
+        from milepost.service import revise
+
+        return revise.edit_milestone(
+            self.ctx, name, changes, item=item, expect_revision=expect_revision, dry_run=dry_run
+        )
 
     def plan_order(self, item: int | None = None, until: str | None = None) -> DryRun:
         return milestones.plan_order(self.ctx, item, until)
