@@ -202,3 +202,21 @@ def test_cli_edit(applied: CLI) -> None:
     assert r.code == 2 and "milestone 'b' depends on unknown milestone 'zz'" in r.err
     r = applied("edit", "nope", "--retries", "1")
     assert r.code == 2 and "no milestone 'nope'" in r.err
+
+
+# -- the MCP tools ----------------------------------------------------------------------
+
+
+def test_the_tools_revise_edit_and_remove_within_their_list(proven: Service) -> None:
+    from milepost.agent.tools import TOOLS, call_tool
+
+    assert list(TOOLS) == ["work_item", "milestone", "wait", "graph", "drive"]  # no new tool
+    seen = call_tool(proven, "work_item", {"action": "revise", "id": 1, "plan": REVISED, "dry_run": True})
+    assert seen["revised"]["dry_run"] and seen["revised"]["added"] == ["d"]
+    assert proven.get_item(1).revision == 7
+    done = call_tool(proven, "work_item", {"action": "revise", "id": 1, "plan": REVISED, "expect_revision": 7})
+    assert done["revised"]["revision"] == 8 and "to re-prove: b" in done["revised"]["summary"]
+    edited = call_tool(proven, "milestone", {"action": "edit", "name": "d", "gate": "test 4 = 4", "retries": 0})
+    assert edited["revised"]["summary"] == "changed d (gate, retries)"
+    removed = call_tool(proven, "milestone", {"action": "remove", "name": "d", "expect_revision": 9})
+    assert removed["revision"] == 10 and [m.name for m in proven.get_item(1).milestones] == ["a", "b"]
