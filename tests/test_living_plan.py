@@ -75,7 +75,7 @@ def test_apply_to_the_item_adds_changes_and_removes_in_one_revision(proven: Serv
     # The removed milestone's run stays readable: its gate run is a work ref, its log on disk.
     refs = [ref for ref in proven.refs(1) if ref.reason.startswith("c attempt 1")]
     assert len(refs) == 1 and (proven.store.root / refs[0].ref).is_file()
-    assert next(e for e in events if e["action"] == "remove")["reason"] == "plan revision; 1 runs kept as work refs"
+    assert next(e for e in events if e["action"] == "remove")["reason"] == "plan revision; 1 run kept as work refs"
     # The changed milestone runs again, then its new dependent.
     proven.start("b")
     assert proven.done("b").passed
@@ -220,3 +220,39 @@ def test_the_tools_revise_edit_and_remove_within_their_list(proven: Service) -> 
     assert edited["revised"]["summary"] == "changed d (gate, retries)"
     removed = call_tool(proven, "milestone", {"action": "remove", "name": "d", "expect_revision": 9})
     assert removed["revision"] == 10 and [m.name for m in proven.get_item(1).milestones] == ["a", "b"]
+
+
+# -- scaffold again ---------------------------------------------------------------------
+
+
+def test_a_scaffold_again_after_a_new_module_runs_only_its_gate(cli: CLI, workspace: Path) -> None:
+    from tests.test_scaffold import make_package
+
+    make_package(workspace, "pk", {"": "", "a": "X = 1\n", "b": "from pk import a\n"})
+    cli("plan", "scaffold", "pk", "--apply", check=True)
+    for name in ("pk", "pk.a", "pk.b"):
+        cli("start", name, check=True)
+        cli("done", name, check=True)
+    cli("edit", "pk.b", "--acceptance", "b reads only a's interface", check=True)  # by hand
+    make_package(workspace, "pk", {"c": "Y = 2\n"})  # a new module nothing imports
+    data = cli.json("plan", "scaffold", "pk", "--item", "1", "--apply")
+    assert data["kept_edits"] == {"pk.b": ["acceptance"]}
+    revised = data["revision"]
+    assert (revised["added"], revised["removed"], revised["stale"]) == (["pk.c"], [], {})
+    assert [e["name"] for e in revised["changed"]] == []  # the hand edit kept: pk.b not changed back
+    assert cli.json("drive", "--dry-run")["order"] == ["pk.c"]  # only the new module's gate would run
+    cli("start", "pk.c", check=True)
+    cli("done", "pk.c", check=True)
+    shown = {m["name"]: m for m in cli.json("item", "show")["milestones"]}
+    assert {n: (m["status"], m["attempts"]) for n, m in shown.items()} == {
+        "pk": ("done", 1),
+        "pk.a": ("done", 1),
+        "pk.b": ("done", 1),
+        "pk.c": ("done", 1),
+    }
+    assert shown["pk.b"]["acceptance"] == "b reads only a's interface"
+    # The module deleted: its milestone goes (the scaffold wrote it), its run stays a work ref.
+    (workspace / "src" / "pk" / "c.py").unlink()
+    data = cli.json("plan", "scaffold", "pk", "--item", "1", "--apply")
+    assert data["revision"]["removed"] == ["pk.c"] and data["revision"]["kept_evidence"] == {"pk.c": 1}
+    assert any(r["reason"].startswith("pk.c attempt 1") for r in cli.json("ref", "list")["work_refs"])

@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +17,7 @@ from milepost.graph.words import count, plural
 if TYPE_CHECKING:
     from milepost.graph.dag import WorkGraph
     from milepost.graph.models import WorkItem
+    from milepost.graph.revise import PlanRevision
 
 from milepost.cli._base import (
     ID,
@@ -166,6 +168,15 @@ def plan_apply(c: Ctx, file: Path, item: int | None, expect_revision: int | None
     help="The interpreter that runs the tests for --map-tests coverage. [default: milepost's own]",
 )
 @click.option("--apply", "apply_", is_flag=True, help="Also create the work item from it (plan apply).")
+@click.option(
+    "--item",
+    "item",
+    type=ID,
+    default=None,
+    metavar="N",
+    help="Scaffold again for work item N: its plan merged with the item's (milestones you edited by hand keep your"
+    " edits; the rule is in docs/scaffold.md); with --apply, refine item N in place (plan apply --item N).",
+)
 @pass_ctx
 def plan_scaffold(
     c: Ctx,
@@ -185,6 +196,7 @@ def plan_scaffold(
     map_with: str,
     python: str | None,
     apply_: bool,
+    item: int | None,
 ) -> None:
     """Write a refactor plan for PACKAGE from its import graph: a milestone per
     module (or package) depending on what it imports, leaves first, with the
@@ -214,38 +226,79 @@ def plan_scaffold(
         map_with=map_with,  # type: ignore[arg-type]
         python=python,
     )
+    plan_data, text, merged = result.plan, result.text, None
+    if item is not None:
+        merged = _merged(c, item, result.plan, result.text)
+        plan_data, text = merged.plan, merged.text
     if output is not None:
-        write_file(output, result.text)
-    item = None
+        write_file(output, text)
+    made, revised = None, None
     if apply_:
         from milepost.graph.plan import Plan
 
-        item = c.service.apply_plan(Plan.model_validate(result.plan))  # validated as it was written
-    data = {
-        "milestones": len(result.plan["milestones"]),
+        if item is not None:
+            revised = c.service.revise_item(Plan.model_validate(plan_data), item=item)
+        else:
+            made = c.service.apply_plan(Plan.model_validate(result.plan))  # validated as it was written
+        c.service.keep_scaffold(item if item is not None else made.id, result.plan)  # type: ignore[union-attr]
+    notes = result.notes + (merged.notes if merged else [])
+    data: dict[str, Any] = {
+        "milestones": len(plan_data["milestones"]),
         "modules": result.modules,
         "source": result.source,
         "cycles": result.cycles,
         "left_out": result.left_out,
-        "notes": result.notes,
+        "notes": notes,
         "output": str(output) if output else None,
-        "item": item.id if item else None,
-        "plan": result.plan,
+        "item": made.id if made else item,
+        "plan": plan_data,
     }
+    if merged is not None:
+        data |= {"kept_edits": merged.kept_edits, "kept_milestones": merged.kept_milestones}
+    if revised is not None:
+        data["revision"] = revised.model_dump(mode="json")
     if c.json:
         click.echo(json.dumps(data))
         return
-    for line in result.cycle_lines:
+    for line in [*result.cycle_lines, *(f"note: {n}" for n in notes)]:
         click.echo(line, err=True)
-    for note in result.notes:
-        click.echo(f"note: {note}", err=True)
-    if output is None and item is None:
-        click.echo(result.text, nl=False)
-    else:
-        where = f"wrote {output}" if output else "scaffolded"
-        made = f"; created work item {item.id} (current)" if item else ""
-        made_of = f"{count(len(result.plan['milestones']), 'milestone')} from {count(result.modules, 'module')}"
-        click.echo(f"{where}: {made_of}{made}")
+    if output is None and not apply_:
+        click.echo(text, nl=False)
+        return
+    _said_scaffolded(c, output, len(plan_data["milestones"]), result.modules, made, revised)
+
+
+def _said_scaffolded(
+    c: Ctx, output: Path | None, milestones: int, modules: int, made: WorkItem | None, revised: PlanRevision | None
+) -> None:
+    where = f"wrote {output}" if output else "scaffolded"
+    done = f"; created work item {made.id} (current)" if made else ""
+    click.echo(f"{where}: {count(milestones, 'milestone')} from {count(modules, 'module')}{done}")
+    if revised is not None:
+        show_revision(c.console(), revised)
+
+
+@dataclass
+class _Rescaffold:
+    plan: dict[str, Any]
+    text: str
+    notes: list[str]
+    kept_edits: dict[str, list[str]]
+    kept_milestones: list[str]
+
+
+def _merged(c: Ctx, item: int, plan: dict[str, Any], text: str) -> _Rescaffold:
+    """A scaffold's plan merged with work item ``item``'s (milepost/scaffold/rescaffold.py), as data and text."""
+    from milepost.planfile import dump_plan
+    from milepost.scaffold.rescaffold import merge
+
+    plain = json.loads(json.dumps(plan))  # (the scaffold's lists are flow-style lists for its own YAML)
+    m = merge(c.service.scaffold_base(item), c.service.export_plan(item), plain)
+    head = [line for line in text.splitlines() if line.startswith("#")][:8]
+    edits = "; ".join(f"{n} ({', '.join(f)})" for n, f in m.kept_edits.items())
+    head.append(f"# merged with work item {item}'s plan: your edits kept: {edits or 'none'}")
+    head.append(f"# apply it with `milepost plan apply FILE --item {item}` (--dry-run first)")
+    return _Rescaffold(m.plan, "\n".join(head) + "\n" + dump_plan(m.plan), m.notes, m.kept_edits, m.kept_milestones)
 
 
 @plan.command("cycles")

@@ -88,7 +88,8 @@ def show_revision(con: Console, r: PlanRevision) -> None:
         con.print(f"  + {name} (added)")
     for name in r.removed:
         kept = r.kept_evidence.get(name)
-        con.print(f"  - {name} (removed{f'; its {kept} runs kept as work refs' if kept else ''})")
+        runs = f"; its {count(kept, 'run')} kept as work refs" if kept else ""
+        con.print(f"  - {name} (removed{runs})")
     for e in r.changed:
         again = "; proven again" if e.reprove else ""
         con.print(f"  ~ {e.name}{again}:")

@@ -255,6 +255,12 @@ class Service:
     def plan_path(self, item_id: int) -> Path:
         return evidence.plan_path(self.ctx, item_id)
 
+    def scaffold_base(self, item_id: int) -> dict[str, Any] | None:
+        return evidence.scaffold_base(self.ctx, item_id)
+
+    def keep_scaffold(self, item_id: int, plan: dict[str, Any]) -> None:
+        evidence.keep_scaffold(self.ctx, item_id, plan)
+
     def plan_artifact(self, item_id: int, preview_bytes: int = 1024) -> PlanArtifact:
         return evidence.plan_artifact(self.ctx, item_id, preview_bytes)
 

@@ -22,6 +22,7 @@ from milepost.graph.models import DoerSettings, ItemDefaults, Milestone
 from milepost.graph.plan import Plan, plan_from_item
 from milepost.graph.revise import FieldChange, PlanRevision, Revised, refuse, revise
 from milepost.graph.status import MilestoneStatus, PlanStatus
+from milepost.graph.words import count
 from milepost.service import _rows as rows
 from milepost.service._rows import DEPS, ITEMS, MILESTONES, REFS, RUNS
 from milepost.service._tx import Context, ItemEvent, Tx, change_result, write
@@ -185,7 +186,7 @@ def _write(tx: Tx, out: Revised, plan: Plan, answer: PlanRevision) -> None:
     for m in out.removed:
         kept = keep_evidence(tx, m, gone[m.name])
         conn.execute(delete(MILESTONES).where(MILESTONES.c.id == gone[m.name]))
-        why = f"plan revision; {kept} runs kept as work refs" if kept else "plan revision"
+        why = f"plan revision; {count(kept, 'run')} kept as work refs" if kept else "plan revision"
         tx.emit(ItemEvent.REMOVE, m.name, before=m.status.value, reason=why)
     _write_item(tx, answer)
 
