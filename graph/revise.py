@@ -100,19 +100,30 @@ class PlanRevision(BaseModel):
     )
 
     def summary(self) -> str:
-        """One line naming what changed (the history event's reason)."""
+        """One line naming what changed (the history event's reason; the
+        first names of a long list, then how many more)."""
         parts = []
         if self.added:
-            parts.append(f"added {', '.join(self.added)}")
+            parts.append(f"added {_names(self.added)}")
         if self.removed:
-            parts.append(f"removed {', '.join(self.removed)}")
-        for e in self.changed:
-            parts.append(f"changed {e.name} ({', '.join(f.field for f in e.fields)})")
+            parts.append(f"removed {_names(self.removed)}")
+        changed = [f"{e.name} ({', '.join(f.field for f in e.fields)})" for e in self.changed]
+        if changed:
+            parts.append(f"changed {_names(changed)}")
         if self.item_fields:
             parts.append(f"item {', '.join(f.field for f in self.item_fields)}")
         if self.stale:
-            parts.append(f"to re-prove: {', '.join(self.stale)}")
+            parts.append(f"to re-prove: {_names(list(self.stale))}")
         return "; ".join(parts) or "no change"
+
+
+# Names a summary shows of each list.
+SHOWN = 20
+
+
+def _names(names: Sequence[str]) -> str:
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    return ", ".join(names[:SHOWN]) + more
 
 
 @dataclass

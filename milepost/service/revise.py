@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 
 from milepost._schema import DO_RUNS, utcnow
+from milepost.errors import StaleRevisionError
 from milepost.graph.models import DoerSettings, ItemDefaults, Milestone
 from milepost.graph.plan import Plan, plan_from_item
 from milepost.graph.revise import FieldChange, PlanRevision, Revised, refuse, revise
@@ -78,6 +79,21 @@ def edit_milestone(
     (``changes``, as a plan file spells them; None drops a field), applied as
     a revision (:func:`revise_item`) at the revision it was read at."""
     item_id = resolve(ctx, item)
+    for _ in range(EDIT_TRIES - 1 if expect_revision is None else 0):
+        try:
+            return _edit_once(ctx, item_id, name, changes, expect_revision, dry_run)
+        except StaleRevisionError:
+            continue  # another write came between the read and this edit: read again
+    return _edit_once(ctx, item_id, name, changes, expect_revision, dry_run)
+
+
+# Reads of the item an edit makes when other writes keep coming between its read and its write.
+EDIT_TRIES = 5
+
+
+def _edit_once(
+    ctx: Context, item_id: int, name: str, changes: dict[str, Any], expect_revision: int | None, dry_run: bool
+) -> PlanRevision:
     it, g = read(ctx, item_id)
     g.get(name)  # an unknown milestone is refused, naming the closest
     data = plan_from_item(it)
