@@ -163,7 +163,7 @@ class Plan(_Strict):
 
     objective: Annotated[Text, Field(min_length=1, description="what the work item should achieve")]
     plan_status: PlanStatus = Field(
-        PlanStatus.DRAFT, description="draft (structure editable), ready (structure frozen) or needs_input"
+        PlanStatus.DRAFT, description="draft, ready (stable enough to execute; the plan still changes) or needs_input"
     )
     defaults: PlanDefaults = Field(default_factory=PlanDefaults, description="defaults for every milestone")
     doer: PlanDoer | None = Field(None, description="how milestones with a do: command are worked (docs/doers.md)")

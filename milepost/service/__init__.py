@@ -346,7 +346,7 @@ class Service:
         item: int | None = None,
         expect_revision: int | None = None,
     ) -> ActionResult:
-        """Add a milestone to a draft plan; unset fields take the item's defaults
+        """Add a milestone (at any plan status); unset fields take the item's defaults
         (see :func:`milepost.service.milestones.add_milestone`); ``do``: its doer (docs/doers.md)."""
         return milestones.add_milestone(
             self.ctx,
