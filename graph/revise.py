@@ -251,7 +251,7 @@ def _reprove(
 def refuse(problems: Sequence[str], item: int) -> TransitionError:
     """Every problem of a revision in one refusal (exit 2)."""
     return TransitionError(
-        f"work item {item}: the plan revision changes nothing while: " + "; ".join(problems),
+        f"work item {item}: revision refused, nothing changed: " + "; ".join(problems),
         item=item,
         problems=list(problems),
     )
