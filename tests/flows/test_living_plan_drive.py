@@ -9,12 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLI, wait_until
+from tests.conftest import InProcessCLI, wait_until
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
 
-def test_a_revision_during_a_drive_is_seen_at_its_next_pick(prefect_api: str, cli: CLI, workspace: Path) -> None:
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_a_revision_during_a_drive_is_seen_at_its_next_pick(
+    prefect_api: str, store: str, request: pytest.FixtureRequest, workspace: Path
+) -> None:
+    env = {}
+    if store == "postgresql":
+        env["MILEPOST_DB"] = request.getfixturevalue("postgres").create_db("mp_living_drive")
+    cli = InProcessCLI(workspace, env)
+    cli("init", check=True)
     marker, release = workspace / "started", workspace / "release"
     hold = f"touch {marker}; while [ ! -e {release} ]; do sleep 0.1; done; echo slow >> ran.txt"
     (workspace / "plan.yaml").write_text(
@@ -52,3 +60,4 @@ def test_a_revision_during_a_drive_is_seen_at_its_next_pick(prefect_api: str, cl
     assert ran == ["a", "slow", "a2", "n"], ran  # c never started; a proven again once, n run in this drive
     shown = {m["name"]: m["status"] for m in cli.json("list")["milestones"]}
     assert shown == {"a": "done", "slow": "done", "n": "done"}
+    assert (workspace / ".milepost" / "milepost.db").exists() is (store == "sqlite")  # the store it says
