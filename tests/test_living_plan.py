@@ -121,6 +121,44 @@ def test_export_then_apply_changes_nothing(proven: Service) -> None:
     assert proven.get_item(1) == before and proven.events(1) == events
 
 
+EVERY_FIELD = """
+objective: round trip
+plan_status: needs_input
+defaults: {retries: 4, timeout: 30, fix: "echo fix", retry_delay: 1, inputs: ["src/**"]}
+doer: {isolate: none, setup: "echo setup", protect: ["tests/**"], env: [HOME], budget_usd: 3}
+milestones:
+  - {name: a, gate: "true", hypothesis: true, acceptance: "x"}
+  - name: b
+    deps: [a]
+    gate:
+      - {name: one, run: "true", cwd: ".", env: {A: "1"}, timeout: 5}
+      - {name: two, run: "echo {file}", each: [src/x.py]}
+    retries: 1
+    review: true
+    cache: false
+    flaky: true
+    inputs: ["!src/y.py", "src/**"]
+    do: "echo do"
+    do_timeout: 10
+    do_budget_usd: 1.5
+  - {name: c, deps: [a, b]}
+"""
+
+
+def test_a_plan_with_every_field_round_trips(any_service: Service) -> None:
+    any_service.apply_plan(parse_plan(EVERY_FIELD))
+    before, events = any_service.get_item(1), any_service.events(1)
+    for fmt in ("yaml", "json"):
+        r = any_service.revise_item(parse_plan(dump_plan(any_service.export_plan(1), fmt), f"p.{fmt}"), item=1)
+        assert not r.changed_anything, r
+    assert any_service.get_item(1) == before and any_service.events(1) == events
+    changed = EVERY_FIELD.replace("retries: 4", "retries: 5").replace("budget_usd: 3}", "budget_usd: 4}")
+    r = any_service.revise_item(parse_plan(changed), item=1)
+    assert [f.field for f in r.item_fields] == ["defaults", "doer"]
+    assert [(e.name, [f.field for f in e.fields]) for e in r.changed] == [("a", ["retries"]), ("c", ["retries"])]
+    assert any_service.get_item(1).doer.budget_usd == 4 and r.stale == {}
+
+
 def test_a_running_attempt_is_neither_changed_nor_removed(any_service: Service) -> None:
     any_service.apply_plan(parse_plan(PLAN))
     any_service.start("a")
