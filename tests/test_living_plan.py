@@ -225,7 +225,10 @@ def test_cli_bad_revision_reports_every_problem_and_changes_nothing(applied: CLI
     before = applied.json("item", "show")
     r = applied("plan", "apply", "bad.yaml", "--item", "1")
     assert r.code == 2
-    assert "bad.yaml:3: milestone 'b' depends on unknown milestone 'a'" in r.err  # a removed one depended on
+    assert (
+        "bad.yaml:3: milestone 'b' depends on 'a', a milestone of work item 1 that this plan removes"
+        " (keep it, or drop the dep)" in r.err
+    )
     assert "milestone deps form a cycle: c -> d -> c" in r.err
     assert applied.json("item", "show") == before
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from milepost.errors import InvalidValueError
+from milepost.errors import InputError, InvalidValueError, MilepostError
 from milepost.graph.words import count, plural
 
 if TYPE_CHECKING:
@@ -76,7 +76,12 @@ def plan_apply(c: Ctx, file: Path, item: int | None, expect_revision: int | None
         flag = "--expect-revision" if expect_revision is not None else "--dry-run"
         raise InvalidValueError(f"{flag} refines an existing item: pass --item N with it (or leave {flag} out)")
     with gc_paused():  # a large plan is millions of objects, none of them garbage
-        p = load_plan(file)  # validated before the store is touched
+        try:
+            p = load_plan(file)  # validated before the store is touched
+        except InputError as e:
+            if item is None:
+                raise
+            raise _named_removed(c, item, e) from None
         if item is not None:
             r = c.service.revise_item(p, item=item, expect_revision=expect_revision, dry_run=dry_run)
             c.emit(r.model_dump(mode="json"), lambda con: show_revision(con, r))
@@ -89,6 +94,33 @@ def plan_apply(c: Ctx, file: Path, item: int | None, expect_revision: int | None
             f" plan {it.plan_status.value} (current)"
         ),
     )
+
+
+def _named_removed(c: Ctx, item: int, e: InputError) -> InputError:
+    """A refined plan's unknown deps that are milestones of the item (the
+    plan removes them) said so; the error as it was otherwise."""
+    import re
+
+    try:
+        names = {m.name for m in c.service.graph(item)[1]}
+    except MilepostError:
+        return e  # (no such item, or not this agent's: the plan's own error first)
+
+    def said(text: str) -> str:
+        def one(m: re.Match[str]) -> str:
+            dep = m.group(1)
+            if dep not in names:
+                return m.group(0)
+            return (
+                f"depends on {dep!r}, a milestone of work item {item} that this plan removes (keep it, or drop the dep)"
+            )
+
+        return re.sub(r"depends on unknown milestone '([^']+)'", one, text)
+
+    details = dict(e.details)
+    if isinstance(details.get("problems"), list):
+        details["problems"] = [{**p, "message": said(str(p.get("message", "")))} for p in details["problems"]]
+    return type(e)(said(e.message), **details)
 
 
 @plan.command("scaffold")
