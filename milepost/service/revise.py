@@ -31,9 +31,6 @@ from milepost.service.items import insert_milestones, read, resolve
 
 __all__ = ["edit_milestone", "revise_item"]
 
-# What ``edit NAME`` may change, as the plan file spells it.
-EDITABLE = ("gate", "deps", "inputs", "retries", "do", "acceptance", "timeout")
-
 
 def revise_item(
     ctx: Context, plan: Plan, *, item: int | None = None, expect_revision: int | None = None, dry_run: bool = False
@@ -53,10 +50,10 @@ def revise_item(
         out = revise(loaded.graph, new, leases)
         if out.problems:
             raise refuse(out.problems, tx.id)
-        answer = _answer(tx, out, _item_fields(tx, plan), dry_run)
+        answer = _answer(tx, out, _item_fields(tx, plan), dry_run, loaded.pks)
         if dry_run or not answer.changed_anything:
             return answer
-        _write(tx, out, plan, answer)
+        _write(tx, out, answer, dict(loaded.pks))
         answer.revision = tx.next_revision
         tx.emit(ItemEvent.REVISE, reason=answer.summary())
         # The graph changed shape: the one kept between transactions is read again.
@@ -136,13 +133,13 @@ def _item_fields(tx: Tx, plan: Plan) -> list[FieldChange]:
     return [FieldChange(field=k, before=before[k], after=after[k]) for k in before if before[k] != after[k]]
 
 
-def _answer(tx: Tx, out: Revised, item_fields: list[FieldChange], dry_run: bool) -> PlanRevision:
+def _answer(tx: Tx, out: Revised, item_fields: list[FieldChange], dry_run: bool, pks: dict[str, int]) -> PlanRevision:
     stale = {
         c.after.name: f"{c.before.status.value} -> {c.after.status.value}: {c.reason}"
         for c in out.moves
         if c.before.status is not c.after.status or c.after.attempts != c.before.attempts
     }
-    kept = _run_counts(tx, [m.name for m in out.removed]) if out.removed else {}
+    kept = _run_counts(tx, {m.name: pks[m.name] for m in out.removed}) if out.removed else {}
     answer = PlanRevision(
         item=tx.id,
         revision=tx.revision,
@@ -158,28 +155,23 @@ def _answer(tx: Tx, out: Revised, item_fields: list[FieldChange], dry_run: bool)
     return answer
 
 
-def _run_counts(tx: Tx, names: list[str]) -> dict[str, int]:
-    pks = _pks(tx, names)
-    counts = dict.fromkeys(names, 0)
+def _run_counts(tx: Tx, pks: dict[str, int]) -> dict[str, int]:
+    """How many gate and do runs each milestone (by its row's key) has."""
+    counts = dict.fromkeys(pks, 0)
     by_pk = {pk: n for n, pk in pks.items()}
+    keys = list(by_pk)
     for table in (RUNS, DO_RUNS):
-        for (mid,) in tx.conn.execute(select(table.c.milestone_id).where(table.c.milestone_id.in_(list(by_pk)))):
-            counts[by_pk[mid]] += 1
+        for i in range(0, len(keys), 1000):  # (a statement's bound values are limited: SQLite's to 32,766)
+            query = select(table.c.milestone_id, func.count()).where(table.c.milestone_id.in_(keys[i : i + 1000]))
+            for mid, n in tx.conn.execute(query.group_by(table.c.milestone_id)):
+                counts[by_pk[mid]] += int(n)
     return counts
 
 
-def _pks(tx: Tx, names: list[str]) -> dict[str, int]:
-    query = select(MILESTONES.c.name, MILESTONES.c.id).where(
-        MILESTONES.c.item_id == tx.id, MILESTONES.c.name.in_(names)
-    )
-    return {n: pk for n, pk in tx.conn.execute(query)}
-
-
-def _write(tx: Tx, out: Revised, plan: Plan, answer: PlanRevision) -> None:
-    """Write a worked-out revision (see the module's docstring)."""
+def _write(tx: Tx, out: Revised, answer: PlanRevision, pks: dict[str, int]) -> None:
+    """Write a worked-out revision (see the module's docstring); ``pks``: the rows' keys by name."""
     now = utcnow()
     conn = tx.conn
-    pks = _pks(tx, [m.name for m in out.graph])
     pks = insert_milestones(conn, tx.id, out.added, now, pks)
     for m in out.added:
         tx.emit(ItemEvent.ADD, m.name, after=m.status.value, reason="plan revision")
@@ -198,10 +190,9 @@ def _write(tx: Tx, out: Revised, plan: Plan, answer: PlanRevision) -> None:
         rows.SAVE_STATE.run(conn, pk=pks[c.after.name], now=now, **rows.milestone_state(c.after))
         r = change_result(c)
         tx.emit(c.action, r.milestone, r.from_status.value, r.to_status.value, c.reason)
-    gone = _pks(tx, [m.name for m in out.removed]) if out.removed else {}
     for m in out.removed:
-        kept = keep_evidence(tx, m, gone[m.name])
-        conn.execute(delete(MILESTONES).where(MILESTONES.c.id == gone[m.name]))
+        kept = keep_evidence(tx, m, pks[m.name])
+        conn.execute(delete(MILESTONES).where(MILESTONES.c.id == pks[m.name]))
         why = f"plan revision; {count(kept, 'run')} kept as work refs" if kept else "plan revision"
         tx.emit(ItemEvent.REMOVE, m.name, before=m.status.value, reason=why)
     _write_item(tx, answer)
