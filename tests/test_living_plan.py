@@ -297,3 +297,8 @@ def test_a_scaffold_again_after_a_new_module_runs_only_its_gate(cli: CLI, worksp
     data = cli.json("plan", "scaffold", "pk", "--item", "1", "--apply")
     assert data["revision"]["removed"] == ["pk.c"] and data["revision"]["kept_evidence"] == {"pk.c": 1}
     assert any(r["reason"].startswith("pk.c attempt 1") for r in cli.json("ref", "list")["work_refs"])
+
+
+def test_a_scaffold_of_part_of_a_package_is_not_merged_with_an_item(cli: CLI, workspace: Path) -> None:
+    r = cli("plan", "scaffold", "pk", "--item", "1", "--affected-by", "HEAD")
+    assert r.code == 2 and "--affected-by writes the milestones a change touched, not the whole plan" in r.err

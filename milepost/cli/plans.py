@@ -237,6 +237,11 @@ def plan_scaffold(
     from milepost.scaffold import scaffold
     from milepost.workspace import find_home
 
+    if item is not None and affected_by is not None:
+        raise InvalidValueError(
+            "--affected-by writes the milestones a change touched, not the whole plan: with --item N the"
+            " scaffold's whole plan is merged with the item's; leave --affected-by out"
+        )
     home = find_home(Path.cwd())
     base = home.parent if home is not None else Path.cwd()
     if not tests_dirs and (base / "tests").is_dir():
