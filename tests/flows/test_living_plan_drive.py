@@ -61,3 +61,27 @@ def test_a_revision_during_a_drive_is_seen_at_its_next_pick(
     shown = {m["name"]: m["status"] for m in cli.json("list")["milestones"]}
     assert shown == {"a": "done", "slow": "done", "n": "done"}
     assert (workspace / ".milepost" / "milepost.db").exists() is (store == "sqlite")  # the store it says
+
+
+def test_a_scaffold_again_after_a_new_module_drives_only_its_gate(prefect_api: str, workspace: Path) -> None:
+    import json
+
+    from tests.test_scaffold import make_package
+
+    cli = InProcessCLI(workspace)
+    cli("init", check=True)
+    make_package(workspace, "pk", {"": "", "a": "X = 1\n", "b": "from pk import a\n"})
+    cli("plan", "scaffold", "pk", "--apply", check=True)
+
+    def drive() -> dict:  # type: ignore[type-arg]
+        r = cli("--json", "drive")
+        assert r.code == 0, r.err + r.out
+        return json.loads(r.out.strip().splitlines()[-1])
+
+    assert drive()["gate_runs"] == 3
+    make_package(workspace, "pk", {"c": "from pk import a\n"})  # a new module
+    cli("plan", "scaffold", "pk", "--item", "1", "--apply", check=True)
+    second = drive()
+    assert (second["gate_runs"], second["cached"]) == (1, 0), second
+    ran = {m["name"]: m["attempts"] for m in second["milestones"]}
+    assert ran == {"pk": 1, "pk.a": 1, "pk.b": 1, "pk.c": 1}
