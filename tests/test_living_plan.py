@@ -211,6 +211,10 @@ def test_cli_dry_run_then_apply(applied: CLI, workspace: Path) -> None:
     assert r.code == 2 and "is at revision 6, not 5" in r.err
     history = applied("history").out
     assert "r6 default: revise (added d; removed c; changed b (gate); item plan_status; to re-prove: b)" in history
+    revised = [e for e in applied.json("history")["events"] if e["action"] == "revise"]
+    assert [(e["revision"], e["milestone"], e["reason"]) for e in revised] == [
+        (6, None, "added d; removed c; changed b (gate); item plan_status; to re-prove: b")
+    ]
     exported = applied("plan", "export", "--item", "1", "-o", "e.yaml")
     assert exported.code == 0
     r = applied("plan", "apply", "e.yaml", "--item", "1")
