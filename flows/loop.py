@@ -466,7 +466,10 @@ class Loop:
             self._hold_until(m.name, m.retry_at)
 
     def _release_hold(self, name: str) -> None:
-        m = self.session.graph.get(name)
+        g = self.session.graph
+        if name not in g:  # removed by a plan revision meanwhile
+            return
+        m = g.get(name)
         if m.retry_at is not None and m.retry_at > datetime.now(UTC):
             self._hold_until(name, m.retry_at)
         else:

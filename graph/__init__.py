@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from milepost.graph.dag import Change, NextPick, WorkGraph, display_status
-    from milepost.graph.item import ReadinessView, check_open, check_structure_editable, readiness_view
+    from milepost.graph.item import ReadinessView, check_open, readiness_view
     from milepost.graph.models import (
         DEFAULT_RETRIES,
         GateCommand,
@@ -72,7 +72,6 @@ __all__ = [
     "allowed_actions",
     "check_name",
     "check_open",
-    "check_structure_editable",
     "display_status",
     "plan_from_item",
     "readiness_view",
@@ -89,7 +88,6 @@ _LAZY = {
     "validate_milestones": "milepost.graph.validate",
     "ReadinessView": "milepost.graph.item",
     "check_open": "milepost.graph.item",
-    "check_structure_editable": "milepost.graph.item",
     "readiness_view": "milepost.graph.item",
     "DEFAULT_RETRIES": "milepost.graph.models",
     "GateCommand": "milepost.graph.models",

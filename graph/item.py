@@ -1,4 +1,4 @@
-"""Work-item rules that need no I/O: structure freeze, waits and the derived
+"""Work-item rules that need no I/O: an open item, waits and the derived
 readiness of an item.
 
 Readiness is derived, never stored, in this precedence (first match wins):
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from milepost.graph.dag import WorkGraph
-from milepost.graph.errors import FrozenPlanError, InvalidValueError, TransitionError
+from milepost.graph.errors import InvalidValueError, TransitionError
 from milepost.graph.models import Wait, WorkItem, check_text
 from milepost.graph.status import (
     ItemState,
@@ -42,7 +42,6 @@ __all__ = [
     "TodoState",
     "WaitKind",
     "check_open",
-    "check_structure_editable",
     "make_wait",
     "readiness_view",
 ]
@@ -72,18 +71,6 @@ def check_open(item_id: int, state: ItemState) -> None:
     if state is not ItemState.OPEN:
         raise TransitionError(
             f"work item {item_id} is {state.value}: it cannot change any more", item=item_id, state=state.value
-        )
-
-
-def check_structure_editable(item_id: int, state: ItemState, plan_status: PlanStatus, what: str) -> None:
-    """Milestones are added or removed only while the plan is a draft."""
-    check_open(item_id, state)
-    if plan_status is not PlanStatus.DRAFT:
-        raise FrozenPlanError(
-            f"cannot {what}: work item {item_id} plan_status is {plan_status.value}, structure is frozen;"
-            f" allowed only in draft (milepost item update {item_id} --plan-status draft)",
-            item=item_id,
-            plan_status=plan_status.value,
         )
 
 

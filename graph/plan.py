@@ -35,7 +35,7 @@ from milepost.graph.models import (
 from milepost.graph.status import Isolation, MilestoneStatus, PlanStatus
 from milepost.graph.validate import validate_milestones
 
-__all__ = ["Plan", "PlanCommand", "PlanDefaults", "PlanDoer", "PlanMilestone", "plan_from_item"]
+__all__ = ["Plan", "PlanCommand", "PlanDefaults", "PlanDoer", "PlanMilestone", "gate_entry", "plan_from_item"]
 
 
 class _Strict(BaseModel):
@@ -175,7 +175,7 @@ class Plan(_Strict):
 
     objective: Annotated[Text, Field(min_length=1, description="what the work item should achieve")]
     plan_status: PlanStatus = Field(
-        PlanStatus.DRAFT, description="draft (structure editable), ready (structure frozen) or needs_input"
+        PlanStatus.DRAFT, description="draft, ready (stable enough to execute; the plan still changes) or needs_input"
     )
     defaults: PlanDefaults = Field(default_factory=PlanDefaults, description="defaults for every milestone")
     doer: PlanDoer | None = Field(None, description="how milestones with a do: command are worked (docs/doers.md)")
@@ -286,20 +286,20 @@ def _milestone_entry(m: Milestone, d: ItemDefaults) -> dict[str, Any]:
         entry["deps"] = list(m.deps)
     if m.acceptance:
         entry["acceptance"] = m.acceptance
-    gate = _gate_entry(m)
+    gate = gate_entry(m)
     if gate is not None:
         entry["gate"] = gate
     entry.update(_milestone_settings(m, d))
     return entry
 
 
-def _gate_entry(m: Milestone) -> str | list[dict[str, Any]] | None:
+def gate_entry(m: Milestone) -> str | list[dict[str, Any]] | None:
     """The milestone's gate as a plan file writes it: one command's text, a list of commands, or None."""
     g0 = m.gate[0] if len(m.gate) == 1 else None
     if g0 is not None and g0.name == "gate" and not (g0.cwd or g0.env or g0.timeout or g0.each):
         return m.gate[0].run
     if m.gate:
-        return [g.model_dump(exclude_defaults=True) | {"name": g.name} for g in m.gate]
+        return [{"name": g.name} | g.model_dump(exclude_defaults=True) for g in m.gate]
     return None
 
 

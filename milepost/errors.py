@@ -20,7 +20,7 @@ gate that fails) are values, never exceptions.
     ├── TransitionError                         exit 2
     │   ├── BlockedError                        (deps not done)
     │   ├── BudgetSpentError
-    │   └── FrozenPlanError                     (structure edit on a non-draft plan)
+    │   └── FrozenPlanError                     (no longer raised: plans change at any status)
     ├── NotOwnerError                           exit 2 (another agent's item)
     │   └── DoerRefusedError                    (a doer marking, approving, resetting a milestone)
     ├── StaleRevisionError                      exit 2

@@ -242,17 +242,19 @@ def test_bad_input_json_error_document(item: CLI) -> None:
     assert "blocked by a (pending)" in err["message"]
 
 
-def test_structure_frozen_after_draft(item: CLI, workspace: Path) -> None:
+def test_a_ready_plan_takes_structure_edits_as_revisions(item: CLI, workspace: Path) -> None:
     item("item", "update", "1", "--plan-status", "ready", check=True)
-    before = snapshot(workspace)
-    r = item("add", "x")
-    assert r.code == 2
-    assert "cannot add milestone 'x': work item 1 plan_status is ready, structure is frozen" in r.err
-    assert snapshot(workspace) == before
-    # statuses still move
+    r = item("--json", "add", "x", "--deps", "c")
+    assert r.code == 0 and r.data["revision"] == 6
+    history = item("history").out
+    assert "r6 default: add x -> pending" in history
+    item("remove", "x", check=True)
+    # statuses still move; back to draft is refused while one is in progress
     item("start", "a", check=True)
+    before = snapshot(workspace)
     r = item("item", "update", "1", "--plan-status", "draft")
     assert r.code == 2 and "a in progress" in r.err
+    assert snapshot(workspace) == before
 
 
 PLANS = {
@@ -341,6 +343,7 @@ def test_version_and_help(bare_cli: CLI) -> None:
         "deploy",
         "done",
         "drive",
+        "edit",
         "graph",
         "history",
         "init",

@@ -246,14 +246,14 @@ def test_waits_and_wakes_through_the_wait_tool(refactor: Path, tmp_path: Path) -
 
 def test_the_milestone_tool_offers_every_user_action_and_its_own_reads() -> None:
     """The tool's choices are the domain's user actions (one source: ``USER_ACTIONS``)
-    plus what only the tool does: read (next, list, runs), add, verify."""
+    plus what only the tool does: read (next, list, runs), change the plan (add, remove, edit), verify."""
     from typing import get_args
 
     from milepost.agent import MilestoneArgs
     from milepost.graph.status import USER_ACTIONS
 
     offered = set(get_args(MilestoneArgs.model_fields["action"].annotation))
-    assert offered == {a.value for a in USER_ACTIONS} | {"next", "list", "runs", "add", "verify"}
+    assert offered == {a.value for a in USER_ACTIONS} | {"next", "list", "runs", "add", "remove", "edit", "verify"}
 
 
 def test_another_agents_item_is_refused_in_the_tools_words(refactor: Path, tmp_path: Path) -> None:

@@ -34,6 +34,8 @@ SHOWN = {
     ("README.md", "The two commands"): "make demo and make test are what CI runs (tests/test_demo.py runs the demo)",
     ("README.md", "Driving a DAG as a Prefect flow"): "needs a Prefect server; tests/flows drive for real",
     ("docs/benchmarks.md", "Benchmarks"): "make bench takes minutes; the benchmarks are scripts of their own",
+    ("docs/plan-files.md", "How a plan changes"): "an editor in the middle; tests/test_living_plan.py takes each"
+    " step (export, apply --item with --dry-run and --expect-revision, edit, add)",
     ("docs/doers.md", "Try it: `examples/doers`"): "tests/flows/test_doers.py::test_the_example_as_a_user_runs_it"
     " takes these steps on a real Prefect server",
     ("docs/benchmarks.md", "`bench_exact.py`: exact proofs on jinja2, against its own suite (2026-12-03)"): "fetches"

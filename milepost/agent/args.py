@@ -22,12 +22,14 @@ class ToolArgs(BaseModel):
 
 
 class WorkItemArgs(ToolArgs):
-    """create (objective, or plan: YAML/JSON plan text), show, list, pick, update, complete, cancel."""
+    """create (objective, or plan: YAML/JSON plan text), revise (id's plan to plan, in place), show, list, pick,
+    update, complete, cancel."""
 
-    action: Literal["create", "show", "list", "pick", "update", "complete", "cancel"]
+    action: Literal["create", "revise", "show", "list", "pick", "update", "complete", "cancel"]
     id: Id | None = Field(None, description="default: the focused item")
     objective: str | None = None
-    plan: str | None = Field(None, description="plan file text (create)")
+    plan: str | None = Field(None, description="plan file text (create, revise)")
+    dry_run: bool = Field(False, description="revise: show the change, write nothing")
     filter: ItemFilter | None = Field(None, description="list (default open)")
     plan_status: PlanStatus | None = None
     todo: list[TodoItem] | None = Field(None, description="update: replaces the list")
@@ -38,14 +40,17 @@ class WorkItemArgs(ToolArgs):
 
 
 class MilestoneArgs(ToolArgs):
-    """next, list, runs (gate and do runs of name), add, start, done (runs the gate), verify (proves again
-    what was proven, stale first), needs_fix, reset, approve, reject, lock, unlock, confirm."""
+    """next, list, runs (gate and do runs of name), add, remove, edit (gate, deps, inputs, retries, timeout,
+    acceptance, do), start, done (runs the gate), verify (proves again what was proven, stale first),
+    needs_fix, reset, approve, reject, lock, unlock, confirm."""
 
     action: Literal[
         "next",
         "list",
         "runs",
         "add",
+        "remove",
+        "edit",
         "start",
         "done",
         "verify",
@@ -61,12 +66,12 @@ class MilestoneArgs(ToolArgs):
     item: Id | None = Field(None, description="default: the focused item")
     deps: list[str] | None = None
     acceptance: str | None = None
-    gate: str | None = Field(None, description="add: shell command, exit 0 passes")
-    inputs: list[str] | None = Field(None, description="add: files the gate proves (gitignore patterns)")
+    gate: str | None = Field(None, description="shell command, exit 0 passes")
+    inputs: list[str] | None = Field(None, description="files the gate proves (gitignore patterns)")
     retries: int | None = None
     timeout: float | None = None
     review: bool = False
-    do: str | None = Field(None, description="add: a command that does the work before the gate (docs/doers.md)")
+    do: str | None = Field(None, description="a command that does the work before the gate (docs/doers.md)")
     do_timeout: float | None = Field(None, description="add: seconds before the do command is killed")
     do_budget_usd: float | None = Field(None, description="add: dollars its doers may cost in all")
     do_usage: UsageForm | None = Field(None, description="add: its doer's usage report form")

@@ -17,6 +17,11 @@ HOW = """How to work (milepost: the work state lives in a store, not in this con
 - Never mark work done yourself: only a passing gate does. in_review waits for an
   operator's `approve`/`reject`. stale: done, but files it was proven on changed
   since; `verify` re-runs those gates.
+- The plan is wrong or incomplete? Refine this item, never a new one for the
+  same goal: `add`, `remove`, `edit NAME --gate CMD`, or `plan export -o p.yaml`,
+  edit it, `plan apply p.yaml --item N --dry-run`, then `plan apply p.yaml --item N`.
+  Unchanged milestones keep their proofs; a changed gate, inputs or deps is
+  proven again.
 - When every milestone is done: complete the item with a report of what changed
   and the evidence (gate runs are kept; add refs for PRs)."""
 

@@ -98,6 +98,12 @@ def work_item(svc: Service, a: WorkItemArgs) -> dict[str, Any]:
             return _item(svc.apply_plan(parse_plan(a.plan, "<plan>")), svc)
         it = svc.create_item(_need(a.objective, "objective (or plan)", "create"))
         return _item(it, svc)
+    if a.action == "revise":
+        from milepost.planfile import parse_plan
+
+        plan = parse_plan(_need(a.plan, "plan", "revise"), "<plan>")
+        revised = svc.revise_item(plan, item=a.id, expect_revision=rev, dry_run=a.dry_run)
+        return {"revised": revised.model_dump(mode="json", exclude={"item_fields"}) | {"summary": revised.summary()}}
     if a.action == "show":
         return _item(svc.graph(a.id)[0], svc)  # readiness knows the stale milestones
     if a.action == "list":
@@ -158,24 +164,8 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
     name = _need(a.name, "name", a.action)
     if a.action == "runs":
         return runs(svc, name, a.item)
-    if a.action == "add":
-        added = svc.add_milestone(
-            name,
-            a.deps,
-            acceptance=a.acceptance or "",
-            gate=a.gate,
-            retries=a.retries,
-            timeout=a.timeout,
-            review=a.review,
-            inputs=a.inputs,
-            do=a.do,
-            do_timeout=a.do_timeout,
-            do_budget_usd=a.do_budget_usd,
-            do_usage=a.do_usage,
-            item=a.item,
-            expect_revision=rev,
-        )
-        return _change(added)
+    if a.action in ("add", "remove", "edit"):
+        return _plan_change(svc, name, a)
     if a.action == "done":
         d = svc.done(name, verdict=a.verdict, item=a.item, expect_revision=rev)
         out: dict[str, Any] = {"item": d.item, "revision": d.revision, "passed": d.passed}
@@ -197,6 +187,44 @@ def milestone(svc: Service, a: MilestoneArgs) -> dict[str, Any]:
     if a.action in ("approve", "reject"):
         return _change(svc.review(name, a.action == "approve", reason=a.reason, item=a.item, expect_revision=rev))
     return _change(svc.act(name, Action(a.action), reason=a.reason, item=a.item, expect_revision=rev))
+
+
+def _plan_change(svc: Service, name: str, a: MilestoneArgs) -> dict[str, Any]:
+    """``add``, ``remove``, ``edit``: the item's plan changed by one milestone (at any plan status)."""
+    rev = a.expect_revision
+    if a.action == "add":
+        added = svc.add_milestone(
+            name,
+            a.deps,
+            acceptance=a.acceptance or "",
+            gate=a.gate,
+            retries=a.retries,
+            timeout=a.timeout,
+            review=a.review,
+            inputs=a.inputs,
+            do=a.do,
+            do_timeout=a.do_timeout,
+            do_budget_usd=a.do_budget_usd,
+            do_usage=a.do_usage,
+            item=a.item,
+            expect_revision=rev,
+        )
+        return _change(added)
+    if a.action == "remove":
+        return _change(svc.remove_milestone(name, item=a.item, expect_revision=rev))
+    return _edit(svc, name, a)
+
+
+def _edit(svc: Service, name: str, a: MilestoneArgs) -> dict[str, Any]:
+    """``edit``: the fields given replace the milestone's (as ``milepost edit``), a plan revision."""
+    fields = ("gate", "deps", "inputs", "retries", "timeout", "acceptance", "do")
+    changes = {f: getattr(a, f) for f in fields if getattr(a, f) is not None}
+    if not changes:
+        raise InvalidValueError(f"edit needs a field to change: {', '.join(fields)}")
+    if changes.get("do") == "":
+        changes["do"] = None  # '' drops the doer
+    r = svc.edit_milestone(name, changes, item=a.item, expect_revision=a.expect_revision)
+    return {"revised": r.model_dump(mode="json", exclude={"item_fields"}) | {"summary": r.summary()}}
 
 
 def runs(svc: Service, name: str, item: int | None) -> dict[str, Any]:
@@ -311,7 +339,7 @@ TOOLS: dict[str, ToolSpec] = {
             WorkItemArgs,
             work_item,
             True,
-            _out(**_ITEM, items="array", completed="integer", already="boolean", warnings="array"),
+            _out(**_ITEM, items="array", completed="integer", already="boolean", warnings="array", revised="object"),
         ),
         ToolSpec(
             "milestone",
@@ -335,6 +363,7 @@ TOOLS: dict[str, ToolSpec] = {
                 verified="array",
                 runs="array",
                 do_runs="array",
+                revised="object",
             ),
         ),
         ToolSpec("wait", WaitArgs, wait, True, _out(**_ITEM, woken="array")),

@@ -75,7 +75,11 @@ def item() -> None:
 @item.command("create")
 @click.argument("objective")
 @click.option(
-    "--plan-status", type=PLAN_STATUS, default="draft", show_default=True, help="ready freezes the DAG's structure."
+    "--plan-status",
+    type=PLAN_STATUS,
+    default="draft",
+    show_default=True,
+    help="ready: stable enough to execute (the plan still changes: plan apply --item, edit, add, remove).",
 )
 @click.option("--retries", type=RETRIES, default=None, help="Default retry budget of its milestones.")
 @click.option("--timeout", type=SECONDS, default=None, help="Default gate timeout (s).")
@@ -221,7 +225,12 @@ def _time(value: str | None, flag: str) -> Any:
 @item.command("update")
 @click.argument("item_id", type=ID, required=False)
 @click.option("--objective", default=None, help="The item's new objective.")
-@click.option("--plan-status", type=PLAN_STATUS, default=None, help="ready freezes the DAG's structure.")
+@click.option(
+    "--plan-status",
+    type=PLAN_STATUS,
+    default=None,
+    help="ready: stable enough to execute (the plan still changes: plan apply --item, edit, add, remove).",
+)
 @click.option(
     "--todo",
     multiple=True,

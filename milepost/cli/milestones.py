@@ -110,7 +110,7 @@ def add(
     item: int | None,
     expect_revision: int | None,
 ) -> None:
-    """Add a milestone to the current work item (its plan must be a draft)."""
+    """Add a milestone to the current work item (at any plan status: a revision in its history)."""
     patterns = [p for value in inputs for p in split_list(value, "--inputs", "patterns")] if inputs else None
     r = c.service.add_milestone(
         name,
@@ -146,9 +146,73 @@ def add(
 @revision_option
 @pass_ctx
 def remove(c: Ctx, name: str, item: int | None, expect_revision: int | None) -> None:
-    """Remove a milestone nothing depends on (plan must be a draft)."""
+    """Remove a milestone nothing depends on and not in progress; its runs are kept as work refs."""
     r = c.service.remove_milestone(name, item=item, expect_revision=expect_revision)
     c.emit(r.model_dump(mode="json"), lambda con: con.print(f"removed {name!r} from work item {r.item}"))
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--gate", default=None, metavar="CMD", help="The new gate: one shell command (exit 0 = pass).")
+@click.option("--deps", default=None, metavar="A,B", help="The new deps, comma-separated ('' for none).")
+@click.option(
+    "--inputs",
+    "inputs",
+    multiple=True,
+    metavar="PATTERN",
+    help="The new inputs: gitignore-style patterns (repeat, or comma-separated); '' for none.",
+)
+@click.option("--retries", type=RETRIES, default=None, help="The new retry budget: at most 1 + N gate attempts.")
+@click.option("--timeout", type=SECONDS, default=None, help="The new gate timeout in seconds.")
+@click.option("--acceptance", default=None, help="The new acceptance text.")
+@click.option("--do", "do", default=None, metavar="CMD", help="The new do command ('' for none; docs/doers.md).")
+@click.option("--dry-run", is_flag=True, help="Print the change and write nothing.")
+@item_option
+@revision_option
+@pass_ctx
+def edit(
+    c: Ctx,
+    name: str,
+    gate: str | None,
+    deps: str | None,
+    inputs: tuple[str, ...],
+    retries: int | None,
+    timeout: float | None,
+    acceptance: str | None,
+    do: str | None,
+    dry_run: bool,
+    item: int | None,
+    expect_revision: int | None,
+) -> None:
+    """Change a milestone of the current work item, at any plan status: a
+    revision in its history. A changed gate, inputs or deps proves it again
+    (done goes back to pending); a milestone in progress is not changed."""
+    from milepost.present.terminal import show_revision
+
+    changes: dict[str, Any] = {}
+    if gate is not None:
+        changes["gate"] = gate
+    if deps is not None:
+        changes["deps"] = split_deps(deps)
+    if inputs:
+        changes["inputs"] = [p for value in inputs for p in split_list(value, "--inputs", "patterns")]
+    if retries is not None:
+        changes["retries"] = retries
+    if timeout is not None:
+        changes["timeout"] = timeout
+    if acceptance is not None:
+        changes["acceptance"] = acceptance
+    if do is not None:
+        changes["do"] = do or None
+    item = c.service.resolve_item(item)  # no item to edit: said first
+    if not changes:
+        from milepost.errors import InvalidValueError
+
+        raise InvalidValueError(
+            "nothing to change: give --gate, --deps, --inputs, --retries, --timeout, --acceptance or --do"
+        )
+    r = c.service.edit_milestone(name, changes, item=item, expect_revision=expect_revision, dry_run=dry_run)
+    c.emit(r.model_dump(mode="json"), lambda con: show_revision(con, r))
 
 
 def _action_command(action_name: str, help_text: str, needs_reason: bool) -> None:

@@ -5,17 +5,19 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from milepost.errors import InvalidValueError
+from milepost.errors import InputError, InvalidValueError, MilepostError
 from milepost.graph.words import count, plural
 
 if TYPE_CHECKING:
     from milepost.graph.dag import WorkGraph
     from milepost.graph.models import WorkItem
+    from milepost.graph.revise import PlanRevision
 
 from milepost.cli._base import (
     ID,
@@ -28,6 +30,7 @@ from milepost.cli._base import (
 )
 from milepost.present.terminal import (
     show_graph_text,
+    show_revision,
 )
 
 
@@ -38,16 +41,51 @@ def plan() -> None:
 
 @plan.command("apply")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--item",
+    "item",
+    type=ID,
+    default=None,
+    metavar="N",
+    help="Refine work item N in place (milestones matched by name) instead of creating a new item.",
+)
+@click.option(
+    "--expect-revision",
+    type=ID,
+    default=None,
+    metavar="N",
+    help="With --item: refuse (exit 2) unless the item is at revision N: safe read-modify-write.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="With --item: print the change (what is added, removed, changed and proven again) and write nothing.",
+)
 @pass_ctx
-def plan_apply(c: Ctx, file: Path) -> None:
-    """Validate FILE whole, then create its work item (focused).
+def plan_apply(c: Ctx, file: Path, item: int | None, expect_revision: int | None, dry_run: bool) -> None:
+    """Validate FILE whole, then create its work item (focused), or with
+    --item N refine item N in place as one revision.
 
-    Every problem is reported at once (the first 20), each with the line where
-    it starts and the milestone's name; nothing is written unless all is sound."""
+    Every problem is reported at once (the first 50), each with the line where
+    it starts and the milestone's name; nothing is written unless all is sound.
+    A refinement keeps unchanged milestones' status and proofs and proves again
+    those whose gate, inputs or deps changed (docs/plan-files.md)."""
     from milepost.planfile import gc_paused, load_plan
 
+    if item is None and (expect_revision is not None or dry_run):
+        flag = "--expect-revision" if expect_revision is not None else "--dry-run"
+        raise InvalidValueError(f"{flag} refines an existing item: pass --item N with it (or leave {flag} out)")
     with gc_paused():  # a large plan is millions of objects, none of them garbage
-        p = load_plan(file)  # validated before the store is touched
+        try:
+            p = load_plan(file)  # validated before the store is touched
+        except InputError as e:
+            if item is None:
+                raise
+            raise _named_removed(c, item, e) from None
+        if item is not None:
+            r = c.service.revise_item(p, item=item, expect_revision=expect_revision, dry_run=dry_run)
+            c.emit(r.model_dump(mode="json"), lambda con: show_revision(con, r))
+            return
         it = c.service.apply_plan(p)
     c.emit(
         it.model_dump(mode="json") if c.json else None,
@@ -56,6 +94,33 @@ def plan_apply(c: Ctx, file: Path) -> None:
             f" plan {it.plan_status.value} (current)"
         ),
     )
+
+
+def _named_removed(c: Ctx, item: int, e: InputError) -> InputError:
+    """A refined plan's unknown deps that are milestones of the item (the
+    plan removes them) said so; the error as it was otherwise."""
+    import re
+
+    try:
+        names = {m.name for m in c.service.graph(item)[1]}
+    except MilepostError:
+        return e  # (no such item, or not this agent's: the plan's own error first)
+
+    def said(text: str) -> str:
+        def one(m: re.Match[str]) -> str:
+            dep = m.group(1)
+            if dep not in names:
+                return m.group(0)
+            return (
+                f"depends on {dep!r}, a milestone of work item {item} that this plan removes (keep it, or drop the dep)"
+            )
+
+        return re.sub(r"depends on unknown milestone '([^']+)'", one, text)
+
+    details = dict(e.details)
+    if isinstance(details.get("problems"), list):
+        details["problems"] = [{**p, "message": said(str(p.get("message", "")))} for p in details["problems"]]
+    return type(e)(said(e.message), **details)
 
 
 @plan.command("scaffold")
@@ -135,6 +200,15 @@ def plan_apply(c: Ctx, file: Path) -> None:
     help="The interpreter that runs the tests for --map-tests coverage. [default: milepost's own]",
 )
 @click.option("--apply", "apply_", is_flag=True, help="Also create the work item from it (plan apply).")
+@click.option(
+    "--item",
+    "item",
+    type=ID,
+    default=None,
+    metavar="N",
+    help="Scaffold again for work item N: its plan merged with the item's (milestones you edited by hand keep your"
+    " edits; the rule is in docs/scaffold.md); with --apply, refine item N in place (plan apply --item N).",
+)
 @pass_ctx
 def plan_scaffold(
     c: Ctx,
@@ -154,6 +228,7 @@ def plan_scaffold(
     map_with: str,
     python: str | None,
     apply_: bool,
+    item: int | None,
 ) -> None:
     """Write a refactor plan for PACKAGE from its import graph: a milestone per
     module (or package) depending on what it imports, leaves first, with the
@@ -162,6 +237,11 @@ def plan_scaffold(
     from milepost.scaffold import scaffold
     from milepost.workspace import find_home
 
+    if item is not None and affected_by is not None:
+        raise InvalidValueError(
+            "--affected-by writes the milestones a change touched, not the whole plan: with --item N the"
+            " scaffold's whole plan is merged with the item's; leave --affected-by out"
+        )
     home = find_home(Path.cwd())
     base = home.parent if home is not None else Path.cwd()
     if not tests_dirs and (base / "tests").is_dir():
@@ -183,38 +263,79 @@ def plan_scaffold(
         map_with=map_with,  # type: ignore[arg-type]
         python=python,
     )
+    plan_data, text, merged = result.plan, result.text, None
+    if item is not None:
+        merged = _merged(c, item, result.plan, result.text)
+        plan_data, text = merged.plan, merged.text
     if output is not None:
-        write_file(output, result.text)
-    item = None
+        write_file(output, text)
+    made, revised = None, None
     if apply_:
         from milepost.graph.plan import Plan
 
-        item = c.service.apply_plan(Plan.model_validate(result.plan))  # validated as it was written
-    data = {
-        "milestones": len(result.plan["milestones"]),
+        if item is not None:
+            revised = c.service.revise_item(Plan.model_validate(plan_data), item=item)
+        else:
+            made = c.service.apply_plan(Plan.model_validate(result.plan))  # validated as it was written
+        c.service.keep_scaffold(item if item is not None else made.id, result.plan)  # type: ignore[union-attr]
+    notes = result.notes + (merged.notes if merged else [])
+    data: dict[str, Any] = {
+        "milestones": len(plan_data["milestones"]),
         "modules": result.modules,
         "source": result.source,
         "cycles": result.cycles,
         "left_out": result.left_out,
-        "notes": result.notes,
+        "notes": notes,
         "output": str(output) if output else None,
-        "item": item.id if item else None,
-        "plan": result.plan,
+        "item": made.id if made else item,
+        "plan": plan_data,
     }
+    if merged is not None:
+        data |= {"kept_edits": merged.kept_edits, "kept_milestones": merged.kept_milestones}
+    if revised is not None:
+        data["revision"] = revised.model_dump(mode="json")
     if c.json:
         click.echo(json.dumps(data))
         return
-    for line in result.cycle_lines:
+    for line in [*result.cycle_lines, *(f"note: {n}" for n in notes)]:
         click.echo(line, err=True)
-    for note in result.notes:
-        click.echo(f"note: {note}", err=True)
-    if output is None and item is None:
-        click.echo(result.text, nl=False)
-    else:
-        where = f"wrote {output}" if output else "scaffolded"
-        made = f"; created work item {item.id} (current)" if item else ""
-        made_of = f"{count(len(result.plan['milestones']), 'milestone')} from {count(result.modules, 'module')}"
-        click.echo(f"{where}: {made_of}{made}")
+    if output is None and not apply_:
+        click.echo(text, nl=False)
+        return
+    _said_scaffolded(c, output, len(plan_data["milestones"]), result.modules, made, revised)
+
+
+def _said_scaffolded(
+    c: Ctx, output: Path | None, milestones: int, modules: int, made: WorkItem | None, revised: PlanRevision | None
+) -> None:
+    where = f"wrote {output}" if output else "scaffolded"
+    done = f"; created work item {made.id} (current)" if made else ""
+    click.echo(f"{where}: {count(milestones, 'milestone')} from {count(modules, 'module')}{done}")
+    if revised is not None:
+        show_revision(c.console(), revised)
+
+
+@dataclass
+class _Rescaffold:
+    plan: dict[str, Any]
+    text: str
+    notes: list[str]
+    kept_edits: dict[str, list[str]]
+    kept_milestones: list[str]
+
+
+def _merged(c: Ctx, item: int, plan: dict[str, Any], text: str) -> _Rescaffold:
+    """A scaffold's plan merged with work item ``item``'s (milepost/scaffold/rescaffold.py), as data and text."""
+    from milepost.planfile import dump_plan
+    from milepost.scaffold.rescaffold import merge
+
+    plain = json.loads(json.dumps(plan))  # (the scaffold's lists are flow-style lists for its own YAML)
+    m = merge(c.service.scaffold_base(item), c.service.export_plan(item), plain)
+    head = [line for line in text.splitlines() if line.startswith("#")][:8]
+    edits = "; ".join(f"{n} ({', '.join(f)})" for n, f in m.kept_edits.items())
+    head.append(f"# merged with work item {item}'s plan: your edits kept: {edits or 'none'}")
+    head.append(f"# apply it with `milepost plan apply FILE --item {item}` (--dry-run first)")
+    return _Rescaffold(m.plan, "\n".join(head) + "\n" + dump_plan(m.plan), m.notes, m.kept_edits, m.kept_milestones)
 
 
 @plan.command("cycles")

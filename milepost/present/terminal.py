@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from milepost.graph.dag import WorkGraph
     from milepost.graph.models import GateCommand
+    from milepost.graph.revise import PlanRevision
     from milepost.results import DoneResult, DoRun, DryRun, GateRun, MilestoneView, VerifyResult
 
 
@@ -72,6 +73,40 @@ def show_changes(con: Console, changes: list[Any], name: str) -> None:
     for ch in changes:
         extra = f" ({esc(ch.reason)})" if ch.reason and ch.milestone != name else ""
         con.print(f"{ch.milestone}: {ch.from_status} -> {styled(ch.to_status)}{extra}")
+
+
+def _short(value: Any) -> str:
+    """A field's value on one line, cut at 60 characters."""
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def show_revision(con: Console, r: PlanRevision) -> None:
+    """A plan revision: what it adds, removes, changes (field by field) and proves again."""
+    if not r.changed_anything:
+        con.print(f"work item {r.item}: the plan equals the item; nothing changed (revision {r.revision})")
+        return
+    head = "would change" if r.dry_run else f"revised (revision {r.revision})"
+    con.print(f"work item {r.item} {head}:")
+    for name in r.added:
+        con.print(f"  + {name} (added)")
+    for name in r.removed:
+        kept = r.kept_evidence.get(name)
+        runs = f"; its {count(kept, 'run')} kept as work refs" if kept else ""
+        con.print(f"  - {name} (removed{runs})")
+    for e in r.changed:
+        again = "; proven again" if e.reprove else ""
+        con.print(f"  ~ {e.name}{again}:")
+        for f in e.fields:
+            con.print(f"      {f.field}: {esc(_short(f.before))} -> {esc(_short(f.after))}")
+    for f in r.item_fields:
+        con.print(f"  ~ item {f.field}: {esc(_short(f.before))} -> {esc(_short(f.after))}")
+    for name, why in r.stale.items():
+        con.print(f"  ! {name}: {esc(why)}")
+    if r.dry_run:
+        con.print("dry run: nothing written")
 
 
 def show_done(con: Console, r: DoneResult) -> None:

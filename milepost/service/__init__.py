@@ -62,6 +62,7 @@ from milepost.workspace import resolve_workspace
 
 if TYPE_CHECKING:
     from milepost.graph.plan import Plan
+    from milepost.graph.revise import PlanRevision
     from milepost.service.claims import interrupted_result
     from milepost.service.drive import DriveSession
     from milepost.service.proofs import Check
@@ -254,6 +255,12 @@ class Service:
     def plan_path(self, item_id: int) -> Path:
         return evidence.plan_path(self.ctx, item_id)
 
+    def scaffold_base(self, item_id: int) -> dict[str, Any] | None:
+        return evidence.scaffold_base(self.ctx, item_id)
+
+    def keep_scaffold(self, item_id: int, plan: dict[str, Any]) -> None:
+        evidence.keep_scaffold(self.ctx, item_id, plan)
+
     def plan_artifact(self, item_id: int, preview_bytes: int = 1024) -> PlanArtifact:
         return evidence.plan_artifact(self.ctx, item_id, preview_bytes)
 
@@ -288,6 +295,30 @@ class Service:
     def export_plan(self, item: int | None = None) -> dict[str, Any]:
         return milestones.export_plan(self.ctx, item)
 
+    def revise_item(
+        self, plan: Plan, *, item: int | None = None, expect_revision: int | None = None, dry_run: bool = False
+    ) -> PlanRevision:
+        """``plan apply FILE --item N``: refine an item in place (see :mod:`.revise`)."""
+        from milepost.service import revise
+
+        return revise.revise_item(self.ctx, plan, item=item, expect_revision=expect_revision, dry_run=dry_run)
+
+    def edit_milestone(
+        self,
+        name: str,
+        changes: dict[str, Any],
+        *,
+        item: int | None = None,
+        expect_revision: int | None = None,
+        dry_run: bool = False,
+    ) -> PlanRevision:
+        """``edit NAME``: one milestone's definition changed, as a plan revision."""
+        from milepost.service import revise
+
+        return revise.edit_milestone(
+            self.ctx, name, changes, item=item, expect_revision=expect_revision, dry_run=dry_run
+        )
+
     def plan_order(self, item: int | None = None, until: str | None = None) -> DryRun:
         return milestones.plan_order(self.ctx, item, until)
 
@@ -316,7 +347,7 @@ class Service:
         item: int | None = None,
         expect_revision: int | None = None,
     ) -> ActionResult:
-        """Add a milestone to a draft plan; unset fields take the item's defaults
+        """Add a milestone (at any plan status); unset fields take the item's defaults
         (see :func:`milepost.service.milestones.add_milestone`); ``do``: its doer (docs/doers.md)."""
         return milestones.add_milestone(
             self.ctx,

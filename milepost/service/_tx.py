@@ -71,6 +71,8 @@ class ItemEvent(StrEnum):
     REMOVE = "remove"
     GATE_RUN = "gate_run"  # a run kept as evidence only (the milestone had moved on)
     INTERRUPTED = "interrupted"  # a hand-run gate interrupted: the milestone stays in progress
+    REVISE = "revise"  # a plan revision (plan apply --item, edit): its reason names what changed
+    EDIT = "edit"  # a milestone's definition changed by a revision: its reason names the fields
 
 
 @dataclass(frozen=True)
@@ -249,6 +251,13 @@ class Tx:
             holds = self._cache.holds.get(self.id, ()) if self._cache is not None else ()
             self._loaded = load_graph(self.conn, self.id, holds)
         return self._loaded
+
+    def forget_graph(self) -> None:
+        """The graph changed shape (a plan revision): neither the graph at
+        hand nor the cached one stands for it any more; the next read loads it."""
+        self._loaded = None
+        if self._cache is not None:
+            self._cache.drop(self.id)
 
     def at_hand(self) -> Loaded | None:
         """The whole graph when this transaction has it (cached or read), to keep in step."""

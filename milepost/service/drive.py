@@ -313,7 +313,8 @@ def summarize(
     message naming, by view, what is not done and why."""
     check = check if check is not None else svc.check_proofs(it.id, g)  # marks the stale ones
     held = {**(held or {}), **check.waiting}
-    in_scope = scope if scope is not None else {m.name for m in g}
+    # (a milestone of the scope may have been removed by a plan revision during the drive)
+    in_scope = {n for n in scope if n in g} if scope is not None else {m.name for m in g}
     spent = svc.gate_time(it.id)
     durations, cached = durations or {}, cached or {}
     ms = []
@@ -355,7 +356,7 @@ def summarize(
         interrupted=interrupted,
         milestones=ms,
         until=until,
-        scope=sorted(scope, key=lambda n: g.get(n).id) if scope is not None else None,
+        scope=sorted(in_scope, key=lambda n: g.get(n).id) if scope is not None else None,
     )
 
 

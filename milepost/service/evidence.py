@@ -5,7 +5,9 @@ and agents add PRs, documents, ...)."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import insert, select
 
@@ -18,7 +20,7 @@ from milepost.service._find import head, resolve
 from milepost.service._rows import REFS
 from milepost.service._tx import Context, ItemEvent, Tx, write
 
-__all__ = ["add_ref", "plan_artifact", "plan_path", "refs", "write_plan_md"]
+__all__ = ["add_ref", "keep_scaffold", "plan_artifact", "plan_path", "refs", "scaffold_base", "write_plan_md"]
 
 
 # -- the plan artifact -----------------------------------------------------------
@@ -47,6 +49,29 @@ def write_plan_md(ctx: Context, item_id: int, objective: str, milestones: list[M
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():  # never overwrite what someone wrote
         path.write_text("\n".join(lines))
+
+
+def _scaffold_path(ctx: Context, item_id: int) -> Path:
+    return ctx.store.evidence_dir("work-items") / str(item_id) / "scaffold.json"
+
+
+def scaffold_base(ctx: Context, item_id: int) -> dict[str, Any] | None:
+    """The plan ``plan scaffold`` last wrote for the item (the base a new
+    scaffold is merged against: milepost/scaffold/rescaffold.py), or None."""
+    try:
+        data = json.loads(_scaffold_path(ctx, item_id).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def keep_scaffold(ctx: Context, item_id: int, plan: dict[str, Any]) -> None:
+    """Keep what a scaffold applied to the item wrote, for the next one."""
+    path = _scaffold_path(ctx, item_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(plan, indent=1))
+    tmp.replace(path)
 
 
 def plan_artifact(ctx: Context, item_id: int, preview_bytes: int = 1024) -> PlanArtifact:

@@ -18,7 +18,6 @@ from milepost._schema import utcnow
 from milepost.errors import InputError, InvalidValueError, NotFoundError, TransitionError
 from milepost.graph import steps
 from milepost.graph.dag import WorkGraph, display_status
-from milepost.graph.item import check_structure_editable
 from milepost.graph.models import DoerSettings, GateCommand, ItemDefaults, Milestone, WorkItem, check_text
 from milepost.graph.status import Action, MilestoneStatus
 from milepost.graph.steps import nothing_ready_reason
@@ -69,7 +68,7 @@ def add_milestone(
     item: int | None = None,
     expect_revision: int | None = None,
 ) -> ActionResult:
-    """Add a milestone to a draft plan. Reads only the rows it names (itself
+    """Add a milestone to an open item (at any plan status). Reads only the rows it names (itself
     and its deps) and the highest id, so adding one by one stays O(1) each.
     ``inputs`` None takes the item's default inputs (for a milestone with a gate)."""
     commands = [GateCommand(name="gate", run=gate)] if isinstance(gate, str) else list(gate or [])
@@ -79,7 +78,7 @@ def add_milestone(
         check_text(acceptance, f"the acceptance text of milestone {name!r}")
 
     def fn(tx: Tx) -> ActionResult:
-        check_structure_editable(tx.id, tx.state, tx.plan_status, f"add milestone {name!r}")
+        tx.check_open()  # at any plan status: a structure edit is a revision in the history
         d = ItemDefaults.model_validate(tx.row.defaults or {})
         wanted = {name, *(deps or [])}
         found = {
@@ -140,7 +139,7 @@ def remove_milestone(
     ctx: Context, name: str, *, item: int | None = None, expect_revision: int | None = None
 ) -> ActionResult:
     def fn(tx: Tx) -> ActionResult:
-        check_structure_editable(tx.id, tx.state, tx.plan_status, f"remove milestone {name!r}")
+        tx.check_open()
         pk, m = tx.find(name)
         dependents = (
             tx.conn.execute(
@@ -153,12 +152,17 @@ def remove_milestone(
             .all()
         )
         check_removable(m, dependents)
+        from milepost.service.revise import keep_evidence
+
+        kept = keep_evidence(tx, m, pk)  # its runs stay readable as work refs
         tx.conn.execute(delete(MILESTONES).where(MILESTONES.c.id == pk))
         held = tx.at_hand()
         if held is not None:
             held.graph.remove(name)
             del held.pks[name]
-        tx.emit(ItemEvent.REMOVE, name, before=m.status.value)
+        tx.emit(
+            ItemEvent.REMOVE, name, before=m.status.value, reason=f"{kept} runs kept as work refs" if kept else None
+        )
         return ActionResult(item=tx.id, revision=tx.next_revision, milestone=m)
 
     return write(ctx, resolve(ctx, item), fn, expect_revision)
