@@ -308,7 +308,7 @@ class Loop:
         """A doer ended: its gate runs in its worktree, or its attempt ends here."""
         assert self.doing is not None
         if result.outcome is Outcome.INTERRUPTED:
-            self.doing.forget(r.claim)
+            self.doing.interrupted(r.claim, result)  # (its do run says how long the doer ran)
             self._end_attempt(r.claim, result)
             return
         after, run = self.doing.after_do(r.claim, result)
@@ -527,14 +527,20 @@ class Loop:
         """When doers merge elsewhere than the workspace (it has uncommitted
         changes), the drive's gates run and its inputs are read there too: the
         merged work is what they prove, the workspace's files never change."""
-        where = self.doing.integration if self.doing is not None else None
+        into = self.doing.integration if self.doing is not None else None
         root = self.session.ctx.store.root
-        if where is None or where.resolve() == Path(root).resolve():
+        if into is None or into.path.resolve() == Path(root).resolve():
             return
-        self.session.work_in(where)
-        self.reporter.warning(
-            f"the workspace has uncommitted changes: doers merge, and gates run, in {where} (never in your files)"
-        )
+        self.session.work_in(into.path)
+        if into.aside:
+            said = (
+                f"{into.base} is checked out under a working tree with changes, or {into.branch} holds work it"
+                f" lacks: doers merge into {into.branch}, and gates run, in {into.path} (never in your files);"
+                " the drive ends with the one command that brings the work in"
+            )
+        else:
+            said = f"{into.base} is checked out nowhere: doers merge into it, and gates run, in {into.path}"
+        self.reporter.warning(said)
 
     def run(self) -> None:
         if not self._prepared:

@@ -214,6 +214,7 @@ DO_RUNS = Table(
     Column("cost_usd", Float),
     Column("tokens", Integer),
     Column("merge_commit", String(64)),
+    Column("files", JSON),  # the paths its change touched, a list (at most 1000: see do_evidence)
     Column("started_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=False),
     UniqueConstraint("milestone_id", "attempt", name="uq_do_runs_milestone_attempt"),

@@ -116,6 +116,7 @@ class DoRun(BaseModel):
     cost_usd: float | None = None
     tokens: int | None = None
     merge_commit: str | None = None
+    files: list[str] | None = None  # the paths its change touched (None: no change committed, or not known)
     started_at: datetime
     finished_at: datetime
 
