@@ -359,11 +359,21 @@ def _show_do_runs(con: Console, ds: list[Any]) -> None:
             "-" if d.exit_code is None else str(d.exit_code),
             f"{d.duration:.2f} s",
             "-" if d.cost_usd is None else f"${d.cost_usd:.2f}",
-            esc((d.diff_stat or "-").strip()),
+            esc(_change(d)),
             (d.merge_commit or "-")[:10],
             esc(d.reason),
         )
     con.print(t)
+
+
+def _change(d: Any) -> str:
+    """A do run's change: its diff stat, then the files it touched (the first three)."""
+    stat = (d.diff_stat or "-").strip()
+    files = list(d.files or [])
+    if not files:
+        return stat
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return f"{stat}: {shown}"
 
 
 @cli.command()
