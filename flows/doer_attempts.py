@@ -24,7 +24,14 @@ from milepost.gates import git, worktrees
 from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.doer_env import PromptFacts, doer_env, write_prompt
-from milepost.gates.integration import Integration, MergeResult, integration_checkout, merge, merge_message
+from milepost.gates.integration import (
+    Integration,
+    MergeResult,
+    checked_out,
+    integration_checkout,
+    merge,
+    merge_message,
+)
 from milepost.gates.outcome import GateResult, Outcome
 from milepost.gates.supervisor import host_identity
 from milepost.graph.models import DoerSettings, GateCommand, Milestone
@@ -363,14 +370,22 @@ class Doing:
         """Merge ``claim``'s branch where the drive integrates (the workspace
         is looked at again first: a person may have started editing it)."""
         assert self.integration is not None and self.repo is not None and self.base is not None
-        if self.integration.path.resolve() == self.repo.root.resolve() or not self.repo.branch_exists(
-            self.integration.branch
-        ):
+        if self._look_again(self.integration):
             assert self.folder is not None
             self.integration = integration_checkout(self.repo, self.base, self.folder, self.item)
-        # (a worktree of milepost's stays as it is: the drive's gates run in it, see Loop._gates_in_integration)
+        # (else a worktree of milepost's stays as it is: the drive's gates run in it, see Loop._gates_in_integration)
         m = claim.milestone
         return merge(self.integration.path, self._branch(m), merge_message(self.item, m.name, claim.attempt))
+
+    def _look_again(self, into: Integration) -> bool:
+        """Whether where the drive integrates must be looked at again before a
+        merge: the workspace (a person may have started editing it), a branch
+        gone, or a base branch moved by update-ref that someone has checked out
+        since (milepost never moves a branch under a working tree)."""
+        assert self.repo is not None
+        if into.path.resolve() == self.repo.root.resolve() or not self.repo.branch_exists(into.branch):
+            return True
+        return not into.aside and into.base in checked_out(self.repo)
 
     def _merge_failed(self, claim: Claim, result: GateResult, why: str, logged: str) -> GateResult:
         """The attempt fails for its merge: its log ends with ``logged``."""

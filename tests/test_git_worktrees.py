@@ -613,3 +613,21 @@ def test_an_interrupted_doer_says_how_long_it_ran(tmp_path: Path) -> None:
         f.write(json.dumps({"event": "start", "cmd": 0, "pid": 1}) + "\n")
         f.write(json.dumps({"event": "end", "cmd": 0, "duration": 7.25}) + "\n")
     assert files.ran_for() == 7.25  # what its supervisor recorded as it stopped it
+
+
+def test_a_base_checked_out_meanwhile_is_never_moved_by_update_ref(tmp_path: Path) -> None:
+    from milepost.gates.integration import checked_out
+
+    repo = make_repo(tmp_path / "ws")
+    git(repo.root, "checkout", "-q", "-b", "feature")
+    a = work(repo, "a", {"src/a.py": "A = 1\n"})
+    into = integration_checkout(repo, "main", folder(repo), 1)
+    assert not into.aside and "main" not in checked_out(repo) and "feature" in checked_out(repo)
+    before = repo.tip("main")
+    git(repo.root, "worktree", "add", "-q", str(tmp_path / "mine"), "main")  # the user checks main out
+    with pytest.raises(GitError, match="never moves a branch under a working tree"):
+        merge(into.path, a.branch, merge_message(1, "a", 1))
+    assert repo.tip("main") == before and not (tmp_path / "mine" / "src" / "a.py").exists()
+    again = integration_checkout(repo, "main", folder(repo), 1)  # looked at again: the integration branch
+    assert again.aside and merge(again.path, a.branch, merge_message(1, "a", 1)).ok
+    assert repo.tip("main") == before
