@@ -158,8 +158,8 @@ class Doing:
         if self.repo.commits_missing(base, side) == 0:
             return None
         return (
-            f"the merged work is on {side}, which holds work {base} lacks (milepost never moves a branch under"
-            f" a working tree); bring it in: {self.integration.bring_in()}"
+            f"the merged work is on {side}, not on {base} (milepost never moves a branch under a working tree);"
+            f" bring it in: {self.integration.bring_in()}"
         )
 
     def busy(self) -> bool:

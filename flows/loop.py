@@ -524,9 +524,9 @@ class Loop:
         self._prepared = True
 
     def _gates_in_integration(self) -> None:
-        """When doers merge elsewhere than the workspace (it has uncommitted
-        changes), the drive's gates run and its inputs are read there too: the
-        merged work is what they prove, the workspace's files never change."""
+        """When doers merge elsewhere than the workspace (docs/doers.md,
+        "Isolation"), the drive's gates run and its inputs are read there too:
+        the merged work is what they prove, the workspace's files never change."""
         into = self.doing.integration if self.doing is not None else None
         root = self.session.ctx.store.root
         if into is None or into.path.resolve() == Path(root).resolve():
@@ -534,12 +534,11 @@ class Loop:
         self.session.work_in(into.path)
         if into.aside:
             said = (
-                f"{into.base} is checked out under a working tree with changes, or {into.branch} holds work it"
-                f" lacks: doers merge into {into.branch}, and gates run, in {into.path} (never in your files);"
-                " the drive ends with the one command that brings the work in"
+                f"{into.why}: doers merge into {into.branch}, and gates run, in {into.path} (never in your"
+                " files); the drive ends with the one command that brings the work in"
             )
         else:
-            said = f"{into.base} is checked out nowhere: doers merge into it, and gates run, in {into.path}"
+            said = f"{into.why}: doers merge into it, and gates run, in {into.path}"
         self.reporter.warning(said)
 
     def run(self) -> None:

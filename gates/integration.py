@@ -58,6 +58,7 @@ class Integration:
     path: Path
     branch: str
     base: str
+    why: str = ""  # why there, said to the user when it is not the workspace
 
     @property
     def aside(self) -> bool:
@@ -95,12 +96,18 @@ def integration_checkout(repo: Repo, base: str, folder: Path, item: int) -> Inte
         return Integration(repo.root, base, base)
     if not ahead and base not in checked_out(repo):
         _detached_at(worktrees, path, base)
-        return Integration(path, base, base)
+        return Integration(path, base, base, f"{base} is checked out in no working tree")
     wt = worktrees.ensure(path, side, repo.tip(base))
     if not ahead and wt.head() != repo.tip(base):
         worktrees.reset_branch(path, side, base)
     _mark(path, side)
-    return Integration(path, side, base)
+    if ahead:
+        why = f"{side} holds work {base} lacks"
+    elif repo.current_branch() == base:
+        why = f"{base} is checked out here with uncommitted changes"
+    else:
+        why = f"{base} is checked out in another working tree"
+    return Integration(path, side, base, why)
 
 
 def checked_out(repo: Repo) -> set[str]:

@@ -327,6 +327,7 @@ def test_a_users_uncommitted_work_is_never_touched_and_their_next_commit_reverts
     into = integration_checkout(repo, "main", folder(repo), 1)
     assert (into.branch, into.path, into.aside) == ("milepost/1/integration", folder(repo) / "_integration", True)
     assert repo.root not in into.path.parents and into.bring_in() == "git merge milepost/1/integration"
+    assert into.why == "main is checked out here with uncommitted changes"
     assert merge(into.path, a.branch, "merge a").ok
     assert merge(integration_checkout(repo, "main", folder(repo), 1).path, b.branch, "merge b").ok
     assert merges(repo.root, "milepost/1/integration") == ["merge a", "merge b"]
@@ -338,6 +339,7 @@ def test_a_users_uncommitted_work_is_never_touched_and_their_next_commit_reverts
     git(repo.root, "stash", "-u", "-q")
     again = integration_checkout(repo, "main", folder(repo), 1)
     assert again.branch == "milepost/1/integration" and again.path == into.path
+    assert again.why == "milepost/1/integration holds work main lacks"
     git(repo.root, "stash", "pop", "-q")
     # the user commits their own work, then brings the merged work in: both stay
     git(repo.root, "add", "-A")
@@ -475,6 +477,7 @@ def test_a_base_checked_out_nowhere_is_moved_by_update_ref_without_hooks(tmp_pat
     a = work(repo, "a", {"src/a.py": "A = 1\n"})
     into = integration_checkout(repo, "main", folder(repo), 1)
     assert (into.branch, into.aside) == ("main", False) and into.path != repo.root
+    assert into.why == "main is checked out in no working tree"
     done = merge(into.path, a.branch, merge_message(1, "a", 1))
     assert done.ok and repo.tip("main") == done.commit and repo.current_branch() == "feature"
     assert list(ran.iterdir()) == []
@@ -629,5 +632,6 @@ def test_a_base_checked_out_meanwhile_is_never_moved_by_update_ref(tmp_path: Pat
         merge(into.path, a.branch, merge_message(1, "a", 1))
     assert repo.tip("main") == before and not (tmp_path / "mine" / "src" / "a.py").exists()
     again = integration_checkout(repo, "main", folder(repo), 1)  # looked at again: the integration branch
-    assert again.aside and merge(again.path, a.branch, merge_message(1, "a", 1)).ok
+    assert again.aside and again.why == "main is checked out in another working tree"
+    assert merge(again.path, a.branch, merge_message(1, "a", 1)).ok
     assert repo.tip("main") == before
