@@ -400,8 +400,12 @@ class Doing:
         if a is None:
             return
         duration = result.duration or do_files(claim).ran_for()
+        why = result.reason
+        if result.outcome is not Outcome.INTERRUPTED:  # it ended as the drive stopped: its change was never taken
+            why = f"interrupted: the drive stopped ({result.reason})"
+        facts = {"host": host_identity()["host"], "worktree": str(a.cwd), "base_commit": a.base}
         run = evidence.do_run_of(
-            claim, result, host=host_identity()["host"], worktree=str(a.cwd), base_commit=a.base, duration=duration
+            claim, result, **facts, outcome=Outcome.INTERRUPTED.value, reason=why, duration=duration
         )
         evidence.record_do_run(self.service.ctx, claim, run)
 

@@ -620,18 +620,26 @@ class Loop:
                 continue
             pending.pop(key, None)
         for r in self.running.values():
-            if r.kind is TaskKind.FIX:
-                continue
-            if self.doing is not None:
-                self.doing.forget(r.claim)
-            # A gate that ended before the stop counts as it ended (its verdict file says how).
-            ended = r.box.verdict is not None or r.spec.files.result.exists()
-            result = read_result(r.box, r.future, self.crashes) if ended else None
-            if result is None:
-                result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
-            done = self._record(r.claim, result)
-            self.reporter.gate_finished(r.claim, done)
+            if r.kind is not TaskKind.FIX:
+                self._stopped(r)
         self.running.clear()
+
+    def _stopped(self, r: _Running) -> None:
+        """Record the attempt of a gate or doer the stop ended (see :meth:`_stop_all`)."""
+        # A gate that ended before the stop counts as it ended (its verdict file says how).
+        ended = r.box.verdict is not None or r.spec.files.result.exists()
+        result = read_result(r.box, r.future, self.crashes) if ended else None
+        if result is None:
+            result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
+        if self.doing is not None and r.kind is TaskKind.DO:
+            self.doing.interrupted(r.claim, result)  # (its do run says how long the doer ran)
+            if result.outcome is not Outcome.INTERRUPTED:  # its doer ended, its gate never ran: nothing proven
+                why = "interrupted: the drive stopped before its gate ran"
+                result = interrupted_result(r.claim, result.started_at, reason=why)
+        elif self.doing is not None:
+            self.doing.forget(r.claim)
+        done = self._record(r.claim, result)
+        self.reporter.gate_finished(r.claim, done)
 
 
 def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:

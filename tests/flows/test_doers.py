@@ -908,3 +908,34 @@ milestones:
     assert "=== merge of" in Path(runs[0].log_path or "").read_text()
     assert merges(workspace) == ["milepost: merge a (attempt 2)", "milepost: merge b (attempt 1)"]
     assert not (workspace / ".git" / "MERGE_HEAD").exists() and git(workspace, "status", "--porcelain") == ""
+
+
+def test_a_drive_stopped_while_its_doer_works_records_how_long_the_doer_ran(
+    prefect_api: str, workspace: Path, tmp_path: Path
+) -> None:
+    """SIGINT to a driver while its doer works: exit 130, the attempt
+    interrupted (its milestone ready again), and its do run recorded
+    interrupted with the time the doer ran (it was not recorded at all)."""
+    repo(workspace)
+    cli, started = CLI(workspace), tmp_path / "doer-started"
+    cli("init", check=True)
+    doer = Doer(tmp_path, {"a": {"write": {"src/a.py": "A = 1\n"}, "touch": str(started), "sleep": 60}})
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"objective: stopped\nmilestones:\n  - {{name: a, do: '{doer.command}', gate: 'true'}}\n")
+    item = str(cli.json("plan", "apply", str(plan))["id"])
+    proc = cli.popen("drive", item)
+    try:
+        wait_until(started.exists, timeout=120, what="the doer at work")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (out, err)
+    runs = cli.json("runs", "a", "--item", item)
+    assert [(r["attempt"], r["outcome"]) for r in runs["runs"]] == [(1, "interrupted")], runs
+    [do] = runs["do_runs"]
+    assert do["outcome"] == "interrupted" and do["duration"] >= 0.4, do
+    assert cli.json("list", "--item", item)["milestones"][0]["status"] == "pending"
