@@ -494,6 +494,7 @@ def test_a_users_uncommitted_change_is_left_untouched_and_their_next_commit_reve
     (workspace / "src" / "app.py").write_text("x = 'mine, not committed'\n")
     (workspace / "notes.txt").write_text("my notes\n")
     main_before = git(workspace, "rev-parse", "main").strip()
+    touched = {p: (workspace / p).stat().st_mtime_ns for p in ("src/app.py", "notes.txt", ".git/index")}
     doer = Doer(tmp_path, {"a": {"write": {"src/a.py": "A = 1\n"}}, "b": {"write": {"src/b.py": "B = 1\n"}}})
     item = apply(
         service,
@@ -514,6 +515,7 @@ milestones:
     assert not (workspace / "src" / "a.py").exists()
     assert git(workspace, "rev-parse", "main").strip() == main_before
     assert git(workspace, "diff", "--cached", "--name-only") == ""
+    assert {p: (workspace / p).stat().st_mtime_ns for p in touched} == touched  # not even rewritten
     assert merges(workspace, side) == ["milepost: merge a (attempt 1)", "milepost: merge b (attempt 1)"]
     # the user's next commit, then the one command
     git(workspace, "add", "-A")
@@ -587,6 +589,7 @@ milestones:
     assert env["MILEPOST_ITEM"] == str(item) and env["MILEPOST_MILESTONE"] == "a" and env["MILEPOST_ATTEMPT"] == "1"
     assert env["MILEPOST_AGENT"] == "doer"
     assert seen["cwd"] == env["MILEPOST_WORKTREE"] != str(workspace)
+    assert not Path(seen["cwd"]).is_relative_to(workspace)  # outside the workspace: no store above it
     assert "MILEPOST_COST_FILE" in env
     for part in ("what a doer is given", "a module a", "test -f src/a.py", "src/**"):
         assert part in seen["prompt"]
@@ -871,6 +874,34 @@ def test_a_driver_killed_between_merge_and_record_is_recorded_passed_by_the_next
     assert merges(workspace) == ["milepost: merge a (attempt 1)"]  # nothing merged twice
     assert cli.json("list", "--item", item)["milestones"][0]["status"] == "done"
     assert git(workspace, "status", "--porcelain") == ""
+
+
+def test_a_driver_killed_between_gate_and_merge_leaves_no_done_without_its_merge(
+    any_cli: CLI, workspace: Path, tmp_path: Path
+) -> None:
+    """SIGKILL after the gate passed, before the merge (crash point
+    ``merging``): the attempt is recorded interrupted, not passed (nothing
+    was merged); the next attempt's doer changes nothing, its gate judges the
+    branch's work again, and that work is merged once."""
+    cli = any_cli
+    doer = Doer(tmp_path, {"a#1": {"write": {"src/a.py": "A = 1\n"}}, "a#2": {}})
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        f"objective: killed before its merge\nmilestones:\n"
+        f"  - {{name: a, retries: 0, do: '{doer.command}', gate: 'test -f src/a.py'}}\n"
+    )
+    item = str(cli.json("plan", "apply", str(plan))["id"])
+    first = cli("drive", item, timeout=180, MILEPOST_CRASH_AT="merging")
+    assert first.code == -signal.SIGKILL, first.out + first.err
+    assert merges(workspace) == []
+    time.sleep(float(TTL) + 0.3)
+    again = cli("drive", item, timeout=180)
+    assert again.code == 0, again.out + again.err
+    runs = cli.json("runs", "a", "--item", item)["runs"]
+    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "interrupted"), (2, "passed")], runs
+    assert "its driver stopped before merging its work" in runs[0]["reason"]
+    assert merges(workspace) == ["milepost: merge a (attempt 2)"]
+    assert (workspace / "src" / "a.py").read_text() == "A = 1\n"
 
 
 def test_a_merge_failing_without_a_conflict_is_one_failed_attempt_and_the_drive_goes_on(
