@@ -143,6 +143,8 @@ class Doing:
         root = worktrees.worktrees_root(load_settings().worktrees)
         doing.folder = worktrees.item_folder(doing.repo, root, item)
         if checkout:
+            with contextlib.suppress(git.GitError):  # where they lived before: their branches are checked out again
+                worktrees.Worktrees(doing.repo).remove_under(service.store.home / "worktrees")
             doing.integration = integration_checkout(doing.repo, doing.base, doing.folder, item)
         return doing
 

@@ -251,6 +251,19 @@ class Worktrees:
                 _git(self.repo.root, "worktree", "remove", "--force", str(path))
             _git(self.repo.root, "worktree", "prune")
 
+    def remove_under(self, folder: Path) -> list[Path]:
+        """Remove every worktree of this repository under ``folder`` (their
+        branches stay): where milepost kept them before (``.milepost/worktrees``),
+        so a branch checked out there can be checked out again outside."""
+        if not folder.is_dir():
+            return []
+        listed = _out(self.repo.root, "worktree", "list", "--porcelain")
+        paths = [Path(line.removeprefix("worktree ")) for line in listed.splitlines() if line.startswith("worktree ")]
+        gone = [p for p in paths if p.resolve().is_relative_to(folder.resolve()) and self._ours(p)]
+        for p in gone:
+            self.remove(p)
+        return gone
+
     def drop(self, path: Path, branch: str) -> None:
         """Remove the worktree at ``path`` and delete ``branch`` (once merged:
         its commits stay reachable from the branch it was merged into)."""

@@ -635,3 +635,16 @@ def test_a_base_checked_out_meanwhile_is_never_moved_by_update_ref(tmp_path: Pat
     assert again.aside and again.why == "main is checked out in another working tree"
     assert merge(again.path, a.branch, merge_message(1, "a", 1)).ok
     assert repo.tip("main") == before
+
+
+def test_worktrees_where_they_lived_before_are_removed_and_their_branches_kept(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "ws")
+    old = repo.root / ".milepost" / "worktrees" / "item-1" / "a"
+    before = Worktrees(repo).ensure(old, "milepost/1/a", "main")
+    (before.path / "src" / "a.py").write_text("A = 1\n")
+    assert before.commit_all("attempt 1") is not None
+    assert Worktrees(repo).remove_under(repo.root / ".milepost" / "worktrees") == [old]
+    assert not old.exists() and repo.branch_exists("milepost/1/a")
+    again = work(repo, "a", {"src/a2.py": "A2 = 2\n"})  # the branch, checked out again outside the workspace
+    assert (again.path / "src" / "a.py").read_text() == "A = 1\n"
+    assert Worktrees(repo).remove_under(repo.root / ".milepost" / "worktrees") == []
