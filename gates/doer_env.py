@@ -15,8 +15,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from milepost.graph.models import Milestone
+if TYPE_CHECKING:  # (an annotation only: milepost.gates.git scrubs git's environment with this module, cheaply)
+    from milepost.graph.models import Milestone
 
 __all__ = ["DOER_AGENT", "Cost", "PromptFacts", "doer_env", "read_cost", "scrubbed_env", "write_prompt"]
 

@@ -13,7 +13,12 @@ words); nothing here knows the store, Prefect or a milestone. Decisions:
   runner) disables hooks (``core.hooksPath=/dev/null``: a hook a doer wrote
   into the common git dir never runs with the driver's environment) and
   fsmonitor (``core.fsmonitor=false``); a doer's work is judged by its gate,
-  not by a pre-commit hook.
+  not by a pre-commit hook. Diffs run no textconv, merges verify no
+  signature (no program a doer configured runs). git runs with the driver's
+  environment scrubbed as a doer's is (:func:`milepost.gates.doer_env.
+  scrubbed_env`): a filter driver a doer configured (``filter.*.clean``,
+  which git runs on ``add`` and ``checkout`` and which cannot be disabled
+  without naming it) sees no store URL and no secret.
 - **``.milepost/`` never counts** as a change, a dirty path or part of a
   commit, at any depth, whether ``.gitignore`` names it or not.
 - **Never a branch moved under a working tree** (docs/doers.md, issue 38):
@@ -42,6 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from milepost.gates.doer_env import scrubbed_env
 from milepost.graph.errors import MilepostError, NotFoundError
 
 __all__ = ["MILEPOST_IDENT", "NO_SIDE_DOORS", "GitError", "Repo", "UnknownRefError"]
@@ -74,7 +80,11 @@ class UnknownRefError(GitError, NotFoundError):
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _LEAKY}
+    """git's environment: the driver's, scrubbed as a doer's is (no store URL,
+    no secrets: whatever git itself may run, say a filter driver a doer
+    configured, never sees them), without variables that would point git at
+    another repository."""
+    env = {k: v for k, v in scrubbed_env(os.environ, ()).items() if k not in _LEAKY}
     env["GIT_TERMINAL_PROMPT"] = "0"
     env.update(extra or {})
     return env

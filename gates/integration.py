@@ -201,7 +201,8 @@ def merge(integration: Path, branch: str, message: str) -> MergeResult:
 
 
 def _merge_here(cwd: Path, branch: str, message: str, into: str) -> MergeResult:
-    args = (*_QUIET_COMMIT, "merge", "--no-ff", "--no-verify", "--no-edit", "-m", message, branch)
+    options = ("--no-ff", "--no-verify", "--no-verify-signatures", "--no-edit")
+    args = (*_QUIET_COMMIT, "merge", *options, "-m", message, branch)
     done = _git(cwd, *args, env=_identity(cwd), check=False)
     if done.returncode == 0:
         return MergeResult(True, commit=_out(cwd, "rev-parse", "HEAD"))
@@ -252,7 +253,8 @@ def _conflict_text(cwd: Path, branch: str, into: str) -> str:
     files = _names(_git(cwd, "diff", "--name-only", "-z", "--diff-filter=U").stdout)
     shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
     head = f"{len(files)} file(s) conflict merging {branch} into {into}: {shown}"
-    hunks = _git(cwd, "diff", "--no-color", "--no-ext-diff", check=False).stdout.decode(errors="replace").splitlines()
+    shown_diff = _git(cwd, "diff", "--no-color", "--no-ext-diff", "--no-textconv", check=False).stdout
+    hunks = shown_diff.decode(errors="replace").splitlines()
     lines = [head, *hunks]
     if len(lines) > _CONFLICT_LINES:
         lines = [*lines[: _CONFLICT_LINES - 1], f"... ({len(lines) - _CONFLICT_LINES + 1} more lines)"]

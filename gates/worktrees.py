@@ -140,6 +140,7 @@ class Worktree:
             diff = _git(
                 self.path,
                 *("diff", "--cached", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff"),
+                "--no-textconv",
                 *("--src-prefix=a/", "--dst-prefix=b/", self.start, "--"),
                 *sorted(kept),
                 env=literal,
@@ -187,7 +188,7 @@ class Worktree:
 
     def diff_stat(self, base: str, head: str) -> str:
         """``git diff --shortstat base head``: '2 files changed, 5 insertions(+)'."""
-        return _out(self.path, "diff", "--shortstat", base, head)
+        return _out(self.path, "diff", "--shortstat", "--no-ext-diff", "--no-textconv", base, head)
 
 
 @dataclass(frozen=True)

@@ -648,3 +648,27 @@ def test_worktrees_where_they_lived_before_are_removed_and_their_branches_kept(t
     again = work(repo, "a", {"src/a2.py": "A2 = 2\n"})  # the branch, checked out again outside the workspace
     assert (again.path / "src" / "a.py").read_text() == "A = 1\n"
     assert Worktrees(repo).remove_under(repo.root / ".milepost" / "worktrees") == []
+
+
+def test_what_git_itself_may_run_sees_no_store_and_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filter driver cannot be switched off without naming it: one a doer
+    configured runs as milepost commits its work, but with the environment
+    scrubbed as a doer's is. Signature checks and textconv programs a doer
+    names never run."""
+    monkeypatch.setenv("MILEPOST_DB", "postgresql://milepost:hunter2@db/milepost")
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/run/agent")
+    repo = make_repo(tmp_path / "ws")
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    git(repo.root, "config", "filter.leak.clean", f"sh -c 'env > {ran}/filter-env; cat'")
+    git(repo.root, "config", "diff.leak.textconv", f"sh -c 'touch {ran}/textconv; cat \"$1\"' -")
+    git(repo.root, "config", "merge.verifySignatures", "true")
+    git(repo.root, "config", "gpg.program", f"sh -c 'touch {ran}/gpg; exit 1'")
+    a = work(repo, "a", {".gitattributes": "*.py filter=leak diff=leak\n", "src/a.py": "A = 1\n"})
+    assert a.diff_stat(a.start, a.head()).startswith("2 files changed")
+    assert merge(repo.root, a.branch, merge_message(1, "a", 1)).ok
+    seen = (ran / "filter-env").read_text()
+    assert "hunter2" not in seen and "SECRET_TOKEN" not in seen and "SSH_AUTH_SOCK" not in seen
+    assert "PATH=" in seen
+    assert not (ran / "textconv").exists() and not (ran / "gpg").exists()
