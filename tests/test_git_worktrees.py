@@ -672,3 +672,14 @@ def test_what_git_itself_may_run_sees_no_store_and_no_secret(tmp_path: Path, mon
     assert "hunter2" not in seen and "SECRET_TOKEN" not in seen and "SSH_AUTH_SOCK" not in seen
     assert "PATH=" in seen
     assert not (ran / "textconv").exists() and not (ran / "gpg").exists()
+
+
+def test_a_real_milepost_command_in_a_worktree_outside_the_workspace_acts_as_the_doer(tmp_path: Path) -> None:
+    from tests.conftest import CLI
+
+    repo = make_repo(tmp_path / "ws")
+    wt = work(repo, "a", {"src/a.py": "A = 1\n"})
+    refused = CLI(wt.path / "src")("--agent", "bob", "list")
+    assert refused.code == 2 and "runs in a doer's worktree or environment (agent doer)" in refused.err, refused
+    mine = CLI(repo.root / "src")("--agent", "bob", "list")
+    assert "doer" not in mine.err, mine  # (no store here: another error, not the doer's)
