@@ -35,6 +35,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from milepost._text import holder as shown_holder
+from milepost.errors import NotFoundError
 from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.command import GateResult, Outcome
@@ -42,6 +43,7 @@ from milepost.gates.git import GitError, Repo
 from milepost.gates.integration import find_merge
 from milepost.gates.liveness import Life, boot_id, group_alive, life, still_ours
 from milepost.gates.supervisor import host_identity
+from milepost.gates.worktrees import Worktrees, doer_branch
 from milepost.graph.status import MilestoneStatus
 from milepost.results import Claim, DoneResult
 from milepost.retry import retrying
@@ -49,7 +51,7 @@ from milepost.service import _rows as rows
 from milepost.service._rows import ITEMS, MILESTONES
 from milepost.service._tx import Context, GraphCache
 from milepost.service.claims import interrupted_result, record
-from milepost.service.do_evidence import do_run_of, record_do_run, set_merge_commit
+from milepost.service.do_evidence import do_run, do_run_of, record_do_run, set_merge_commit
 from milepost.service.leases import LeaseKeeper, expired
 
 __all__ = [
@@ -252,6 +254,17 @@ def _killed_doer(ctx: Context, claim: Claim, result: GateResult, merged: str | N
     record_do_run(ctx, claim, run)
     if merged is not None:
         set_merge_commit(ctx, claim, merged)
+        _drop_merged(ctx, claim)
+
+
+def _drop_merged(ctx: Context, claim: Claim) -> None:
+    """The merged attempt's worktree and branch removed, as its driver would
+    have (its commits stay reachable from the branch it was merged into)."""
+    repo = Repo.find(ctx.store.root)
+    with contextlib.suppress(GitError, NotFoundError, OSError):
+        run = do_run(ctx, claim.milestone.name, claim.attempt, claim.item)
+        if repo is not None and run.worktree:
+            Worktrees(repo).drop(Path(run.worktree), doer_branch(claim.item, claim.milestone.name))
 
 
 def _take_lease(ctx: Context, item: int, r: Any, owner: str, now: datetime, *, gone: bool) -> Claim | None:

@@ -872,6 +872,8 @@ def test_a_driver_killed_between_merge_and_record_is_recorded_passed_by_the_next
     assert [(d["attempt"], d["outcome"], d["merge_commit"]) for d in runs["do_runs"]] == [(1, "passed", merge)]
     assert [s["key"] for s in doer.seen()] == ["a#1"]  # no doer ran again
     assert merges(workspace) == ["milepost: merge a (attempt 1)"]  # nothing merged twice
+    assert git(workspace, "branch", "--list", "milepost/*") == ""  # its worktree and branch dropped, as merged
+    assert git(workspace, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert cli.json("list", "--item", item)["milestones"][0]["status"] == "done"
     assert git(workspace, "status", "--porcelain") == ""
 
