@@ -347,6 +347,7 @@ class JsonLinesReporter(NullReporter):
             reason=run.reason,
             duration=round(run.duration, 3),
             diff_stat=run.diff_stat,
+            files=run.files,
             cost_usd=run.cost_usd,
             log_path=run.log_path,
         )

@@ -762,6 +762,9 @@ milestones:
 
     # the drive's summary: the doers in all (JSON, and the line a person reads)
     finished = json.loads(r.out.splitlines()[-1])
+    events = [json.loads(line) for line in r.out.splitlines() if line.startswith("{")]
+    [a_done] = [e for e in events if e["event"] == "do_finished" and e["milestone"] == "a"]
+    assert a_done["files"] == ["src/a.py"] and a_done["outcome"] == "passed"
     assert finished["event"] == "drive_finished"
     assert finished["doers"] == {"runs": 2, "passed": 1, "cost_usd": 0.35, "tokens": 540}
     con = Console(record=True, width=200)
