@@ -779,6 +779,7 @@ milestones:
     assert (a["do_outcome"], a["do_exit_code"], a["do_cost_usd"], a["do_tokens"]) == ("passed", "0", "0.25", "500")
     assert (a["do_result_commit"], a["do_merge_commit"]) == (a_run.result_commit, a_run.merge_commit)
     assert a["do_diff_stat"].startswith("1 file changed, 1 insertion(+)") and a["do_runs"] == "1"
+    assert a["do_files"] == "src/a.py" and b["do_files"] == ""
     assert (b["do_outcome"], b["do_exit_code"], b["do_result_commit"]) == ("failed", "3", "")
     assert not [k for k in _props(cases["c"]) if k.startswith("do_")]
     failure = cases["b"].find("failure")
