@@ -192,7 +192,8 @@ def merge(integration: Path, branch: str, message: str) -> MergeResult:
                 )
             return _merge_here(integration, branch, message, attached)
         if attached:  # milepost's own worktree of the integration branch: what a killed merge left goes
-            if _git(integration, "diff", "--quiet", "HEAD", check=False).returncode != 0:
+            half_done = _git(integration, "rev-parse", "-q", "--verify", "MERGE_HEAD", check=False).returncode == 0
+            if half_done or _git(integration, "diff", "--quiet", "HEAD", check=False).returncode != 0:
                 _git(integration, "reset", "-q", "--hard")
             return _merge_here(integration, branch, message, attached)
         if ours is None:

@@ -683,3 +683,19 @@ def test_a_real_milepost_command_in_a_worktree_outside_the_workspace_acts_as_the
     assert refused.code == 2 and "runs in a doer's worktree or environment (agent doer)" in refused.err, refused
     mine = CLI(repo.root / "src")("--agent", "bob", "list")
     assert "doer" not in mine.err, mine  # (no store here: another error, not the doer's)
+
+
+def test_a_merge_killed_half_way_on_the_integration_branch_does_not_stop_the_next(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "ws")
+    (repo.root / "notes.txt").write_text("mine\n")  # main checked out with changes: the integration branch
+    a = work(repo, "a", {"src/app.py": "x = 'a'\ny = 2\n"})
+    b = work(repo, "b", {"src/app.py": "x = 'b'\ny = 2\n"})
+    into = integration_checkout(repo, "main", folder(repo), 1)
+    assert into.aside and merge(into.path, a.branch, "merge a").ok
+    # as if a driver died inside a conflicting merge there, then the conflict was resolved by nobody
+    subprocess.run(["git", "merge", "--no-ff", "-m", "half", b.branch], cwd=into.path, capture_output=True, check=False)
+    git(into.path, "checkout", "-q", "HEAD", "--", "src/app.py")
+    assert git(into.path, "rev-parse", "-q", "--verify", "MERGE_HEAD")
+    c = work(repo, "c", {"src/c.py": "C = 1\n"})
+    assert merge(into.path, c.branch, "merge c").ok  # (the same checkout, not looked at again)
+    assert merges(repo.root, "milepost/1/integration") == ["merge a", "merge c"]
