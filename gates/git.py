@@ -186,6 +186,10 @@ class Repo:
             f"{ref!r} names no commit in {self.root}: give a branch, tag or commit (git branch --list)"
         )
 
+    def merging(self) -> bool:
+        """Whether the work tree is in the middle of a merge (``MERGE_HEAD`` exists)."""
+        return _git(self.root, "rev-parse", "-q", "--verify", "MERGE_HEAD", check=False).returncode == 0
+
     def commits_missing(self, into: str, branch: str) -> int:
         """How many commits ``branch`` has that ``into`` lacks (``git rev-list --count into..branch``)."""
         return int(_out(self.root, "rev-list", "--count", f"{into}..{branch}"))

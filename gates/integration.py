@@ -81,7 +81,8 @@ def integration_checkout(repo: Repo, base: str, folder: Path, item: int) -> Inte
 
     - the item's integration branch, when it holds work ``base`` lacks (a
       later drive continues there until that work is brought in);
-    - the workspace, when it has ``base`` checked out and nothing uncommitted;
+    - the workspace, when it has ``base`` checked out, nothing uncommitted
+      and no merge half done (never finished nor undone by milepost);
     - a detached worktree at ``base``'s tip, when ``base`` is checked out in
       no working tree (the merge moves ``base`` by ``update-ref``);
     - else the integration branch, made (or moved, when it holds nothing
@@ -92,7 +93,7 @@ def integration_checkout(repo: Repo, base: str, folder: Path, item: int) -> Inte
     path = folder / "_integration"  # (a milestone's name starts with a letter: never this folder's)
     worktrees = Worktrees(repo)
     ahead = repo.branch_exists(side) and repo.commits_missing(base, side) > 0
-    if not ahead and repo.current_branch() == base and not repo.dirty_paths():
+    if not ahead and repo.current_branch() == base and not repo.dirty_paths() and not repo.merging():
         return Integration(repo.root, base, base)
     if not ahead and base not in checked_out(repo):
         _detached_at(worktrees, path, base)
@@ -104,7 +105,8 @@ def integration_checkout(repo: Repo, base: str, folder: Path, item: int) -> Inte
     if ahead:
         why = f"{side} holds work {base} lacks"
     elif repo.current_branch() == base:
-        why = f"{base} is checked out here with uncommitted changes"
+        state = "in the middle of a merge" if repo.merging() else "with uncommitted changes"
+        why = f"{base} is checked out here {state}"
     else:
         why = f"{base} is checked out in another working tree"
     return Integration(path, side, base, why)

@@ -699,3 +699,16 @@ def test_a_merge_killed_half_way_on_the_integration_branch_does_not_stop_the_nex
     c = work(repo, "c", {"src/c.py": "C = 1\n"})
     assert merge(into.path, c.branch, "merge c").ok  # (the same checkout, not looked at again)
     assert merges(repo.root, "milepost/1/integration") == ["merge a", "merge c"]
+
+
+def test_a_workspace_in_the_middle_of_a_merge_is_left_to_its_user(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "ws")
+    a = work(repo, "a", {"src/app.py": "x = 'a'\ny = 2\n"})
+    b = work(repo, "b", {"src/app.py": "x = 'b'\ny = 2\n"})
+    git(repo.root, "merge", "-q", "--no-ff", "-m", "a", a.branch)
+    subprocess.run(["git", "merge", "--no-ff", "-m", "b", b.branch], cwd=repo.root, capture_output=True, check=False)
+    git(repo.root, "checkout", "-q", "HEAD", "--", "src/app.py")  # nothing changed, MERGE_HEAD still there
+    assert status(repo.root) == "" and repo.merging()
+    into = integration_checkout(repo, "main", folder(repo), 1)
+    assert into.aside and into.path != repo.root and repo.merging()  # the user's merge, untouched
+    assert into.why == "main is checked out here in the middle of a merge"
