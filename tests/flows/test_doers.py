@@ -483,13 +483,14 @@ def test_a_driver_killed_during_its_doer_then_driven_again(any_cli: CLI, workspa
 
 
 def test_a_users_uncommitted_change_is_left_untouched_and_their_next_commit_reverts_nothing(
-    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+    prefect_api: str, any_service: Service, workspace: Path, tmp_path: Path
 ) -> None:
     """A dirty workspace on main: the drive merges onto milepost/<item>/integration,
     never moving main under the user's index, and ends naming the command that
     brings the work in. The user commits their own work (``git add -A && git
     commit``), runs that command: both their change and the merged work are on
     main, nothing reverted."""
+    service = any_service
     repo(workspace)
     (workspace / "src" / "app.py").write_text("x = 'mine, not committed'\n")
     (workspace / "notes.txt").write_text("my notes\n")
@@ -911,12 +912,13 @@ def test_a_driver_killed_between_gate_and_merge_leaves_no_done_without_its_merge
 
 
 def test_a_merge_failing_without_a_conflict_is_one_failed_attempt_and_the_drive_goes_on(
-    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+    prefect_api: str, any_service: Service, workspace: Path, tmp_path: Path
 ) -> None:
     """Another git process holds the index as a passed attempt is merged (its
     ``index.lock``): the merge fails (no conflict), the attempt fails with the
     reason, and the drive goes on: the retry's doer finds the lock gone, its
     gate judges the branch's work again, it is merged, and b after it."""
+    service = any_service
     repo(workspace)
     lock = workspace / ".git" / "index.lock"
     doer = Doer(
