@@ -18,7 +18,12 @@ on another machine, lease expiry is the only fence: that machine's gate
 supervisor killed the gate when its driver died.
 
 The taken-over attempt is recorded by the one path that records gate runs
-(:func:`milepost.service.claims.record`), under the new owner.
+(:func:`milepost.service.claims.record`), under the new owner. An attempt
+of a doer milestone (docs/doers.md) counts as merged or not: its merge
+commit found on a local branch (its trailers name the item, the milestone
+and the attempt), it passed, whatever its files say, and nothing runs again;
+its gate passed but nothing merged, it is interrupted (the next attempt
+merges the branch's work).
 """
 
 from __future__ import annotations
