@@ -21,9 +21,17 @@ from pathlib import Path
 
 from milepost.errors import InputError
 from milepost.gates import git, worktrees
+from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.doer_env import PromptFacts, doer_env, write_prompt
-from milepost.gates.integration import integration_checkout, merge
+from milepost.gates.integration import (
+    Integration,
+    MergeResult,
+    checked_out,
+    integration_checkout,
+    merge,
+    merge_message,
+)
 from milepost.gates.outcome import GateResult, Outcome
 from milepost.gates.supervisor import host_identity
 from milepost.graph.models import DoerSettings, GateCommand, Milestone
@@ -31,6 +39,7 @@ from milepost.graph.status import Isolation
 from milepost.results import Claim, DoRun
 from milepost.service import Service
 from milepost.service import do_evidence as evidence
+from milepost.settings import load_settings
 
 __all__ = ["DoStart", "Doing", "NotStarted", "check_doers", "do_files"]
 
@@ -96,8 +105,9 @@ class Doing:
     settings: DoerSettings
     max_doers: int = 1
     repo: git.Repo | None = None
-    base: str | None = None  # the integration branch
-    integration: Path | None = None  # where merges are made
+    base: str | None = None  # the base branch (doer.base)
+    integration: Integration | None = None  # where merges are made, and the branch they land on
+    folder: Path | None = None  # the item's worktrees' folder (outside the workspace: gates.worktrees.item_folder)
     running: dict[tuple[str, int], _Attempt] = field(default_factory=dict)
 
     # -- the drive's start ---------------------------------------------------------
@@ -130,9 +140,29 @@ class Doing:
                 f"work item {item}: doer.base {doing.base!r} is not a branch of {doing.repo.root}:"
                 " name an existing branch (git branch --list)"
             )
+        root = worktrees.worktrees_root(load_settings().worktrees)
+        doing.folder = worktrees.item_folder(doing.repo, root, item)
         if checkout:
-            doing.integration = integration_checkout(doing.repo, doing.base, service.store.home)
+            with contextlib.suppress(git.GitError):  # where they lived before: their branches are checked out again
+                worktrees.Worktrees(doing.repo).remove_under(service.store.home / "worktrees")
+            doing.integration = integration_checkout(doing.repo, doing.base, doing.folder, item)
         return doing
+
+    def bring_in(self) -> str | None:
+        """When the merges landed on the item's integration branch (the base
+        branch is checked out under a working tree milepost must not move
+        it under): the line naming the one command that brings them in."""
+        if self.integration is None or not self.integration.aside or self.repo is None:
+            return None
+        if not self.repo.branch_exists(self.integration.branch):
+            return None
+        side, base = self.integration.branch, self.integration.base
+        if self.repo.commits_missing(base, side) == 0:
+            return None
+        return (
+            f"the merged work is on {side}, not on {base} (milepost never moves a branch under a working tree);"
+            f" bring it in: {self.integration.bring_in()}"
+        )
 
     def busy(self) -> bool:
         """Whether as many doers run as may (``--max-doers``). In the
@@ -154,8 +184,8 @@ class Doing:
         files = do_files(claim)
         files.log.parent.mkdir(parents=True, exist_ok=True)
         fresh, cwd, wt, base = False, self.service.store.root, None, None
-        if self.repo is not None and self.base is not None and self.integration is not None:
-            path = self.service.store.home / "worktrees" / f"item-{self.item}" / m.name
+        if self.repo is not None and self.folder is not None and self.integration is not None:
+            path = self.folder / m.name
             try:
                 fresh = not path.exists()
                 wt = worktrees.Worktrees(self.repo).ensure(path, self._branch(m), self._tip())
@@ -170,11 +200,16 @@ class Doing:
         return DoStart(commands, cwd, env, str(files.log))
 
     def _branch(self, m: Milestone) -> str:
-        return f"milepost/{self.item}/{m.name}"
+        return worktrees.doer_branch(self.item, m.name)
+
+    def _into(self) -> str:
+        """The branch merges land on: the integration branch, or the base branch."""
+        assert self.base is not None
+        return self.integration.branch if self.integration is not None else self.base
 
     def _tip(self) -> str:
-        assert self.repo is not None and self.base is not None
-        return self.repo.tip(self.base)
+        assert self.repo is not None
+        return self.repo.tip(self._into())
 
     def _budget_problem(self, claim: Claim) -> str | None:
         """Why no doer may start for ``claim`` (a budget spent: no later
@@ -307,6 +342,7 @@ class Doing:
         run.result_commit = head
         if head is not None and a.base is not None:
             run.diff_stat = wt.diff_stat(a.base, head)
+            run.files = wt.files_between(a.base, head)
         return None
 
     def _protected(self, claim: Claim, wt: worktrees.Worktree, changed: list[str]) -> str | None:
@@ -336,38 +372,85 @@ class Doing:
         earlier attempt's committed work not merged yet (its gate failed, maybe
         for a reason outside the change, such as a tool missing then): the
         gate judges that work again."""
-        if self.base is None or wt.ahead_of(self.base) == 0:
+        if self.base is None or wt.ahead_of(self._into()) == 0:
             return "refused: the doer changed nothing"
         run.reason = f"{run.reason}; it changed nothing: the gate judges the branch's earlier work again"
         run.result_commit = wt.head()
+        run.files = wt.branch_paths(self._into())
         return None
 
     # -- after the gate ------------------------------------------------------------------
 
     def after_gate(self, claim: Claim, result: GateResult) -> GateResult:
         """The gate passed in the worktree: merge the attempt's branch into the
-        integration branch. A conflict fails the attempt (its log holds the
-        conflict; the branch starts again from the new tip)."""
+        integration branch, its merge commit naming the item, the milestone
+        and the attempt (trailers: what a driver taking this one over looks
+        for). A conflict fails the attempt (its log holds the conflict; the
+        branch starts again from the new tip); so does any other git failure
+        (its reason said), never the drive."""
         a = self.running.pop((claim.milestone.name, claim.attempt), None)
         if a is None or a.worktree is None or self.integration is None or self.repo is None:
             return result
         m = claim.milestone
-        assert self.base is not None
-        if self.integration.resolve() == self.repo.root.resolve():  # a person may have started editing since
-            self.integration = integration_checkout(self.repo, self.base, self.service.store.home)
-        # (a worktree of milepost's stays as it is: the drive's gates run in it, see Loop._gates_in_integration)
-        merged = merge(self.integration, self._branch(m), f"milepost: merge {m.name} (attempt {claim.attempt})")
+        crash_point("merging")  # (its gate passed, nothing merged: a driver taking over records it interrupted)
+        try:
+            merged = self._merge(claim)
+        except git.GitError as e:
+            return self._merge_failed(claim, result, f"merge of {self._branch(m)} failed: {e}", str(e))
         if merged.ok:
+            crash_point("merged")  # (merged, not recorded: a driver taking over records it passed)
             if merged.commit is not None:
                 evidence.set_merge_commit(self.service.ctx, claim, merged.commit)
             with contextlib.suppress(git.GitError):  # (merged: nothing left to keep; a leftover is harmless)
                 worktrees.Worktrees(self.repo).drop(a.worktree.path, self._branch(m))
             return result
+        with contextlib.suppress(git.GitError):
+            worktrees.Worktrees(self.repo).reset_branch(a.worktree.path, self._branch(m), self._tip())
+        why = f"merge conflict with {self._into()}: {merged.conflict.splitlines()[0] if merged.conflict else ''}"
+        return self._merge_failed(claim, result, why.rstrip(": "), f"conflict\n{merged.conflict}")
+
+    def _merge(self, claim: Claim) -> MergeResult:
+        """Merge ``claim``'s branch where the drive integrates (the workspace
+        is looked at again first: a person may have started editing it)."""
+        assert self.integration is not None and self.repo is not None and self.base is not None
+        if self._look_again(self.integration):
+            assert self.folder is not None
+            self.integration = integration_checkout(self.repo, self.base, self.folder, self.item)
+        # (else a worktree of milepost's stays as it is: the drive's gates run in it, see Loop._gates_in_integration)
+        m = claim.milestone
+        return merge(self.integration.path, self._branch(m), merge_message(self.item, m.name, claim.attempt))
+
+    def _look_again(self, into: Integration) -> bool:
+        """Whether where the drive integrates must be looked at again before a
+        merge: the workspace (a person may have started editing it), a branch
+        gone, or a base branch moved by update-ref that someone has checked out
+        since (milepost never moves a branch under a working tree)."""
+        assert self.repo is not None
+        if into.path.resolve() == self.repo.root.resolve() or not self.repo.branch_exists(into.branch):
+            return True
+        return not into.aside and into.base in checked_out(self.repo)
+
+    def _merge_failed(self, claim: Claim, result: GateResult, why: str, logged: str) -> GateResult:
+        """The attempt fails for its merge: its log ends with ``logged``."""
         with open(claim.log_path, "a", encoding="utf-8") as log:
-            log.write(f"\n=== merge of {self._branch(m)} into {self.base} failed: conflict\n{merged.conflict}\n")
-        worktrees.Worktrees(self.repo).reset_branch(a.worktree.path, self._branch(m), self._tip())
-        why = f"merge conflict with {self.base}: {merged.conflict.splitlines()[0] if merged.conflict else ''}"
-        return result.model_copy(update={"outcome": Outcome.FAILED, "reason": why.rstrip(": ")})
+            log.write(f"\n=== merge of {self._branch(claim.milestone)} into {self._into()} failed: {logged}\n")
+        return result.model_copy(update={"outcome": Outcome.FAILED, "reason": why})
+
+    def interrupted(self, claim: Claim, result: GateResult) -> None:
+        """The do task was interrupted (the drive stopped): its do run recorded
+        ``interrupted``, with how long the doer ran."""
+        a = self.running.pop((claim.milestone.name, claim.attempt), None)
+        if a is None:
+            return
+        duration = result.duration or do_files(claim).ran_for()
+        why = result.reason
+        if result.outcome is not Outcome.INTERRUPTED:  # it ended as the drive stopped: its change was never taken
+            why = f"interrupted: the drive stopped ({result.reason})"
+        facts = {"host": host_identity()["host"], "worktree": str(a.cwd), "base_commit": a.base}
+        run = evidence.do_run_of(
+            claim, result, **facts, outcome=Outcome.INTERRUPTED.value, reason=why, duration=duration
+        )
+        evidence.record_do_run(self.service.ctx, claim, run)
 
     def forget(self, claim: Claim) -> None:
         """The attempt ended another way (interrupted, its gate failed)."""

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +48,7 @@ from milepost.flows.heartbeat import Heartbeat, heartbeat_frequency, prefect_hea
 from milepost.flows.loop import DriveContext, Loop
 from milepost.flows.plan_nodes import create_nodes
 from milepost.flows.prefect_guard import PrefectGuard, is_api_error, quiet_prefect
+from milepost.gates.git import GitError
 from milepost.gates.supervisor import supervisor
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import WorkItem
@@ -218,6 +219,9 @@ def _sum_up(ctx: DriveContext, loop: Loop, item_id: int, end: _Ending) -> DriveS
     summary.cached = len(loop.cached)
     if loop.do_totals.runs:
         summary.doers = loop.do_totals
+    if loop.doing is not None:
+        with suppress(GitError):
+            summary.bring_in = loop.doing.bring_in()
     ctx.summary = summary
     try:
         if not end.interrupted:

@@ -309,7 +309,7 @@ class Loop:
         """A doer ended: its gate runs in its worktree, or its attempt ends here."""
         assert self.doing is not None
         if result.outcome is Outcome.INTERRUPTED:
-            self.doing.forget(r.claim)
+            self.doing.interrupted(r.claim, result)  # (its do run says how long the doer ran)
             self._end_attempt(r.claim, result)
             return
         after, run = self.doing.after_do(r.claim, result)
@@ -528,17 +528,22 @@ class Loop:
         self._prepared = True
 
     def _gates_in_integration(self) -> None:
-        """When doers merge elsewhere than the workspace (it has uncommitted
-        changes), the drive's gates run and its inputs are read there too: the
-        merged work is what they prove, the workspace's files never change."""
-        where = self.doing.integration if self.doing is not None else None
+        """When doers merge elsewhere than the workspace (docs/doers.md,
+        "Isolation"), the drive's gates run and its inputs are read there too:
+        the merged work is what they prove, the workspace's files never change."""
+        into = self.doing.integration if self.doing is not None else None
         root = self.session.ctx.store.root
-        if where is None or where.resolve() == Path(root).resolve():
+        if into is None or into.path.resolve() == Path(root).resolve():
             return
-        self.session.work_in(where)
-        self.reporter.warning(
-            f"the workspace has uncommitted changes: doers merge, and gates run, in {where} (never in your files)"
-        )
+        self.session.work_in(into.path)
+        if into.aside:
+            said = (
+                f"{into.why}: doers merge into {into.branch}, and gates run, in {into.path} (never in your"
+                " files); the drive ends with the one command that brings the work in"
+            )
+        else:
+            said = f"{into.why}: doers merge into it, and gates run, in {into.path}"
+        self.reporter.warning(said)
 
     def run(self) -> None:
         if not self._prepared:
@@ -619,18 +624,26 @@ class Loop:
                 continue
             pending.pop(key, None)
         for r in self.running.values():
-            if r.kind is TaskKind.FIX:
-                continue
-            if self.doing is not None:
-                self.doing.forget(r.claim)
-            # A gate that ended before the stop counts as it ended (its verdict file says how).
-            ended = r.box.verdict is not None or r.spec.files.result.exists()
-            result = read_result(r.box, r.future, self.crashes) if ended else None
-            if result is None:
-                result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
-            done = self._record(r.claim, result)
-            self.reporter.gate_finished(r.claim, done)
+            if r.kind is not TaskKind.FIX:
+                self._stopped(r)
         self.running.clear()
+
+    def _stopped(self, r: _Running) -> None:
+        """Record the attempt of a gate or doer the stop ended (see :meth:`_stop_all`)."""
+        # A gate that ended before the stop counts as it ended (its verdict file says how).
+        ended = r.box.verdict is not None or r.spec.files.result.exists()
+        result = read_result(r.box, r.future, self.crashes) if ended else None
+        if result is None:
+            result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
+        if self.doing is not None and r.kind is TaskKind.DO:
+            self.doing.interrupted(r.claim, result)  # (its do run says how long the doer ran)
+            if result.outcome is not Outcome.INTERRUPTED:  # its doer ended, its gate never ran: nothing proven
+                why = "interrupted: the drive stopped before its gate ran"
+                result = interrupted_result(r.claim, result.started_at, reason=why)
+        elif self.doing is not None:
+            self.doing.forget(r.claim)
+        done = self._record(r.claim, result)
+        self.reporter.gate_finished(r.claim, done)
 
 
 def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:

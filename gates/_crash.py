@@ -7,7 +7,9 @@ N-th time this process reaches NAME). The points: ``claim`` (inside the
 claim's transaction, before it commits), ``claimed`` (after a claim
 committed, before its gate starts), ``gate`` (its gate just started),
 ``record`` (inside the transaction recording an attempt, before it commits),
-``reclaim`` (a dead driver's lease taken over, its attempt not yet fenced).
+``reclaim`` (a dead driver's lease taken over, its attempt not yet fenced),
+``merging`` (a doer attempt's gate passed, its merge not begun) and
+``merged`` (its merge made, not yet recorded).
 
 Two more ways to fail at a point, for the tests of a driver that stalls
 rather than dies: ``MILEPOST_CRASH_SIGNAL=SIGSTOP`` freezes the whole

@@ -220,6 +220,21 @@ class AttemptFiles:
         in the order they were written."""
         return [r for r in self.processes() if r.get("event") == "start" and (cmd is None or r.get("cmd") == cmd)]
 
+    def ran_for(self) -> float:
+        """How long its processes ran, in seconds, read from the files alone
+        (a driver that died recorded nothing): the durations of the ends the
+        gate supervisor recorded; when it recorded none (it died too), from
+        the prompt or the log's first write to the last write of its log or
+        ``.proc`` file."""
+        ends = [r for r in self.processes() if r.get("event") == "end"]
+        if ends:
+            return sum(float(r.get("duration") or 0.0) for r in ends)
+        times = [p.stat().st_mtime for p in (self.log, self.proc) if p.exists()]
+        first = [p.stat().st_mtime for p in (self.prompt,) if p.exists()]
+        if not times or not first:
+            return 0.0
+        return max(0.0, max(times) - min(first))
+
     # -- recovery ------------------------------------------------------------------
 
     def recover(

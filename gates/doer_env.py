@@ -10,27 +10,48 @@ supervisor does, as it runs a gate's commands.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from milepost.graph.models import Milestone
+if TYPE_CHECKING:  # (an annotation only: milepost.gates.git scrubs git's environment with this module, cheaply)
+    from milepost.graph.models import Milestone
 
-__all__ = ["DOER_AGENT", "PromptFacts", "doer_env", "write_prompt"]
+__all__ = ["DOER_AGENT", "PromptFacts", "doer_env", "scrubbed_env", "write_prompt"]
 
 # A milepost command a doer runs acts as this agent, never as an operator.
 DOER_AGENT = "doer"
 
-# Variables a doer never inherits unless ``doer.env`` names them: milepost's own
-# (MILEPOST_DB is the store's URL: a doer must not reach the store that judges it)
-# and the usual carriers of credentials. PATH, HOME, LANG and the like pass.
+# Variables a doer (and a judge's gate) never inherits unless ``doer.env`` names them: milepost's own
+# (MILEPOST_DB is the store's URL: a doer must not reach the store that judges it), the usual carriers of
+# credentials, an SSH agent's socket and a Kubernetes config; and any variable whose value holds a URL with
+# a password in it (scheme://user:pass@host). PATH, HOME, LANG and the like pass.
 _SCRUBBED_PREFIXES = ("MILEPOST_", "PREFECT_", "DATABASE_", "PG", "AWS_", "GOOGLE_", "AZURE_")
 _SCRUBBED_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "APIKEY", "PRIVATE_KEY")
+_SCRUBBED_NAMES = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "KUBECONFIG"})
+_CREDENTIAL_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]*@")
 
 
-def _scrubbed(name: str) -> bool:
+def _scrubbed(name: str, value: str) -> bool:
     upper = name.upper()
-    return upper.startswith(_SCRUBBED_PREFIXES) or any(part in upper for part in _SCRUBBED_PARTS)
+    return (
+        upper.startswith(_SCRUBBED_PREFIXES)
+        or any(part in upper for part in _SCRUBBED_PARTS)
+        or upper in _SCRUBBED_NAMES
+        or _CREDENTIAL_URL.search(value) is not None
+    )
+
+
+def scrubbed_env(inherited: Mapping[str, str], allowed: Sequence[str]) -> dict[str, str]:
+    """``inherited`` without milepost's own variables, likely secrets,
+    ``SSH_AUTH_SOCK``, ``KUBECONFIG`` and any variable whose value holds a
+    URL with credentials (``scheme://user:pass@host``), except the names in
+    ``allowed`` (the item's ``doer.env``): what a doer, and the gate that
+    judges it, may see of the driver's environment."""
+    keep = set(allowed)
+    return {k: v for k, v in inherited.items() if k in keep or not _scrubbed(k, v)}
 
 
 def doer_env(
@@ -38,13 +59,12 @@ def doer_env(
     allowed: Sequence[str],
     given: Mapping[str, str],
 ) -> dict[str, str]:
-    """A doer's whole environment: ``inherited`` (the driver's) without
-    milepost's own variables and likely secrets, except the names in
-    ``allowed`` (the item's ``doer.env``), then what milepost gives it
-    (``given``: MILEPOST_ITEM, MILEPOST_PROMPT...). An agent CLI's key
-    (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``) passes only when listed."""
-    keep = set(allowed)
-    env = {k: v for k, v in inherited.items() if k in keep or not _scrubbed(k)}
+    """A doer's whole environment: ``inherited`` (the driver's) scrubbed
+    (:func:`scrubbed_env`, keeping the names in ``allowed``: the item's
+    ``doer.env``), then what milepost gives it (``given``: MILEPOST_ITEM,
+    MILEPOST_PROMPT...). An agent CLI's key (``ANTHROPIC_API_KEY``,
+    ``OPENAI_API_KEY``) passes only when listed."""
+    env = scrubbed_env(inherited, allowed)
     env.update(given)
     env["MILEPOST_AGENT"] = DOER_AGENT
     return env

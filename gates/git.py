@@ -7,22 +7,29 @@ words); nothing here knows the store, Prefect or a milestone. Decisions:
 - **Commits milepost makes** (an attempt's commit, a merge commit) carry the
   identity git is configured with (``user.name`` and ``user.email`` at any
   config level, or ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` in the environment);
-  when git has none, ``milepost <milepost@localhost>``. They run no hooks
-  (``--no-verify``) and are never signed: a doer's work is judged by its
+  when git has none, ``milepost <milepost@localhost>``. They are never signed: a doer's work is judged by its
   gate, not by a pre-commit hook, and no passphrase prompt may stall a drive.
+- **No side doors**: every git command milepost runs (:func:`_git`, the one
+  runner) disables hooks (``core.hooksPath=/dev/null``: a hook a doer wrote
+  into the common git dir never runs with the driver's environment) and
+  fsmonitor (``core.fsmonitor=false``); a doer's work is judged by its gate,
+  not by a pre-commit hook. Diffs run no textconv, merges verify no
+  signature (no program a doer configured runs). git runs with the driver's
+  environment scrubbed as a doer's is (:func:`milepost.gates.doer_env.
+  scrubbed_env`): a filter driver a doer configured (``filter.*.clean``,
+  which git runs on ``add`` and ``checkout`` and which cannot be disabled
+  without naming it) sees no store URL and no secret.
 - **``.milepost/`` never counts** as a change, a dirty path or part of a
   commit, at any depth, whether ``.gitignore`` names it or not.
-- **The integration checkout** (:func:`integration_checkout`) is the
-  workspace when it has the base branch checked out and nothing
-  uncommitted; else a *detached* worktree under ``<home>/worktrees/integration``
-  (git refuses a branch checked out twice): the merge is made there and the
-  branch moved by ``git update-ref`` against the tip it was made from (moved
-  meanwhile: merged again from the new tip). A user's files are never
-  written: a workspace on the base branch keeps its uncommitted work, its
-  index then lagging its branch (``git status`` shows the merged work as
-  staged and undone) until its user updates it. :func:`merge` refuses an
-  attached checkout with uncommitted changes: call
-  :func:`integration_checkout` before each merge (it is cheap).
+- **Never a branch moved under a working tree** (docs/doers.md, issue 38):
+  merges land in the workspace only when it has the base branch checked
+  out and nothing uncommitted (``git merge`` updates its files); a base
+  branch checked out nowhere is moved by ``git update-ref`` from a detached
+  worktree of milepost's; otherwise the work goes to the item's integration
+  branch ``milepost/<item>/integration``, in a worktree of its own, and its
+  user brings it in with one ``git merge``
+  (:func:`milepost.gates.integration.integration_checkout`). A user's files,
+  index and checked-out branch are never written.
 - **One writer at a time**: a merge holds an exclusive ``fcntl.flock`` on
   ``<git common dir>/milepost-merge.lock`` (threads and processes alike: each
   lock is its own open file); worktrees are made under ``milepost-worktrees.lock``.
@@ -40,9 +47,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from milepost.gates.doer_env import scrubbed_env
 from milepost.graph.errors import MilepostError, NotFoundError
 
-__all__ = ["MILEPOST_IDENT", "GitError", "Repo", "UnknownRefError"]
+__all__ = ["MILEPOST_IDENT", "NO_SIDE_DOORS", "GitError", "Repo", "UnknownRefError"]
 
 MILEPOST_IDENT = ("milepost", "milepost@localhost")
 _HOME = ".milepost"
@@ -51,7 +59,10 @@ _CONFLICT_LINES = 200
 _BASE_MARK = "milepost-integration-base"  # in an integration worktree's own git dir: the branch it merges into
 # Set by a git hook or a parent git command: they would point every call at another repository.
 _LEAKY = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_OBJECT_DIRECTORY")
-_QUIET_COMMIT = ("-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null")
+_QUIET_COMMIT = ("-c", "commit.gpgsign=false")
+# Before every command (issue 38): no hook runs (a doer may write one into the common git dir, and it would run
+# with the driver's environment), no fsmonitor daemon is asked (core.fsmonitor names a program to run).
+NO_SIDE_DOORS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
 class GitError(MilepostError):
@@ -69,7 +80,11 @@ class UnknownRefError(GitError, NotFoundError):
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _LEAKY}
+    """git's environment: the driver's, scrubbed as a doer's is (no store URL,
+    no secrets: whatever git itself may run, say a filter driver a doer
+    configured, never sees them), without variables that would point git at
+    another repository."""
+    env = {k: v for k, v in scrubbed_env(os.environ, ()).items() if k not in _LEAKY}
     env["GIT_TERMINAL_PROMPT"] = "0"
     env.update(extra or {})
     return env
@@ -80,7 +95,7 @@ def _git(
 ) -> subprocess.CompletedProcess[bytes]:
     try:
         done = subprocess.run(
-            ["git", "-C", str(cwd), *args], capture_output=True, env=_env(env), check=False, timeout=600
+            ["git", *NO_SIDE_DOORS, "-C", str(cwd), *args], capture_output=True, env=_env(env), check=False, timeout=600
         )
     except FileNotFoundError:
         raise GitError("git is not installed (no 'git' on PATH): install git to run doers in worktrees") from None
@@ -170,6 +185,14 @@ class Repo:
         raise UnknownRefError(
             f"{ref!r} names no commit in {self.root}: give a branch, tag or commit (git branch --list)"
         )
+
+    def merging(self) -> bool:
+        """Whether the work tree is in the middle of a merge (``MERGE_HEAD`` exists)."""
+        return _git(self.root, "rev-parse", "-q", "--verify", "MERGE_HEAD", check=False).returncode == 0
+
+    def commits_missing(self, into: str, branch: str) -> int:
+        """How many commits ``branch`` has that ``into`` lacks (``git rev-list --count into..branch``)."""
+        return int(_out(self.root, "rev-list", "--count", f"{into}..{branch}"))
 
     def dirty_paths(self) -> list[str]:
         """Modified, staged and untracked (not ignored) paths, relative to ``root``; ``.milepost/`` never."""

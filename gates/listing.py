@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from milepost.gates.git import NO_SIDE_DOORS
+
 __all__ = ["NEVER", "FileIndex", "git_files", "walk_files"]
 
 # Folders never counted, at any depth.
@@ -31,7 +33,7 @@ def git_files(root: Path) -> list[str] | None:
     to it), or None when ``root`` is not in a git work tree (or git is missing)."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            ["git", *NO_SIDE_DOORS, "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
             capture_output=True,
             timeout=120,
             check=False,

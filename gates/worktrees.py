@@ -1,5 +1,7 @@
 """A doer's worktrees (docs/doers.md): one per attempt, on the branch
-``milepost/<item>/<milestone>``, made, reused (reset to its branch's tip and
+``milepost/<item>/<milestone>``, outside the workspace (:func:`item_folder`:
+under the user's cache folder, keyed by the repository, so no store is in
+a parent folder of a doer), made, reused (reset to its branch's tip and
 cleaned of untracked files, not of ignored ones: what ``doer.setup``
 installed stays) and removed by milepost; what a doer changed in one (every
 path, a digest of the change, protected paths) and its commit. Every git
@@ -10,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +35,55 @@ from milepost.gates.git import (
 )
 from milepost.gates.listing import FileIndex
 
-__all__ = ["Worktree", "Worktrees", "protected_changes"]
+__all__ = [
+    "WORKTREE_MARK",
+    "Worktree",
+    "Worktrees",
+    "doer_branch",
+    "item_folder",
+    "protected_changes",
+    "repo_key",
+    "worktrees_root",
+]
+
+# In the own git dir of every worktree milepost makes (``.git/worktrees/<name>/``): a milepost command run
+# inside one acts as the agent ``doer`` wherever the worktrees live (milepost/cli/_base.py reads it).
+WORKTREE_MARK = "milepost-worktree"
+
+
+def worktrees_root(setting: str | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """Where milepost's worktrees live: ``setting`` (``MILEPOST_WORKTREES``)
+    when given, else ``$XDG_CACHE_HOME/milepost/worktrees``, else
+    ``~/.cache/milepost/worktrees``; absolute."""
+    env = os.environ if env is None else env
+    if setting:
+        return Path(setting).expanduser().absolute()
+    cache = env.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if cache and Path(cache).is_absolute() else Path(env.get("HOME") or Path.home()) / ".cache"
+    return base / "milepost" / "worktrees"
+
+
+def repo_key(repo: Repo) -> str:
+    """The folder of ``repo``'s worktrees under the root: its name and a short
+    hash of the real path of its common git dir (``shapes-3f2a9c01d4e5``),
+    the same from the workspace and from any of its worktrees."""
+    common = repo.common_dir().resolve()
+    top = common.parent.name if common.name == ".git" else common.name.removesuffix(".git")
+    digest = hashlib.sha256(os.fsencode(str(common))).hexdigest()[:12]
+    return f"{top or 'repo'}-{digest}"
+
+
+def doer_branch(item: int, milestone: str) -> str:
+    """The branch of ``milestone``'s attempts: ``milepost/<item>/<milestone>``;
+    a milestone named ``integration`` gets ``milepost/<item>/_integration``
+    (``milepost/<item>/integration`` is the item's integration branch, and no
+    milestone's name starts with '_')."""
+    return f"milepost/{item}/{'_integration' if milestone == 'integration' else milestone}"
+
+
+def item_folder(repo: Repo, root: Path, item: int) -> Path:
+    """The folder of work item ``item``'s worktrees: ``root/<repo key>/item-<item>``."""
+    return root / repo_key(repo) / f"item-{item}"
 
 
 @dataclass(frozen=True)
@@ -89,6 +140,7 @@ class Worktree:
             diff = _git(
                 self.path,
                 *("diff", "--cached", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff"),
+                "--no-textconv",
                 *("--src-prefix=a/", "--dst-prefix=b/", self.start, "--"),
                 *sorted(kept),
                 env=literal,
@@ -129,9 +181,14 @@ class Worktree:
         head = self.head()
         return None if head == _out(self.path, "rev-parse", "--verify", f"{self.start}^{{commit}}") else head
 
+    def files_between(self, base: str, head: str) -> list[str]:
+        """The paths the commits from ``base`` to ``head`` change, sorted (``.milepost/`` never)."""
+        changed = _git(self.path, "diff", "--name-only", "-z", "--no-renames", base, head, "--").stdout
+        return sorted({p for p in _names(changed) if _counted(p)})
+
     def diff_stat(self, base: str, head: str) -> str:
         """``git diff --shortstat base head``: '2 files changed, 5 insertions(+)'."""
-        return _out(self.path, "diff", "--shortstat", base, head)
+        return _out(self.path, "diff", "--shortstat", "--no-ext-diff", "--no-textconv", base, head)
 
 
 @dataclass(frozen=True)
@@ -177,6 +234,8 @@ class Worktrees:
         path.parent.mkdir(parents=True, exist_ok=True)
         _git(self.repo.root, "worktree", "prune")
         _git(self.repo.root, "worktree", "add", "-q", *options, str(path), target)
+        own = (path / _out(path, "rev-parse", "--git-dir")).resolve()
+        (own / WORKTREE_MARK).write_text(f"{self.repo.root}\n", encoding="utf-8")
 
     def reset_branch(self, path: Path, branch: str, start: str) -> Worktree:
         """``branch`` starts again at ``start`` (its commits dropped), its worktree at ``path`` with it."""
@@ -192,6 +251,19 @@ class Worktrees:
             if self._ours(path):
                 _git(self.repo.root, "worktree", "remove", "--force", str(path))
             _git(self.repo.root, "worktree", "prune")
+
+    def remove_under(self, folder: Path) -> list[Path]:
+        """Remove every worktree of this repository under ``folder`` (their
+        branches stay): where milepost kept them before (``.milepost/worktrees``),
+        so a branch checked out there can be checked out again outside."""
+        if not folder.is_dir():
+            return []
+        listed = _out(self.repo.root, "worktree", "list", "--porcelain")
+        paths = [Path(line.removeprefix("worktree ")) for line in listed.splitlines() if line.startswith("worktree ")]
+        gone = [p for p in paths if p.resolve().is_relative_to(folder.resolve()) and self._ours(p)]
+        for p in gone:
+            self.remove(p)
+        return gone
 
     def drop(self, path: Path, branch: str) -> None:
         """Remove the worktree at ``path`` and delete ``branch`` (once merged:

@@ -219,6 +219,7 @@ DO_RUNS = Table(
     Column("session", String(200)),  # the agent's session or thread id, from its usage report
     Column("usage_warning", Text),  # a usage report that could not be read, or figures left out
     Column("merge_commit", String(64)),
+    Column("files", JSON),  # the paths its change touched, a list (at most 1000: see do_evidence)
     Column("started_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime, nullable=False),
     UniqueConstraint("milestone_id", "attempt", name="uq_do_runs_milestone_attempt"),

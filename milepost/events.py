@@ -115,12 +115,16 @@ class DriveSummary(BaseModel):
     milestones: list[MilestoneSummary] = Field(default_factory=list)
     duration: float = 0.0
     doers: DoTotals | None = None
+    # The merged work is on the item's integration branch (docs/doers.md): the line naming the one command
+    # that brings it in. Absent when the merges landed on the base branch.
+    bring_in: str | None = None
 
     @model_serializer(mode="wrap")
     def _no_empty_doers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if data.get("doers") is None:
-            data.pop("doers", None)  # a drive without doers says what it always said
+        for key in ("doers", "bring_in"):
+            if data.get(key) is None:
+                data.pop(key, None)  # a drive without doers says what it always said
         return data
 
 
@@ -343,6 +347,7 @@ class JsonLinesReporter(NullReporter):
             reason=run.reason,
             duration=round(run.duration, 3),
             diff_stat=run.diff_stat,
+            files=run.files,
             cost_usd=run.cost_usd,
             tokens=run.tokens,
             session=run.session,

@@ -118,6 +118,7 @@ class DoRun(BaseModel):
     session: str | None = None  # the agent's session (thread) id, from its usage report
     usage_warning: str | None = None  # its usage report unread, or figures left out: nothing counted for them
     merge_commit: str | None = None
+    files: list[str] | None = None  # the paths its change touched (None: no change committed, or not known)
     started_at: datetime
     finished_at: datetime
 

@@ -80,6 +80,11 @@ class Settings(BaseModel):
         le=MAX_LEASE_TTL,
         description="seconds a Prefect server a drive started in the background stays up unused",
     )
+    worktrees: str | None = Field(
+        default=None,
+        description="the folder milepost's git worktrees live under (docs/doers.md); default:"
+        " $XDG_CACHE_HOME/milepost/worktrees, or ~/.cache/milepost/worktrees",
+    )
 
     @field_validator("lease_ttl", "busy_timeout", "db_retry", "prefect_timeout", "prefect_grace", "server_idle")
     @classmethod
@@ -88,7 +93,7 @@ class Settings(BaseModel):
             raise ValueError("must be a finite number")
         return v
 
-    @field_validator("db", "agent")
+    @field_validator("db", "agent", "worktrees")
     @classmethod
     def _blank_is_unset(cls, v: str | None) -> str | None:
         return v if v is None or v.strip() else None

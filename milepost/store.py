@@ -34,7 +34,7 @@ from milepost.errors import (
 
 __all__ = ["SCHEMA_HEAD", "Store", "mask_url"]
 
-SCHEMA_HEAD = "0011_doer_sessions"  # the newest migration: opening a store whose schema is older upgrades it
+SCHEMA_HEAD = "0009"  # the newest migration: opening a store whose schema is older upgrades it
 # The tables a sound store has (alembic_version aside).
 TABLES = frozenset(
     {

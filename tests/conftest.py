@@ -124,7 +124,7 @@ class CLI:
     @property
     def env(self) -> dict[str, str]:
         # Read at call time: session fixtures (a Prefect server) may set variables later.
-        kept = ("MILEPOST_LEASE_TTL", "MILEPOST_SERVER")
+        kept = ("MILEPOST_LEASE_TTL", "MILEPOST_SERVER", "MILEPOST_WORKTREES")
         base = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_") or k in kept}
         return {**base, **self.extra}
 
@@ -222,6 +222,19 @@ def milepost_bin(tmp_path: Path) -> Path:
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m milepost "$@"\n')
     wrapper.chmod(0o755)
     return bin_dir
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worktrees_outside_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """milepost's git worktrees (docs/doers.md) under this session's temporary
+    folder, not the user's cache folder (keyed by repository: tests share it)."""
+    before = os.environ.get("MILEPOST_WORKTREES")
+    os.environ["MILEPOST_WORKTREES"] = str(tmp_path_factory.mktemp("worktrees"))
+    yield
+    if before is None:
+        os.environ.pop("MILEPOST_WORKTREES", None)
+    else:
+        os.environ["MILEPOST_WORKTREES"] = before
 
 
 @pytest.fixture

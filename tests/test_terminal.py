@@ -127,3 +127,31 @@ def test_a_failed_gates_last_lines_do_not_open_on_a_traceback_marker() -> None:
     assert last_lines("\n".join(tb), 2) == tb[-1:]
     assert last_lines("\n".join(tb), 8) == tb
     assert last_lines("a\n^^^\n") == ["a", "^^^"]
+
+
+def test_a_drive_that_integrated_aside_ends_with_the_command_that_brings_the_work_in() -> None:
+    import json as _json
+
+    from rich.console import Console
+
+    from milepost.events import DriveSummary
+    from milepost.present.terminal import show_summary
+
+    line = "the merged work is on milepost/1/integration, not on main; bring it in: git merge milepost/1/integration"
+    summary = DriveSummary(item=1, objective="o", ok=True, message="all done", bring_in=line)
+    con = Console(record=True, width=300)
+    show_summary(con, summary)
+    assert con.export_text().splitlines()[-1] == line
+    assert _json.loads(summary.model_dump_json())["bring_in"] == line
+    plain = DriveSummary(item=1, objective="o", ok=True, message="all done")
+    assert "bring_in" not in plain.model_dump() and "bring it in" not in _shown(plain)
+
+
+def _shown(summary: object) -> str:
+    from rich.console import Console
+
+    from milepost.present.terminal import show_summary
+
+    con = Console(record=True, width=300)
+    show_summary(con, summary)
+    return con.export_text()

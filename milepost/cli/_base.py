@@ -4,7 +4,9 @@ options, the root group, and small helpers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -213,24 +215,49 @@ def cli(ctx: click.Context, db: str | None, agent: str | None, as_json: bool, op
         from milepost.graph.models import check_name
 
         check_name(agent, "agent")
-    agent = _doer_agent(agent, settings.agent) or agent
+    agent = _doer_agent(agent, settings.agent, settings.worktrees) or agent
     ctx.obj = Ctx(db or settings.db, agent or settings.agent, as_json, operator)
     ctx.call_on_close(lambda: ctx.obj._service.close() if ctx.obj._service else None)
 
 
-def _doer_agent(flag: str | None, setting: str | None) -> str | None:
+def _doer_agent(flag: str | None, setting: str | None, worktrees: str | None = None) -> str | None:
     """``doer`` when this command runs inside a doer's worktree or
     environment (docs/doers.md): no --agent flag makes it anyone else.
     (The name is gates.doer_env.DOER_AGENT, not imported: it costs pydantic.)"""
-    here = Path.cwd().resolve()
-    inside = any(p.name == "worktrees" and p.parent.name == ".milepost" for p in (here, *here.parents))
-    if not inside and setting != "doer":
+    if not _in_worktree(Path.cwd().resolve(), worktrees) and setting != "doer":
         return None
     if flag is not None and flag != "doer":
         from milepost.errors import DoerRefusedError
 
         raise DoerRefusedError(f"--agent {flag}: this command runs in a doer's worktree or environment (agent doer)")
     return "doer"
+
+
+def _in_worktree(here: Path, worktrees: str | None) -> bool:
+    """Whether ``here`` is inside a git worktree milepost made: under the
+    worktrees' root (MILEPOST_WORKTREES, else the user's cache folder), or in
+    any worktree whose own git dir holds milepost's mark (gates.worktrees.
+    WORKTREE_MARK, wherever it lives), or under a ``.milepost/worktrees/``
+    (where they lived before). A few stat calls: no git, no import."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
+    roots = [base / "milepost" / "worktrees", *([Path(worktrees).expanduser()] if worktrees else [])]
+    chain = (here, *here.parents)
+    if any(f.name == "worktrees" and f.parent.name == ".milepost" for f in chain):
+        return True
+    if any(r.resolve() in chain for r in roots):
+        return True
+    for folder in chain:
+        dot_git = folder / ".git"
+        if dot_git.is_file():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                first = dot_git.read_text(encoding="utf-8", errors="replace").splitlines()[0]
+                own = Path(first.removeprefix("gitdir:").strip())
+                return (folder / own / "milepost-worktree").is_file()
+            return False
+        if dot_git.is_dir():
+            return False
+    return False
 
 
 # -- init --------------------------------------------------------------------

@@ -446,7 +446,7 @@ def _show_do_runs(con: Console, ds: list[Any]) -> None:
             "-" if d.cost_usd is None else f"${d.cost_usd:.2f}",
             "-" if d.tokens is None else str(d.tokens),
             esc(d.session or "-"),
-            esc((d.diff_stat or "-").strip()),
+            esc(_change(d)),
             (d.merge_commit or "-")[:10],
             esc(d.reason),
         )
@@ -454,6 +454,16 @@ def _show_do_runs(con: Console, ds: list[Any]) -> None:
     for d in ds:
         if d.usage_warning:
             con.print(f"[yellow]warning:[/] attempt {d.attempt}: its usage report was not read: {esc(d.usage_warning)}")
+
+
+def _change(d: Any) -> str:
+    """A do run's change: its diff stat, then the files it touched (the first three)."""
+    stat = (d.diff_stat or "-").strip()
+    files = list(d.files or [])
+    if not files:
+        return stat
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return f"{stat}: {shown}"
 
 
 @cli.command()

@@ -19,8 +19,10 @@ evidence as properties: ``do_runs``, ``do_cost_usd_total`` and
 ``do_tokens_total`` (all its do runs), and its last do run's ``do_attempt``,
 ``do_outcome``, ``do_reason``, ``do_exit_code``, ``do_duration``,
 ``do_cost_usd``, ``do_tokens``, ``do_session`` (its agent's session),
-``do_usage_warning`` (a usage report not read), ``do_base_commit``, ``do_result_commit``, ``do_merge_commit``,
-``do_diff_stat`` and ``do_log``; a failure's text names the doer's outcome
+``do_usage_warning`` (a usage report not read), ``do_base_commit``,
+``do_result_commit``, ``do_merge_commit``, ``do_diff_stat``, ``do_files``
+(the paths its change touched, separated by spaces) and ``do_log``; a
+failure's text names the doer's outcome
 when one ran in the last attempt. The suite's properties add the drive's
 doers in all (``do_runs``, ``do_passed``, ``do_cost_usd``, ``do_tokens``)
 when any ran."""
@@ -175,6 +177,7 @@ def _do_props(dos: list[DoRun]) -> list[tuple[str, object]]:
         ("do_result_commit", blank(d.result_commit)),
         ("do_merge_commit", blank(d.merge_commit)),
         ("do_diff_stat", " ".join((d.diff_stat or "").split())),
+        ("do_files", " ".join(d.files or [])),
         ("do_log", blank(d.log_path)),
     ]
 

@@ -350,6 +350,8 @@ def show_summary(con: Console, summary: Any) -> None:
     cached = f", {summary.cached} cached" if summary.cached else ""
     doers = f", {summary.doers.text()}" if getattr(summary, "doers", None) else ""
     con.print(f"{verdict}: {esc(summary.message)} ({runs}{cached}{doers}, {summary.duration:.1f} s)")
+    if getattr(summary, "bring_in", None):
+        con.print(esc(summary.bring_in))
     if summary.flow_run_url:
         con.print(f"flow run: {summary.flow_run_url}")
 

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from milepost.errors import EnvironmentProblem, InvalidValueError
+from milepost.gates.git import NO_SIDE_DOORS
 
 __all__ = ["changed_files"]
 
@@ -19,7 +20,11 @@ __all__ = ["changed_files"]
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
     try:
         return subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, check=False, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
+            ["git", *NO_SIDE_DOORS, *args],
+            cwd=cwd,
+            capture_output=True,
+            check=False,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
         )
     except OSError as e:
         raise EnvironmentProblem(f"--affected-by needs git: {e.strerror or e}") from None

@@ -22,6 +22,9 @@ from milepost.retry import retried
 from milepost.service._find import milestone_pk, of_attempt, resolve
 from milepost.service._tx import Context
 
+# The most paths a do run keeps of its change (a doer that rewrote a whole tree is said in one entry more).
+_MAX_FILES = 1000
+
 __all__ = ["do_run", "do_runs", "last_do_run", "record_do_run", "session_of", "set_merge_commit", "spent"]
 
 _FIELDS = (
@@ -43,6 +46,7 @@ _FIELDS = (
     "session",
     "usage_warning",
     "merge_commit",
+    "files",
     "started_at",
     "finished_at",
 )
@@ -81,6 +85,8 @@ def record_do_run(ctx: Context, claim: Claim, run: DoRun) -> None:
     second record of the same attempt (a driver that took a dead one's
     lease over) leaves the first."""
     values: dict[str, Any] = {f: getattr(run, f) for f in _FIELDS}
+    if run.files is not None and len(run.files) > _MAX_FILES:
+        values["files"] = [*run.files[:_MAX_FILES], f"... and {len(run.files) - _MAX_FILES} more"]
     values.update(item_id=claim.item, milestone_id=claim.pk)
     values["log_path"] = ctx.store.relative(ctx.store.resolve(run.log_path)) if run.log_path else None
     try:

@@ -18,7 +18,12 @@ on another machine, lease expiry is the only fence: that machine's gate
 supervisor killed the gate when its driver died.
 
 The taken-over attempt is recorded by the one path that records gate runs
-(:func:`milepost.service.claims.record`), under the new owner.
+(:func:`milepost.service.claims.record`), under the new owner. An attempt
+of a doer milestone (docs/doers.md) counts as merged or not: its merge
+commit found on a local branch (its trailers name the item, the milestone
+and the attempt), it passed, whatever its files say, and nothing runs again;
+its gate passed but nothing merged, it is interrupted (the next attempt
+merges the branch's work).
 """
 
 from __future__ import annotations
@@ -35,11 +40,15 @@ from typing import Any
 from sqlalchemy import select, update
 
 from milepost._text import holder as shown_holder
+from milepost.errors import NotFoundError
 from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.command import GateResult, Outcome
+from milepost.gates.git import GitError, Repo
+from milepost.gates.integration import find_merge
 from milepost.gates.liveness import Life, boot_id, group_alive, life, still_ours
 from milepost.gates.supervisor import host_identity
+from milepost.gates.worktrees import Worktrees, doer_branch
 from milepost.graph.status import MilestoneStatus
 from milepost.results import Claim, DoneResult
 from milepost.retry import retrying
@@ -47,7 +56,7 @@ from milepost.service import _rows as rows
 from milepost.service._rows import ITEMS, MILESTONES
 from milepost.service._tx import Context, GraphCache
 from milepost.service.claims import interrupted_result, record
-from milepost.service.do_evidence import do_run_of, record_do_run
+from milepost.service.do_evidence import do_run, do_run_of, record_do_run, set_merge_commit
 from milepost.service.leases import LeaseKeeper, expired
 
 __all__ = [
@@ -195,22 +204,72 @@ def _take_over(
         return None
     crash_point("reclaim")
     result = _fenced_result(ctx, claim, r.lease_owner, r.lease_info or {}, now, gone=gone)
+    merged = _merged(ctx, claim)
+    result = _as_merged(claim, result, merged)
     done = record(ctx, claim, result, release=release, cache=cache)
-    _killed_doer(ctx, claim, result)
+    _killed_doer(ctx, claim, result, merged)
     return done
 
 
-def _killed_doer(ctx: Context, claim: Claim, result: GateResult) -> None:
+def _merged(ctx: Context, claim: Claim) -> str | None:
+    """The merge commit of the taken-over attempt of a doer milestone, when
+    its driver merged it before it died (the merge commit's trailers name
+    the item, the milestone and the attempt); None otherwise."""
+    if not claim.milestone.has_doer or claim.reproof:
+        return None
+    repo = Repo.find(ctx.store.root)
+    if repo is None:
+        return None
+    with contextlib.suppress(GitError):
+        return find_merge(repo, claim.item, claim.milestone.name, claim.attempt)
+    return None
+
+
+def _as_merged(claim: Claim, result: GateResult, merged: str | None) -> GateResult:
+    """How a doer attempt taken over counts: merged, it passed (its gate
+    passed, or it would not have been merged: nothing runs again); its gate
+    passed but its work was not merged, it is interrupted (the next attempt's
+    gate judges the branch's work again, then merges it)."""
+    if not claim.milestone.has_doer or claim.reproof:
+        return result
+    if merged is not None:
+        gate = AttemptFiles(Path(claim.log_path)).read_result()
+        why = f"passed: merged as {merged[:10]} before its driver stopped ({result.reason})"
+        if gate is not None and gate.passed:
+            return gate.model_copy(update={"reason": why, "host": result.host})
+        return result.model_copy(update={"outcome": Outcome.PASSED, "reason": why})
+    if result.outcome is Outcome.PASSED:
+        why = "interrupted: its gate passed, its driver stopped before merging its work: the next attempt merges it"
+        return result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": why})
+    return result
+
+
+def _killed_doer(ctx: Context, claim: Claim, result: GateResult, merged: str | None) -> None:
     """A doer that died with its driver (its log is there, its do run is
-    not): its do run recorded interrupted, with what it said it cost, which
-    the budgets count. A do run its driver recorded before dying stays."""
-    if not claim.milestone.has_doer or not AttemptFiles(Path(claim.log_path)).do.log.exists():
+    not): its do run recorded interrupted, with how long it ran and what it
+    said it cost, which the budgets count. A do run its driver recorded
+    before dying stays; a merge found names its merge commit."""
+    files = AttemptFiles(Path(claim.log_path)).do
+    if not claim.milestone.has_doer or not files.log.exists():
         return
-    # (nothing of the doer's own end is known: not its exit, its time or its output)
+    # (nothing of the doer's own end is known but its time: not its exit or its output)
     # (its own form when named; else found in its output, the item's form being out of reach here)
-    ended = {"outcome": Outcome.INTERRUPTED.value, "exit_code": None, "duration": 0.0}
+    ended = {"outcome": Outcome.INTERRUPTED.value, "exit_code": None, "duration": files.ran_for()}
     run = do_run_of(claim, result, claim.milestone.do_usage, host=result.host, **ended)
     record_do_run(ctx, claim, run)
+    if merged is not None:
+        set_merge_commit(ctx, claim, merged)
+        _drop_merged(ctx, claim)
+
+
+def _drop_merged(ctx: Context, claim: Claim) -> None:
+    """The merged attempt's worktree and branch removed, as its driver would
+    have (its commits stay reachable from the branch it was merged into)."""
+    repo = Repo.find(ctx.store.root)
+    with contextlib.suppress(GitError, NotFoundError, OSError):
+        run = do_run(ctx, claim.milestone.name, claim.attempt, claim.item)
+        if repo is not None and run.worktree:
+            Worktrees(repo).drop(Path(run.worktree), doer_branch(claim.item, claim.milestone.name))
 
 
 def _take_lease(ctx: Context, item: int, r: Any, owner: str, now: datetime, *, gone: bool) -> Claim | None:
@@ -273,7 +332,7 @@ def _fenced_result(
     if here:
         files = AttemptFiles(Path(claim.log_path))
         with LeaseKeeper(ctx, [claim]):
-            killed = fence(files, timeout=STOP_WAIT_SECONDS)
+            killed = fence(files, timeout=STOP_WAIT_SECONDS) + fence(files.do, timeout=STOP_WAIT_SECONDS)
         if killed:
             groups = ", ".join(map(str, killed))
             result = interrupted_result(claim, started, reason=f"{lapse}; killed its process group(s) {groups}")

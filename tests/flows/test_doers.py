@@ -158,6 +158,9 @@ milestones:
     a, b = runs["a"][0], runs["b"][0]
     assert a.started_at < b.finished_at and b.started_at < a.finished_at
     assert a.outcome == "passed" and a.result_commit and a.merge_commit and a.diff_stat
+    assert a.files == ["src/a.py"] and b.files == ["src/b.py"]  # what each change touched
+    trailers = git(workspace, "log", "-1", "--format=%(trailers:only,unfold)", a.merge_commit).split("\n")
+    assert trailers[:3] == [f"Milepost-Item: {item}", "Milepost-Milestone: a", "Milepost-Attempt: 1"]
     # merged: their worktrees and branches are gone, their commits reachable from main
     assert git(workspace, "branch", "--list", "milepost/*") == ""
     assert git(workspace, "worktree", "list", "--porcelain").count("worktree ") == 1
@@ -469,6 +472,7 @@ def test_a_driver_killed_during_its_doer_then_driven_again(any_cli: CLI, workspa
     do_runs = cli.json("runs", "a", "--item", item)["do_runs"]
     killed = [(d["attempt"], d["outcome"], d["cost_usd"], d["tokens"]) for d in do_runs]
     assert killed[0] == (1, "interrupted", 0.3, 700), do_runs  # recorded by the driver that took over
+    assert do_runs[0]["duration"] > 0.05, do_runs[0]  # how long the doer ran before it died with its driver
     assert cli.json("list", "--item", item)["milestones"][0]["status"] == "done"  # (retries: 0, and none was spent)
     assert [s["key"] for s in doer.seen()] == ["a#1", "a#2"]
     assert "src/junk.py" not in doer.of("a#2")["files"]  # the killed attempt's leftovers were reset away
@@ -478,23 +482,54 @@ def test_a_driver_killed_during_its_doer_then_driven_again(any_cli: CLI, workspa
     assert git(workspace, "status", "--porcelain") == ""
 
 
-def test_a_users_uncommitted_change_is_left_untouched(
-    prefect_api: str, service: Service, workspace: Path, tmp_path: Path
+def test_a_users_uncommitted_change_is_left_untouched_and_their_next_commit_reverts_nothing(
+    prefect_api: str, any_service: Service, workspace: Path, tmp_path: Path
 ) -> None:
+    """A dirty workspace on main: the drive merges onto milepost/<item>/integration,
+    never moving main under the user's index, and ends naming the command that
+    brings the work in. The user commits their own work (``git add -A && git
+    commit``), runs that command: both their change and the merged work are on
+    main, nothing reverted."""
+    service = any_service
     repo(workspace)
     (workspace / "src" / "app.py").write_text("x = 'mine, not committed'\n")
     (workspace / "notes.txt").write_text("my notes\n")
-    doer = Doer(tmp_path, {"a": {"write": {"src/a.py": "A = 1\n"}}})
+    main_before = git(workspace, "rev-parse", "main").strip()
+    touched = {p: (workspace / p).stat().st_mtime_ns for p in ("src/app.py", "notes.txt", ".git/index")}
+    doer = Doer(tmp_path, {"a": {"write": {"src/a.py": "A = 1\n"}}, "b": {"write": {"src/b.py": "B = 1\n"}}})
     item = apply(
-        service, f"objective: dirty\nmilestones:\n  - {{name: a, do: '{doer.command}', gate: 'test -f src/a.py'}}\n"
+        service,
+        f"""objective: dirty
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'test -f src/a.py'}}
+  - {{name: b, deps: [a], do: '{doer.command}', gate: 'test -f src/a.py && test -f src/b.py'}}
+""",
     )
     summary = run_drive(service, item)
     assert summary.ok, summary.message
+    side = f"milepost/{item}/integration"
+    assert summary.bring_in is not None and summary.bring_in.endswith(f"bring it in: git merge {side}")
+    assert summary.model_dump(mode="json")["bring_in"] == summary.bring_in
+    # during the drive: the user's files, their index and main never changed
     assert (workspace / "src" / "app.py").read_text() == "x = 'mine, not committed'\n"
     assert (workspace / "notes.txt").read_text() == "my notes\n"
-    assert not (workspace / "src" / "a.py").exists()  # merged into main, not into the user's checkout
-    assert "src/a.py" in git(workspace, "ls-tree", "-r", "--name-only", "main")
-    assert len(merges(workspace)) == 1
+    assert not (workspace / "src" / "a.py").exists()
+    assert git(workspace, "rev-parse", "main").strip() == main_before
+    assert git(workspace, "diff", "--cached", "--name-only") == ""
+    assert {p: (workspace / p).stat().st_mtime_ns for p in touched} == touched  # not even rewritten
+    assert merges(workspace, side) == ["milepost: merge a (attempt 1)", "milepost: merge b (attempt 1)"]
+    # the user's next commit, then the one command
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-q", "-m", "my own change")
+    command = summary.bring_in.rsplit(": ", 1)[1].split()
+    subprocess.run([*command, "--no-edit"], cwd=workspace, check=True, capture_output=True)
+    for path, text in {"src/app.py": "x = 'mine, not committed'\n", "notes.txt": "my notes\n"}.items():
+        assert git(workspace, "show", f"main:{path}") == text
+    assert git(workspace, "show", "main:src/a.py") == "A = 1\n" and git(workspace, "show", "main:src/b.py") == "B = 1\n"
+    assert git(workspace, "status", "--porcelain") == ""
+    # brought in: a later drive has nothing to bring in (and merges into the workspace again)
+    again = run_drive(service, item)
+    assert again.ok and again.bring_in is None
 
 
 def test_with_uncommitted_changes_gates_prove_the_merged_work_in_the_integration_checkout(
@@ -524,10 +559,11 @@ milestones:
     # branch, where it passes (in the workspace, which lacks the merges, it had failed and reopened)
     assert [(r.attempt, r.outcome.value) for r in service.runs("a", item=item)] == [(1, "passed"), (2, "passed")]
     assert [r.outcome.value for r in service.runs("b", item=item)] == ["passed"]
-    assert Path(where.read_text().strip()) == service.store.home / "worktrees" / "integration"
+    proved_in = Path(where.read_text().strip())
+    assert proved_in.name == "_integration" and not proved_in.is_relative_to(workspace)
     assert (workspace / "notes.txt").read_text() == "my notes\n"
     assert not (workspace / "src" / "a.py").exists()  # the user's files never changed
-    assert len(merges(workspace)) == 2
+    assert len(merges(workspace, f"milepost/{item}/integration")) == 2 and merges(workspace) == []
 
 
 def test_a_doer_gets_no_store_and_its_own_facts(
@@ -554,6 +590,7 @@ milestones:
     assert env["MILEPOST_ITEM"] == str(item) and env["MILEPOST_MILESTONE"] == "a" and env["MILEPOST_ATTEMPT"] == "1"
     assert env["MILEPOST_AGENT"] == "doer"
     assert seen["cwd"] == env["MILEPOST_WORKTREE"] != str(workspace)
+    assert not Path(seen["cwd"]).is_relative_to(workspace)  # outside the workspace: no store above it
     assert "MILEPOST_COST_FILE" in env
     for part in ("what a doer is given", "a module a", "test -f src/a.py", "src/**"):
         assert part in seen["prompt"]
@@ -726,6 +763,9 @@ milestones:
 
     # the drive's summary: the doers in all (JSON, and the line a person reads)
     finished = json.loads(r.out.splitlines()[-1])
+    events = [json.loads(line) for line in r.out.splitlines() if line.startswith("{")]
+    [a_done] = [e for e in events if e["event"] == "do_finished" and e["milestone"] == "a"]
+    assert a_done["files"] == ["src/a.py"] and a_done["outcome"] == "passed"
     assert finished["event"] == "drive_finished"
     assert finished["doers"] == {"runs": 2, "passed": 1, "cost_usd": 0.35, "tokens": 540}
     con = Console(record=True, width=200)
@@ -740,6 +780,7 @@ milestones:
     assert (a["do_outcome"], a["do_exit_code"], a["do_cost_usd"], a["do_tokens"]) == ("passed", "0", "0.25", "500")
     assert (a["do_result_commit"], a["do_merge_commit"]) == (a_run.result_commit, a_run.merge_commit)
     assert a["do_diff_stat"].startswith("1 file changed, 1 insertion(+)") and a["do_runs"] == "1"
+    assert a["do_files"] == "src/a.py" and b["do_files"] == ""
     assert (b["do_outcome"], b["do_exit_code"], b["do_result_commit"]) == ("failed", "3", "")
     assert not [k for k in _props(cases["c"]) if k.startswith("do_")]
     failure = cases["b"].find("failure")
@@ -780,6 +821,11 @@ milestones:
     missing = ic("log", "a", "--do", "--attempt", "2", "--item", str(item))
     assert missing.code == 2 and "attempt 2 of 'a' ran no doer" in missing.err
 
+    # runs: the do table's change names the files; --json's do_runs lists them
+    runs_text = ic("runs", "a", "--item", str(item), check=True).out
+    assert "src/a.py" in runs_text.split("do (the doer before each gate)")[1], runs_text
+    assert ic.json("runs", "a", "--item", str(item))["do_runs"][0]["files"] == ["src/a.py"]
+
     # list: a do column beside the gate
     table = ic("list", "--item", str(item), check=True).out.splitlines()
     assert table[0].split()[5:7] == ["gate", "do"], table[0]
@@ -801,3 +847,134 @@ milestones:
             assert drove["ok"] is True and drove["doers"] == {"runs": 1, "passed": 1, "cost_usd": 0.05, "tokens": 7}
 
     anyio.run(go)
+
+
+def test_a_driver_killed_between_merge_and_record_is_recorded_passed_by_the_next(
+    any_cli: CLI, workspace: Path, tmp_path: Path
+) -> None:
+    """SIGKILL right after the merge, before the record (crash point
+    ``merged``): the next drive takes the attempt over, finds its merge
+    commit by its trailers, records it passed; nothing runs or merges twice,
+    nothing is refused."""
+    cli = any_cli
+    doer = Doer(tmp_path, {"a": {"write": {"src/a.py": "A = 1\n"}}})
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        f"objective: killed after its merge\nmilestones:\n"
+        f"  - {{name: a, do: '{doer.command}', gate: 'test -f src/a.py'}}\n"
+    )
+    item = str(cli.json("plan", "apply", str(plan))["id"])
+    first = cli("drive", item, timeout=180, MILEPOST_CRASH_AT="merged")
+    assert first.code == -signal.SIGKILL, first.out + first.err
+    assert merges(workspace) == ["milepost: merge a (attempt 1)"]
+    merge = git(workspace, "rev-parse", "main").strip()
+    time.sleep(float(TTL) + 0.3)  # its lease expires (its holder is gone too)
+    again = cli("drive", item, timeout=180)
+    assert again.code == 0, again.out + again.err
+    runs = cli.json("runs", "a", "--item", item)
+    assert [(r["attempt"], r["outcome"]) for r in runs["runs"]] == [(1, "passed")], runs["runs"]
+    assert f"merged as {merge[:10]}" in runs["runs"][0]["reason"]
+    assert [(d["attempt"], d["outcome"], d["merge_commit"]) for d in runs["do_runs"]] == [(1, "passed", merge)]
+    assert [s["key"] for s in doer.seen()] == ["a#1"]  # no doer ran again
+    assert merges(workspace) == ["milepost: merge a (attempt 1)"]  # nothing merged twice
+    assert git(workspace, "branch", "--list", "milepost/*") == ""  # its worktree and branch dropped, as merged
+    assert git(workspace, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert cli.json("list", "--item", item)["milestones"][0]["status"] == "done"
+    assert git(workspace, "status", "--porcelain") == ""
+
+
+def test_a_driver_killed_between_gate_and_merge_leaves_no_done_without_its_merge(
+    any_cli: CLI, workspace: Path, tmp_path: Path
+) -> None:
+    """SIGKILL after the gate passed, before the merge (crash point
+    ``merging``): the attempt is recorded interrupted, not passed (nothing
+    was merged); the next attempt's doer changes nothing, its gate judges the
+    branch's work again, and that work is merged once."""
+    cli = any_cli
+    doer = Doer(tmp_path, {"a#1": {"write": {"src/a.py": "A = 1\n"}}, "a#2": {}})
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        f"objective: killed before its merge\nmilestones:\n"
+        f"  - {{name: a, retries: 0, do: '{doer.command}', gate: 'test -f src/a.py'}}\n"
+    )
+    item = str(cli.json("plan", "apply", str(plan))["id"])
+    first = cli("drive", item, timeout=180, MILEPOST_CRASH_AT="merging")
+    assert first.code == -signal.SIGKILL, first.out + first.err
+    assert merges(workspace) == []
+    time.sleep(float(TTL) + 0.3)
+    again = cli("drive", item, timeout=180)
+    assert again.code == 0, again.out + again.err
+    runs = cli.json("runs", "a", "--item", item)["runs"]
+    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "interrupted"), (2, "passed")], runs
+    assert "its driver stopped before merging its work" in runs[0]["reason"]
+    assert merges(workspace) == ["milepost: merge a (attempt 2)"]
+    assert (workspace / "src" / "a.py").read_text() == "A = 1\n"
+
+
+def test_a_merge_failing_without_a_conflict_is_one_failed_attempt_and_the_drive_goes_on(
+    prefect_api: str, any_service: Service, workspace: Path, tmp_path: Path
+) -> None:
+    """Another git process holds the index as a passed attempt is merged (its
+    ``index.lock``): the merge fails (no conflict), the attempt fails with the
+    reason, and the drive goes on: the retry's doer finds the lock gone, its
+    gate judges the branch's work again, it is merged, and b after it."""
+    service = any_service
+    repo(workspace)
+    lock = workspace / ".git" / "index.lock"
+    doer = Doer(
+        tmp_path,
+        {
+            "a#1": {"write": {"src/a.py": "A = 1\n"}},
+            "a#2": {"delete": [str(lock)]},
+            "b": {"write": {"src/b.py": "B\n"}},
+        },
+    )
+    hold = f'if [ "$MILEPOST_ATTEMPT" = 1 ]; then : > {lock}; fi'
+    item = apply(
+        service,
+        f"""objective: a lock held
+milestones:
+  - {{name: a, retries: 1, do: '{doer.command}', gate: 'test -f src/a.py && {{ {hold}; }}'}}
+  - {{name: b, deps: [a], do: '{doer.command}', gate: 'test -f src/b.py'}}
+""",
+    )
+    summary = run_drive(service, item)
+    assert summary.ok, summary.message
+    runs = service.runs("a", item)
+    assert [r.outcome.value for r in runs] == ["failed", "passed"]
+    assert runs[0].reason.startswith(f"merge of milepost/{item}/a failed: git merge of"), runs[0].reason
+    assert "Unable to write index" in runs[0].reason
+    assert "=== merge of" in Path(runs[0].log_path or "").read_text()
+    assert merges(workspace) == ["milepost: merge a (attempt 2)", "milepost: merge b (attempt 1)"]
+    assert not (workspace / ".git" / "MERGE_HEAD").exists() and git(workspace, "status", "--porcelain") == ""
+
+
+def test_a_drive_stopped_while_its_doer_works_records_how_long_the_doer_ran(
+    prefect_api: str, workspace: Path, tmp_path: Path
+) -> None:
+    """SIGINT to a driver while its doer works: exit 130, the attempt
+    interrupted (its milestone ready again), and its do run recorded
+    interrupted with the time the doer ran (it was not recorded at all)."""
+    repo(workspace)
+    cli, started = CLI(workspace), tmp_path / "doer-started"
+    cli("init", check=True)
+    doer = Doer(tmp_path, {"a": {"write": {"src/a.py": "A = 1\n"}, "touch": str(started), "sleep": 60}})
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"objective: stopped\nmilestones:\n  - {{name: a, do: '{doer.command}', gate: 'true'}}\n")
+    item = str(cli.json("plan", "apply", str(plan))["id"])
+    proc = cli.popen("drive", item)
+    try:
+        wait_until(started.exists, timeout=120, what="the doer at work")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (out, err)
+    runs = cli.json("runs", "a", "--item", item)
+    assert [(r["attempt"], r["outcome"]) for r in runs["runs"]] == [(1, "interrupted")], runs
+    [do] = runs["do_runs"]
+    assert do["outcome"] == "interrupted" and do["duration"] >= 0.4, do
+    assert cli.json("list", "--item", item)["milestones"][0]["status"] == "pending"

@@ -1,7 +1,7 @@
 """doer sessions and usage: a milestone's usage form and its agent's session; a do run's session and warning
 
-Revision ID: 0011_doer_sessions
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011_doer_sessions"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
