@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from milepost.errors import InputError
-from milepost.gates import git, worktrees
+from milepost.gates import git, judge, worktrees
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.doer_env import PromptFacts, doer_env, write_prompt
 from milepost.gates.integration import integration_checkout, merge
@@ -32,7 +32,7 @@ from milepost.results import Claim, DoRun
 from milepost.service import Service
 from milepost.service import do_evidence as evidence
 
-__all__ = ["DoStart", "Doing", "NotStarted", "check_doers", "do_files"]
+__all__ = ["DoStart", "Doing", "JudgeStart", "NotStarted", "check_doers", "do_files"]
 
 
 def check_doers(service: Service, item: int, until: str | None = None) -> bool:
@@ -74,6 +74,16 @@ class NotStarted:
     final: bool = False
 
 
+@dataclass(frozen=True)
+class JudgeStart:
+    """Where an attempt's gate runs (the judge's checkout of its committed
+    result: gates/judge.py) and the environment it starts from (scrubbed as
+    a doer's)."""
+
+    path: Path
+    env: dict[str, str]
+
+
 @dataclass
 class _Attempt:
     """One doer attempt between its start and its merge."""
@@ -84,6 +94,7 @@ class _Attempt:
     started_at: datetime
     worktree: worktrees.Worktree | None = None
     run: DoRun | None = None
+    judge: judge.Judge | None = None  # the checkout its gate runs in, held until the gate ended
 
 
 @dataclass
@@ -302,6 +313,33 @@ class Doing:
         run.result_commit = wt.head()
         return None
 
+    # -- the judge -------------------------------------------------------------------------
+
+    def judge(self, claim: Claim) -> JudgeStart | GateResult | None:
+        """The judge's checkout of the attempt's committed result, its set-up
+        run or reused (gates/judge.py); or the attempt's failure (git refused,
+        the set-up failed: its log is the attempt's); None in the workspace
+        itself (``isolate: none``: the gate runs there)."""
+        a = self.running[(claim.milestone.name, claim.attempt)]
+        if a.worktree is None or self.repo is None:
+            return None
+        s = self.settings
+        setup = judge.SetupSpec(s.judge_setup or s.setup, s.judge_key or judge.DEFAULT_KEY_FILES)
+        scrubbed = judge.judge_env(os.environ, s.env, {})
+        log = Path(str(claim.log_path).removesuffix(".log") + ".judge.log")
+        try:
+            a.judge = judge.open_judge(
+                self.repo.root, judge.judge_folder(a.worktree.path), a.worktree.head(), self._tip(),
+                s.protect, setup, scrubbed, log,
+            )  # fmt: skip
+        except git.GitError as e:
+            self.forget(claim)
+            return _failure(claim, f"judge not made: {e}")
+        except judge.SetupFailed as e:
+            self.forget(claim)
+            return _setup_failed(claim, log, e.result)
+        return JudgeStart(a.judge.path, scrubbed)
+
     # -- after the gate ------------------------------------------------------------------
 
     def after_gate(self, claim: Claim, result: GateResult) -> GateResult:
@@ -309,6 +347,8 @@ class Doing:
         integration branch. A conflict fails the attempt (its log holds the
         conflict; the branch starts again from the new tip)."""
         a = self.running.pop((claim.milestone.name, claim.attempt), None)
+        if a is not None and a.judge is not None:
+            a.judge.release()
         if a is None or a.worktree is None or self.integration is None or self.repo is None:
             return result
         m = claim.milestone
@@ -331,7 +371,9 @@ class Doing:
 
     def forget(self, claim: Claim) -> None:
         """The attempt ended another way (interrupted, its gate failed)."""
-        self.running.pop((claim.milestone.name, claim.attempt), None)
+        a = self.running.pop((claim.milestone.name, claim.attempt), None)
+        if a is not None and a.judge is not None:
+            a.judge.release()
 
 
 def _failure(claim: Claim, reason: str, result: GateResult | None = None) -> GateResult:
@@ -346,4 +388,24 @@ def _failure(claim: Claim, reason: str, result: GateResult | None = None) -> Gat
         started_at=result.started_at if result is not None else now,
         finished_at=now,
         log_path=str(do_files(claim).log),
+    )
+
+
+def _setup_failed(claim: Claim, log: Path, result: GateResult) -> GateResult:
+    """The judge's set-up failed: the attempt fails with its log (appended to the attempt's)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    attempt_log = Path(claim.log_path)
+    attempt_log.parent.mkdir(parents=True, exist_ok=True)
+    with open(attempt_log, "a", encoding="utf-8") as out:
+        out.write(f"=== the judge's set-up ({log.name}) failed: {result.reason}\n{text}")
+    now = datetime.now(UTC)
+    return GateResult(
+        outcome=Outcome.FAILED,
+        reason=f"judge set-up failed: {result.reason}",
+        exit_code=result.exit_code,
+        duration=result.duration,
+        tail=result.tail,
+        started_at=result.started_at,
+        finished_at=now,
+        log_path=str(attempt_log),
     )
