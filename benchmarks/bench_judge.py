@@ -44,8 +44,9 @@ from milepost.gates.git import Repo
 from milepost.graph.models import GateCommand
 
 ORIGINAL = 'def want_bytes(\n    s: str | bytes, encoding: str = "utf-8", errors: str = "strict"\n) -> bytes:\n    if isinstance(s, str):\n        s = s.encode(encoding, errors)\n\n    return s\n'  # noqa: E501
-WRONG = ORIGINAL.split(") -> bytes:\n")[0] + ") -> bytes:\n    return s.encode(encoding, errors) if isinstance(s, bytes) else s  # type: ignore\n"
-FIXED = ORIGINAL.split(") -> bytes:\n")[0] + ") -> bytes:\n    return s.encode(encoding, errors) if isinstance(s, str) else s\n"
+_HEAD = ORIGINAL.split(") -> bytes:\n")[0] + ") -> bytes:\n"
+WRONG = _HEAD + "    return s.encode(encoding, errors) if isinstance(s, bytes) else s  # type: ignore\n"
+FIXED = _HEAD + "    return s.encode(encoding, errors) if isinstance(s, str) else s\n"
 GATE = "python -m pytest -q -p no:cacheprovider -x tests"
 
 
