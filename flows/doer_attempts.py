@@ -332,7 +332,7 @@ class Doing:
                 self.repo.root, judge.judge_folder(a.worktree.path), a.worktree.head(), self._tip(),
                 s.protect, setup, scrubbed, log,
             )  # fmt: skip
-        except git.GitError as e:
+        except (git.GitError, OSError) as e:
             self.forget(claim)
             return _failure(claim, f"judge not made: {e}")
         except judge.SetupFailed as e:

@@ -164,3 +164,38 @@ milestones:
     assert run.reason.startswith("refused: the gate's python"), run.reason
     assert f"imports {name} from {workspace}/src/{name}/__init__.py" in run.reason
     assert merges(workspace) == [] and git(workspace, "status", "--porcelain") == ""
+
+
+def test_gates_in_the_integration_worktree_import_from_it_or_are_refused(
+    prefect_api: str,
+    service: Service,
+    workspace: Path,
+    tmp_path: Path,
+    venv: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Uncommitted changes: the drive's gates run in its integration worktree
+    (docs/doers.md), and import the workspace's packages from there."""
+    name = _package(workspace, venv, "src", monkeypatch)
+    (workspace / "notes.txt").write_text("my notes\n")  # uncommitted
+    where = tmp_path / "where.txt"
+    doer = Doer(tmp_path, {"a": {"write": {_helpers(name, "src"): FIXED + "MERGED = True\n"}}})
+    probe = f'python -c "import {name}.helpers as h; assert h.MERGED; print(h.__file__)" > {where}'
+    item = apply(
+        service,
+        f"""objective: proven where merged
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'python -m pytest -q -p no:cacheprovider tests'}}
+  - {{name: check, deps: [a], gate: '{probe}', inputs: ['module:{name}.helpers']}}
+  - {{name: outside, deps: [a], retries: 0, gate: 'PYTHONPATH={workspace}/src {probe}'}}
+""",
+    )
+    assert not run_drive(service, item).ok
+    assert statuses(service, item) == {"a": S.DONE, "check": S.DONE, "outside": S.STUCK}
+    integration = service.store.home / "worktrees" / "integration"
+    assert Path(where.read_text().strip()) == integration / "src" / name / "helpers.py"
+    [run] = service.runs("outside", item)
+    assert f"imports {name} from {workspace}/src/{name}/__init__.py, outside {integration}" in run.reason
+    assert (workspace / "notes.txt").read_text() == "my notes\n" and "MERGED" not in (
+        workspace / _helpers(name, "src")
+    ).read_text()
