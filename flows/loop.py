@@ -312,7 +312,7 @@ class Loop:
             raise
 
     def _after_do(self, r: _Running, result: GateResult) -> None:
-        """A doer ended: its gate runs in its worktree, or its attempt ends here."""
+        """A doer ended: its gate runs in its judge, or its attempt ends here."""
         assert self.doing is not None
         if result.outcome is Outcome.INTERRUPTED:
             self.doing.forget(r.claim)
@@ -324,23 +324,37 @@ class Loop:
         if isinstance(after, GateResult):
             self._end_attempt(r.claim, after)
             return
-        m = r.claim.milestone
-        judged = self.doing.judge(r.claim)  # the gate runs in the judge's checkout of the committed result
+        self._judge(r.claim, after)
+
+    def _judge(self, claim: Claim, worktree: Path) -> None:
+        """Submit the gate of a doer's attempt: in the judge's checkout of its
+        committed result (gates/judge.py), with the doer's scrubbed environment
+        and the import rule; or end the attempt (the judge's set-up failed, a
+        package resolves outside). With ``isolate: none``, in ``worktree``."""
+        assert self.doing is not None
+        m = claim.milestone
+        try:
+            judged = self.doing.judge(claim)
+        except BaseException as e:  # interrupted while the judge's set-up ran: never leave the claim behind
+            self.doing.forget(claim)
+            why = f"interrupted: while the judge was made ({type(e).__name__})"
+            self._record(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
+            raise
         if isinstance(judged, GateResult):
-            self._end_attempt(r.claim, judged)
+            self._end_attempt(claim, judged)
             return
         if judged is None:  # (isolate: none: in the workspace itself)
-            where = {"MILEPOST_WORKSPACE": str(after)}
-            self._submit(TaskKind.GATE, r.claim, m.gate, r.claim.log_path, m.timeout, where, cwd=after)
+            where = {"MILEPOST_WORKSPACE": str(worktree)}
+            self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, where, cwd=worktree)
             return
-        env = {**judged.env, **self.session.gate_env(r.claim), "MILEPOST_WORKSPACE": str(judged.path)}
-        rule = self._import_rule(r.claim, judged.path, env)
+        env = {**judged.env, **self.session.gate_env(claim), "MILEPOST_WORKSPACE": str(judged.path)}
+        rule = self._import_rule(claim, judged.path, env)
         if isinstance(rule, GateResult):
-            self.doing.forget(r.claim)
-            self._end_attempt(r.claim, rule)
+            self.doing.forget(claim)
+            self._end_attempt(claim, rule)
             return
         env.update(rule)
-        self._submit(TaskKind.GATE, r.claim, m.gate, r.claim.log_path, m.timeout, env, cwd=judged.path, whole_env=True)
+        self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, env, cwd=judged.path, whole_env=True)
 
     # -- the import rule (gates/judge.py) ----------------------------------------------
 
