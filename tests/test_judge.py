@@ -217,3 +217,32 @@ def test_the_judges_env_is_scrubbed_as_a_doers() -> None:
     env = J.judge_env({"PATH": "/bin", "MILEPOST_DB": "sqlite:///x", "GITHUB_TOKEN": "t", "KEEP_TOKEN": "k"},
                       ["KEEP_TOKEN"], {"MILEPOST_ITEM": "1"})  # fmt: skip
     assert env == {"PATH": "/bin", "KEEP_TOKEN": "k", "MILEPOST_ITEM": "1", "MILEPOST_AGENT": "doer"}
+
+
+def test_the_judges_plan_fields_are_stored_exported_and_checked(tmp_path: Path) -> None:
+    from milepost.errors import InputError
+    from milepost.graph.plan import plan_from_item
+    from milepost.planfile import parse_plan
+    from milepost.service import Service
+    from milepost.store import Store
+    from milepost.workspace import init_workspace
+
+    text = """objective: judged
+doer: {judge_setup: 'python3 -m venv .venv', judge_key: [uv.lock, 'requirements*.txt']}
+milestones:
+  - {name: a, do: 'true', gate: 'true'}
+"""
+    ws = init_workspace(tmp_path)
+    svc = Service(Store.open(ws.url, ws.home, ws.root, create=True))
+    try:
+        item = svc.get_item(svc.apply_plan(parse_plan(text)).id)
+        assert item.doer.judge_setup == "python3 -m venv .venv"
+        assert item.doer.judge_key == ["uv.lock", "requirements*.txt"]
+        assert plan_from_item(item)["doer"] == {
+            "judge_setup": "python3 -m venv .venv",
+            "judge_key": ["uv.lock", "requirements*.txt"],
+        }
+    finally:
+        svc.close()
+    with pytest.raises(InputError, match="judge_key takes path patterns"):
+        parse_plan(text.replace("uv.lock", "'module:kv'"))
