@@ -37,6 +37,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from milepost.gates import judge, worktrees
@@ -70,6 +71,57 @@ def gate(cwd: Path, env: dict[str, str]) -> tuple[float, bool]:
     return time.monotonic() - t0, done.returncode == 0
 
 
+@dataclass
+class Bench:
+    """One run: the workspace, its venv's environment, what is measured."""
+
+    tmp: Path
+    ws: Path
+    env: dict[str, str]
+    tip: str
+    rows: dict[str, list[float]] = field(
+        default_factory=lambda: {
+            "judge (checkout + set-up + import rule)": [],
+            "  of which the checkout (set-up reused)": [],
+            "  of which the import rule (one python asked)": [],
+            "gate in the judge": [],
+            "gate in the doer's worktree (before)": [],
+        }
+    )
+    verdicts: list[str] = field(default_factory=list)
+    first_setup: float = 0.0
+
+    def attempt(self, wt: worktrees.Worktree, attempt: int, text: str) -> None:
+        """The scripted doer's edit committed, then the judge made and the gate run there and in the worktree."""
+        f = wt.path / "src" / "itsdangerous" / "encoding.py"
+        f.write_text(f.read_text().replace(ORIGINAL if attempt == 1 else WRONG, text))
+        commit = wt.commit_all(f"refactor, attempt {attempt}")
+        assert commit is not None
+        scrubbed = judge.judge_env(self.env, [], {})
+        setup = judge.SetupSpec("python -m compileall -q src", ("pyproject.toml", "uv.lock"))
+        t0 = time.monotonic()
+        folder = judge.judge_folder(wt.path)
+        j = judge.open_judge(self.ws, folder, commit, self.tip, ["tests/**"], setup, scrubbed, self.tmp / "setup.log")
+        t1 = time.monotonic()
+        rule = judge.import_rule(j.path, ["itsdangerous"], [GateCommand(run=GATE)], scrubbed)
+        t2 = time.monotonic()
+        assert rule.refusal is None, rule.refusal
+        if j.setup_ran:
+            self.first_setup = t2 - t0
+        else:
+            self.rows["judge (checkout + set-up + import rule)"].append(t2 - t0)
+            self.rows["  of which the checkout (set-up reused)"].append(t1 - t0)
+            self.rows["  of which the import rule (one python asked)"].append(t2 - t1)
+        g, ok = gate(j.path, {**scrubbed, **rule.env})
+        j.release()
+        self.rows["gate in the judge"].append(g)
+        b, before = gate(wt.path, self.env)
+        self.rows["gate in the doer's worktree (before)"].append(b)
+        self.verdicts.append(
+            f"attempt {attempt}: judge {'pass' if ok else 'FAIL'}, doer's worktree {'pass' if before else 'FAIL'}"
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repo", type=Path, required=True, help="a clone of pallets/itsdangerous")
@@ -80,52 +132,22 @@ def main() -> None:
     sh("git", "clone", "-q", str(a.repo), str(ws))
     sh("git", "-C", str(ws), "config", "user.email", "bench@example.com")
     sh("git", "-C", str(ws), "config", "user.name", "bench")
-    target = ws / "src" / "itsdangerous" / "encoding.py"
-    assert ORIGINAL in target.read_text(), "want_bytes is not as this benchmark expects"
+    assert ORIGINAL in (ws / "src" / "itsdangerous" / "encoding.py").read_text(), "want_bytes is not as expected"
     python = shared_venv(tmp / "venv", ws)
-    env = {**os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}"}
     repo = Repo.find(ws)
     assert repo is not None
-    tip = repo.tip("HEAD")
+    bench = Bench(tmp, ws, {**os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}"}, repo.tip("HEAD"))
     wts = worktrees.Worktrees(repo)
-    wt_path = tmp / "worktrees" / "item-1" / "refactor"
-    setup = judge.SetupSpec("python -m compileall -q src", ("pyproject.toml", "uv.lock"))
-    scrubbed = judge.judge_env(env, [], {})
-    rows: dict[str, list[float]] = {"judge (checkout + set-up + import rule)": [], "gate in the judge": []}
-    rows["gate in the doer's worktree (before)"] = []
-    verdicts: list[str] = []
-    first_setup = 0.0
-    for rnd in range(a.rounds):
-        wt = wts.reset_branch(wt_path, "milepost/1/refactor", tip)
-        for attempt, text in ((1, WRONG), (2, FIXED)):
-            f = wt.path / "src" / "itsdangerous" / "encoding.py"  # the scripted doer's edit
-            f.write_text(f.read_text().replace(ORIGINAL if attempt == 1 else WRONG, text))
-            commit = wt.commit_all(f"refactor, attempt {attempt}")
-            assert commit is not None
-            t0 = time.monotonic()
-            j = judge.open_judge(
-                ws, judge.judge_folder(wt.path), commit, tip, ["tests/**"], setup, scrubbed, tmp / "setup.log"
-            )
-            rule = judge.import_rule(j.path, ["itsdangerous"], [GateCommand(run=GATE)], scrubbed)
-            took = time.monotonic() - t0
-            assert rule.refusal is None, rule.refusal
-            if j.setup_ran:
-                first_setup = took
-            else:
-                rows["judge (checkout + set-up + import rule)"].append(took)
-            g, ok = gate(j.path, {**scrubbed, **rule.env})
-            j.release()
-            rows["gate in the judge"].append(g)
-            b, before = gate(wt.path, env)
-            rows["gate in the doer's worktree (before)"].append(b)
-            verdicts.append(f"round {rnd + 1} attempt {attempt}: judge {'pass' if ok else 'FAIL'}, "
-                            f"doer's worktree {'pass' if before else 'FAIL'}")  # fmt: skip
-    print(f"itsdangerous {sh('git', '-C', str(ws), 'rev-parse', '--short', 'HEAD').strip()}, "
-          f"{a.rounds} rounds x 2 attempts, medians (s):")  # fmt: skip
-    print(f"  first judge, set-up run:{first_setup:>33.3f}")
-    for name, values in rows.items():
+    for _ in range(a.rounds):
+        wt = wts.reset_branch(tmp / "worktrees" / "item-1" / "refactor", "milepost/1/refactor", bench.tip)
+        bench.attempt(wt, 1, WRONG)
+        bench.attempt(wt, 2, FIXED)
+    head = sh("git", "-C", str(ws), "rev-parse", "--short", "HEAD").strip()
+    print(f"itsdangerous {head}, {a.rounds} rounds x 2 attempts, medians (s):")
+    print(f"  {'first judge, its set-up run':<55} {bench.first_setup:.3f}")
+    for name, values in bench.rows.items():
         print(f"  {name:<55} {statistics.median(values):.3f}  (n={len(values)})")
-    for v in verdicts[:2]:
+    for v in bench.verdicts[:2]:
         print(f"  {v}")
     shutil.rmtree(tmp, ignore_errors=True)
 
