@@ -58,7 +58,7 @@ from typing import IO
 
 from milepost.gates.command import run_gate
 from milepost.gates.doer_env import doer_env
-from milepost.gates.git import _git, _names, _out
+from milepost.gates.git import _common_dir, _git, _locked, _names, _out
 from milepost.gates.imports import DEFAULT_ROOTS
 from milepost.gates.listing import FileIndex
 from milepost.gates.outcome import GateResult
@@ -256,8 +256,9 @@ def _checkout(repo_root: Path, path: Path, commit: str, kept: Sequence[str]) -> 
     if path.exists():
         shutil.rmtree(path)  # (milepost's own folder: a judge git no longer knows)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _git(repo_root, "worktree", "prune")
-    _git(repo_root, *_NO_HOOKS, "worktree", "add", "-q", "--detach", str(path), commit)
+    with _locked(_common_dir(repo_root) / "milepost-worktrees.lock"):  # (the lock gates/worktrees.py takes)
+        _git(repo_root, "worktree", "prune")
+        _git(repo_root, *_NO_HOOKS, "worktree", "add", "-q", "--detach", str(path), commit)
 
 
 def _clean(path: Path, kept: Sequence[str]) -> None:

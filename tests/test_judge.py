@@ -246,3 +246,22 @@ milestones:
         svc.close()
     with pytest.raises(InputError, match="judge_key takes path patterns"):
         parse_plan(text.replace("uv.lock", "'module:kv'"))
+
+
+def test_no_git_hook_runs_when_the_judge_is_made(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    package_repo(ws, "kvsrc", "src")
+    wt, commit, tip = _attempt(ws, tmp_path)
+    ran = tmp_path / "hook-ran"
+    hook = Path(git(ws, "rev-parse", "--git-common-dir").strip())
+    hook = (ws / hook if not hook.is_absolute() else hook) / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {ran}\n")  # as a doer could write it into the common git dir
+    hook.chmod(0o755)
+    for _ in range(2):  # made, then reused
+        J.open_judge(
+            ws, J.judge_folder(wt), commit, tip, [], J.SetupSpec(None), os.environ, tmp_path / "j.log"
+        ).release()
+    assert not ran.exists()
+    git(ws, "checkout", "-q", "-b", "other")  # (the hook does run for git itself: the test can fail)
+    assert ran.exists()
