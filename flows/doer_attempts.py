@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,11 +77,10 @@ class NotStarted:
 
 @dataclass(frozen=True)
 class JudgeStart:
-    """Where an attempt's gate runs (the judge's checkout of its committed
-    result: gates/judge.py) and the environment it starts from (scrubbed as
-    a doer's)."""
+    """The judge an attempt's gate task makes and runs in (gates/judge.py),
+    and the environment its gate starts from (scrubbed as a doer's)."""
 
-    path: Path
+    order: judge.JudgeOrder
     env: dict[str, str]
 
 
@@ -94,7 +94,6 @@ class _Attempt:
     started_at: datetime
     worktree: worktrees.Worktree | None = None
     run: DoRun | None = None
-    judge: judge.Judge | None = None  # the checkout its gate runs in, held until the gate ended
 
 
 @dataclass
@@ -315,30 +314,28 @@ class Doing:
 
     # -- the judge -------------------------------------------------------------------------
 
-    def judge(self, claim: Claim) -> JudgeStart | GateResult | None:
-        """The judge's checkout of the attempt's committed result, its set-up
-        run or reused (gates/judge.py); or the attempt's failure (git refused,
-        the set-up failed: its log is the attempt's); None in the workspace
-        itself (``isolate: none``: the gate runs there)."""
+    def judge_order(self, claim: Claim, packages: Sequence[str]) -> JudgeStart | None:
+        """What the gate task needs to make the attempt's judge (the checkout of
+        its committed result: gates/judge.py) and the environment its gate
+        starts from (scrubbed as a doer's); None in the workspace itself
+        (``isolate: none``: the gate runs there). ``packages``: those the
+        import rule checks."""
         a = self.running[(claim.milestone.name, claim.attempt)]
         if a.worktree is None or self.repo is None:
             return None
         s = self.settings
-        setup = judge.SetupSpec(s.judge_setup or s.setup, s.judge_key or judge.DEFAULT_KEY_FILES)
-        scrubbed = judge.judge_env(os.environ, s.env, {})
-        log = Path(str(claim.log_path).removesuffix(".log") + ".judge.log")
-        try:
-            a.judge = judge.open_judge(
-                self.repo.root, judge.judge_folder(a.worktree.path), a.worktree.head(), self._tip(),
-                s.protect, setup, scrubbed, log,
-            )  # fmt: skip
-        except (git.GitError, OSError) as e:
-            self.forget(claim)
-            return _failure(claim, f"judge not made: {e}")
-        except judge.SetupFailed as e:
-            self.forget(claim)
-            return _setup_failed(claim, log, e.result)
-        return JudgeStart(a.judge.path, scrubbed)
+        order = judge.JudgeOrder(
+            repo_root=str(self.repo.root),
+            folder=str(judge.judge_folder(a.worktree.path)),
+            commit=a.worktree.head(),
+            tip=self._tip(),
+            protect=tuple(s.protect),
+            setup=s.judge_setup or s.setup,
+            key_files=tuple(s.judge_key) or judge.DEFAULT_KEY_FILES,
+            packages=tuple(packages),
+            log=str(claim.log_path).removesuffix(".log") + ".judge.log",
+        )
+        return JudgeStart(order, judge.judge_env(os.environ, s.env, {}))
 
     # -- after the gate ------------------------------------------------------------------
 
@@ -347,8 +344,6 @@ class Doing:
         integration branch. A conflict fails the attempt (its log holds the
         conflict; the branch starts again from the new tip)."""
         a = self.running.pop((claim.milestone.name, claim.attempt), None)
-        if a is not None and a.judge is not None:
-            a.judge.release()
         if a is None or a.worktree is None or self.integration is None or self.repo is None:
             return result
         m = claim.milestone
@@ -371,9 +366,7 @@ class Doing:
 
     def forget(self, claim: Claim) -> None:
         """The attempt ended another way (interrupted, its gate failed)."""
-        a = self.running.pop((claim.milestone.name, claim.attempt), None)
-        if a is not None and a.judge is not None:
-            a.judge.release()
+        self.running.pop((claim.milestone.name, claim.attempt), None)
 
 
 def _failure(claim: Claim, reason: str, result: GateResult | None = None) -> GateResult:
@@ -388,24 +381,4 @@ def _failure(claim: Claim, reason: str, result: GateResult | None = None) -> Gat
         started_at=result.started_at if result is not None else now,
         finished_at=now,
         log_path=str(do_files(claim).log),
-    )
-
-
-def _setup_failed(claim: Claim, log: Path, result: GateResult) -> GateResult:
-    """The judge's set-up failed: the attempt fails with its log (appended to the attempt's)."""
-    text = log.read_text(errors="replace") if log.exists() else ""
-    attempt_log = Path(claim.log_path)
-    attempt_log.parent.mkdir(parents=True, exist_ok=True)
-    with open(attempt_log, "a", encoding="utf-8") as out:
-        out.write(f"=== the judge's set-up ({log.name}) failed: {result.reason}\n{text}")
-    now = datetime.now(UTC)
-    return GateResult(
-        outcome=Outcome.FAILED,
-        reason=f"judge set-up failed: {result.reason}",
-        exit_code=result.exit_code,
-        duration=result.duration,
-        tail=result.tail,
-        started_at=result.started_at,
-        finished_at=now,
-        log_path=str(attempt_log),
     )

@@ -43,7 +43,7 @@ from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.command import GateResult, Outcome
 from milepost.gates.inputs import describe_changes
-from milepost.gates.judge import import_rule, named_packages
+from milepost.gates.judge import JudgeOrder, import_rule, named_packages
 from milepost.gates.outcome import CachedFrom
 from milepost.graph.models import GateCommand
 from milepost.graph.status import MilestoneStatus
@@ -143,7 +143,7 @@ class Loop:
         *,
         cached: bool = False,
         cwd: Path | None = None,
-        whole_env: bool = False,
+        judge: JudgeOrder | None = None,
     ) -> None:
         name = claim.milestone.name
         m = claim.milestone
@@ -163,8 +163,9 @@ class Loop:
         )
         if cwd is not None:
             spec.cwd = str(cwd)
-        if kind is TaskKind.DO or whole_env:  # a doer's whole environment, or its judge's (gates/doer_env.py)
+        if kind is TaskKind.DO or judge is not None:  # a doer's whole environment, or its judge's (gates/doer_env.py)
             spec.env, spec.inherit_env = dict(extra_env or {}), False
+        spec.judge = judge
         # A fix follows a failed attempt: waiting on that failed future would leave it NotReady forever, so it
         # waits on nothing (it is submitted only after the attempt finished anyway).
         deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind is not TaskKind.FIX else []
@@ -327,34 +328,19 @@ class Loop:
         self._judge(r.claim, after)
 
     def _judge(self, claim: Claim, worktree: Path) -> None:
-        """Submit the gate of a doer's attempt: in the judge's checkout of its
-        committed result (gates/judge.py), with the doer's scrubbed environment
-        and the import rule; or end the attempt (the judge's set-up failed, a
-        package resolves outside). With ``isolate: none``, in ``worktree``."""
+        """Submit the gate of a doer's attempt: its task makes the judge (the
+        checkout of its committed result: gates/judge.py) and runs it there,
+        with the doer's scrubbed environment and the import rule. With
+        ``isolate: none``, in ``worktree`` (the workspace itself)."""
         assert self.doing is not None
         m = claim.milestone
-        try:
-            judged = self.doing.judge(claim)
-        except BaseException as e:  # interrupted while the judge's set-up ran: never leave the claim behind
-            self.doing.forget(claim)
-            why = f"interrupted: while the judge was made ({type(e).__name__})"
-            self._record(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
-            raise
-        if isinstance(judged, GateResult):
-            self._end_attempt(claim, judged)
-            return
-        if judged is None:  # (isolate: none: in the workspace itself)
+        judged = self.doing.judge_order(claim, self._packages())
+        if judged is None:
             where = {"MILEPOST_WORKSPACE": str(worktree)}
             self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, where, cwd=worktree)
             return
-        env = {**judged.env, **self.session.gate_env(claim), "MILEPOST_WORKSPACE": str(judged.path)}
-        rule = self._import_rule(claim, judged.path, env)
-        if isinstance(rule, GateResult):
-            self.doing.forget(claim)
-            self._end_attempt(claim, rule)
-            return
-        env.update(rule)
-        self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, env, cwd=judged.path, whole_env=True)
+        env = {**judged.env, **self.session.gate_env(claim)}  # (MILEPOST_WORKSPACE: the judge, set by the task)
+        self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, env, cwd=worktree, judge=judged.order)
 
     # -- the import rule (gates/judge.py) ----------------------------------------------
 
@@ -367,12 +353,16 @@ class Loop:
             return {}
         return self._import_rule(claim, where, {**os.environ, **self.session.gate_env(claim)})
 
+    def _packages(self) -> list[str]:
+        """The workspace's packages the import rule checks: those the plan's module: entries name."""
+        if self.packages is None:
+            self.packages = named_packages(e for m in self.session.graph for e in m.inputs)
+        return self.packages
+
     def _import_rule(self, claim: Claim, checkout: Path, env: dict[str, str]) -> dict[str, str] | GateResult:
         """The checkout's source roots first on PYTHONPATH, or the refusal
         when the gate's python would import a package from elsewhere."""
-        if self.packages is None:
-            self.packages = named_packages(e for m in self.session.graph for e in m.inputs)
-        rule = import_rule(checkout, self.packages, claim.milestone.gate, env)
+        rule = import_rule(checkout, self._packages(), claim.milestone.gate, env)
         if rule.refusal is None:
             return rule.env
         log = Path(claim.log_path)

@@ -50,18 +50,20 @@ import re
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
 from milepost.gates.command import run_gate
 from milepost.gates.doer_env import doer_env
-from milepost.gates.git import _common_dir, _git, _locked, _names, _out
+from milepost.gates.git import GitError, _common_dir, _git, _locked, _names, _out
 from milepost.gates.imports import DEFAULT_ROOTS
 from milepost.gates.listing import FileIndex
-from milepost.gates.outcome import GateResult
+from milepost.gates.outcome import GateResult, Outcome
 from milepost.gates.worktrees import protected_changes
 from milepost.graph.models import MODULE_PREFIX, GateCommand
 
@@ -69,12 +71,14 @@ __all__ = [
     "DEFAULT_KEY_FILES",
     "ImportRule",
     "Judge",
+    "JudgeOrder",
     "SetupFailed",
     "SetupSpec",
     "gate_interpreter",
     "import_rule",
     "judge_env",
     "judge_folder",
+    "make_judge",
     "named_packages",
     "open_judge",
     "setup_key",
@@ -192,11 +196,12 @@ def open_judge(
     setup: SetupSpec,
     env: Mapping[str, str],
     log_path: Path,
+    stop: threading.Event | None = None,
 ) -> Judge:
     """A judge's checkout in ``folder`` at ``commit``: cleaned, protected paths
-    restored from ``tip``, its set-up run (or its outputs reused). Raises
-    :class:`GitError` (git refused) or :class:`SetupFailed`; the slot is
-    released on any error."""
+    restored from ``tip``, its set-up run (or its outputs reused; ``stop``
+    stops it). Raises :class:`GitError` (git refused) or :class:`SetupFailed`;
+    the slot is released on any error."""
     t0 = time.monotonic()
     path, lock = _take_slot(folder)
     judge = Judge(path, commit, lock)
@@ -207,7 +212,7 @@ def open_judge(
         _checkout(repo_root, path, commit, kept)
         judge.restored = _restore(path, commit, tip, protect)
         if setup.command:
-            judge.setup_ran = _set_up(path, setup, state, state_file, env, log_path)
+            judge.setup_ran = _set_up(path, setup, state, state_file, env, log_path, stop)
         elif kept:
             _clean(path, [])
             state_file.unlink(missing_ok=True)
@@ -299,7 +304,15 @@ def setup_key(path: Path, setup: SetupSpec) -> str:
     return digest.hexdigest()
 
 
-def _set_up(path: Path, setup: SetupSpec, state: _State, state_file: Path, env: Mapping[str, str], log: Path) -> bool:
+def _set_up(
+    path: Path,
+    setup: SetupSpec,
+    state: _State,
+    state_file: Path,
+    env: Mapping[str, str],
+    log: Path,
+    stop: threading.Event | None,
+) -> bool:
     """Run the set-up unless its outputs for this key are there; whether it ran."""
     key = setup_key(path, setup)
     outputs = list(state.outputs)
@@ -316,6 +329,7 @@ def _set_up(path: Path, setup: SetupSpec, state: _State, state_file: Path, env: 
         env=dict(env),
         inherit_env=False,
         default_timeout=setup.timeout,
+        stop=stop,
     )
     if not result.passed:
         raise SetupFailed(result)
@@ -550,4 +564,73 @@ def _refusal(python: Path, name: str, where: str, checkout: Path, c: GateCommand
         f" runs (command {c.name or c.run!r}): it would prove other code than the code it judges; let the gate"
         " import from its folder (no python -I or -E, no PYTHONPATH of its own without the checkout's source"
         " roots) or build the gate's environment in the checkout (doer.judge_setup)"
+    )
+
+
+# -- the judge of one attempt, made where its gate runs -----------------------------------
+
+
+@dataclass(frozen=True)
+class JudgeOrder:
+    """What the gate task of a doer's attempt needs to make its judge
+    (:func:`make_judge`): plain values, pickled with the task's spec."""
+
+    repo_root: str
+    folder: str  # the pool (judge_folder of the attempt's worktree)
+    commit: str  # the attempt's result
+    tip: str  # the integration tip protected paths are restored from
+    protect: tuple[str, ...] = ()
+    setup: str | None = None
+    key_files: tuple[str, ...] = DEFAULT_KEY_FILES
+    packages: tuple[str, ...] = ()  # what the plan's module: entries name
+    log: str = ""  # the set-up's own log (attempt-N.judge.log)
+
+
+def make_judge(
+    order: JudgeOrder,
+    commands: Sequence[GateCommand],
+    env: Mapping[str, str],
+    attempt_log: Path,
+    stop: threading.Event | None = None,
+) -> tuple[Judge, dict[str, str]] | GateResult:
+    """The judge of ``order`` made, its set-up run or reused, and the import
+    rule applied for ``commands`` run with ``env``: the judge (held: release
+    it once the gate ended) and what the gate's environment adds; or the
+    attempt's failure (git refused, the set-up failed, a package resolves
+    outside), its reason in ``attempt_log`` too."""
+    setup = SetupSpec(order.setup, order.key_files)
+    try:
+        j = open_judge(
+            Path(order.repo_root), Path(order.folder), order.commit, order.tip, order.protect, setup, env,
+            Path(order.log), stop,
+        )  # fmt: skip
+    except (GitError, OSError) as e:
+        return _failed(attempt_log, f"judge not made: {e}")
+    except SetupFailed as e:
+        text = Path(order.log).read_text(errors="replace") if Path(order.log).exists() else ""
+        r = e.result
+        return _failed(attempt_log, f"judge set-up failed: {r.reason}", text, r)
+    given = {"MILEPOST_WORKSPACE": str(j.path)}
+    rule = import_rule(j.path, order.packages, commands, {**env, **given})
+    if rule.refusal is not None:
+        j.release()
+        return _failed(attempt_log, rule.refusal)
+    return j, {**given, **rule.env}
+
+
+def _failed(log: Path, reason: str, text: str = "", ran: GateResult | None = None) -> GateResult:
+    """An attempt that failed before its gate ran: ``reason`` (and ``text``) appended to its ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(f"=== {reason}\n{text}")
+    now = datetime.now(UTC)
+    return GateResult(
+        outcome=ran.outcome if ran is not None and ran.outcome is Outcome.INTERRUPTED else Outcome.FAILED,
+        reason=reason,
+        exit_code=ran.exit_code if ran is not None else None,
+        duration=ran.duration if ran is not None else 0.0,
+        tail=ran.tail if ran is not None and ran.tail else reason,
+        started_at=ran.started_at if ran is not None else now,
+        finished_at=now,
+        log_path=str(log),
     )
