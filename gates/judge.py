@@ -36,7 +36,9 @@ words and ``env`` skipped) whose program is a python (``python``,
 whose shebang names one (``#!/path/python``, ``#!/usr/bin/env python3``:
 ``pytest``, ``.venv/bin/pytest``). A command with neither is not checked.
 
-No Prefect, no store.
+The drive's loop hands the gate task of a doer's attempt a
+:class:`JudgeOrder`; the task makes the judge there (:func:`make_judge`),
+runs the gate in it and releases it. No Prefect, no store.
 """
 
 from __future__ import annotations

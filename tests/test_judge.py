@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from milepost.gates import judge as J
+from milepost.gates.outcome import GateResult
 from milepost.graph.models import GateCommand
 from tests.venvs import BROKEN, git, install_editable, package_repo, shared_venv
 
@@ -265,3 +266,26 @@ def test_no_git_hook_runs_when_the_judge_is_made(tmp_path: Path) -> None:
     assert not ran.exists()
     git(ws, "checkout", "-q", "-b", "other")  # (the hook does run for git itself: the test can fail)
     assert ran.exists()
+
+
+def test_make_judge_fails_the_attempt_with_its_log_and_frees_its_checkout(
+    shared: tuple[Path, dict[str, Path]], tmp_path: Path
+) -> None:
+    python, spaces = shared
+    ws = spaces["src"]
+    tip = git(ws, "rev-parse", "HEAD").strip()
+    folder = tmp_path / "wts" / J.JUDGE_DIR
+    log = tmp_path / "attempt-1.log"
+    order = J.JudgeOrder(str(ws), str(folder), tip, tip, setup="echo no compiler here; exit 2", log=str(log) + ".judge")
+    failed = J.make_judge(order, [GateCommand(run="true")], dict(os.environ), log)
+    assert isinstance(failed, GateResult) and failed.outcome.value == "failed" and failed.exit_code == 2
+    assert failed.reason.startswith("judge set-up failed") and "no compiler here" in log.read_text()
+    outside = [GateCommand(run=f"PYTHONPATH={ws}/src {python} -m pytest")]
+    refused = J.make_judge(J.JudgeOrder(str(ws), str(folder), tip, tip, packages=("kvsrc",)), outside, {}, log)
+    assert isinstance(refused, GateResult) and refused.reason.startswith("refused: the gate's python")
+    made = J.make_judge(J.JudgeOrder(str(ws), str(folder), tip, tip, packages=("kvsrc",)), [], dict(os.environ), log)
+    assert not isinstance(made, GateResult)
+    judge, env = made
+    judge.release()
+    assert judge.path == folder / "0"  # each failure released it
+    assert env["MILEPOST_WORKSPACE"] == str(judge.path) and env["PYTHONPATH"].startswith(str(judge.path / "src"))
