@@ -3,7 +3,9 @@ a ``do:`` command works in a git worktree of its own, on the branch
 ``milepost/<item>/<milestone>``; its doer runs as the drive's ``do`` task
 before the gate; what it changed is checked (protected paths, no change,
 the same change again), committed on its branch, proven by the gate in the
-worktree, and merged into the integration branch by one writer at a time.
+judge's checkout of that commit (gates/judge.py: the gate's task makes it
+from :meth:`Doing.judge_order`), and merged into the integration branch by
+one writer at a time.
 
 :class:`Doing` holds all of it for one drive (one object per drive, on the
 loop); the loop calls :meth:`Doing.start` for a claimed doer milestone,
