@@ -3,7 +3,9 @@ a ``do:`` command works in a git worktree of its own, on the branch
 ``milepost/<item>/<milestone>``; its doer runs as the drive's ``do`` task
 before the gate; what it changed is checked (protected paths, no change,
 the same change again), committed on its branch, proven by the gate in the
-worktree, and merged into the integration branch by one writer at a time.
+judge's checkout of that commit (gates/judge.py: the gate's task makes it
+from :meth:`Doing.judge_order`), and merged into the integration branch by
+one writer at a time.
 
 :class:`Doing` holds all of it for one drive (one object per drive, on the
 loop); the loop calls :meth:`Doing.start` for a claimed doer milestone,
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from milepost.errors import InputError
-from milepost.gates import git, worktrees
+from milepost.gates import git, judge, worktrees
 from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.doer_env import PromptFacts, doer_env, write_prompt
@@ -41,7 +44,7 @@ from milepost.service import Service
 from milepost.service import do_evidence as evidence
 from milepost.settings import load_settings
 
-__all__ = ["DoStart", "Doing", "NotStarted", "check_doers", "do_files"]
+__all__ = ["DoStart", "Doing", "JudgeStart", "NotStarted", "check_doers", "do_files"]
 
 
 def check_doers(service: Service, item: int, until: str | None = None) -> bool:
@@ -81,6 +84,15 @@ class NotStarted:
 
     result: GateResult
     final: bool = False
+
+
+@dataclass(frozen=True)
+class JudgeStart:
+    """The judge an attempt's gate task makes and runs in (gates/judge.py),
+    and the environment its gate starts from (scrubbed as a doer's)."""
+
+    order: judge.JudgeOrder
+    env: dict[str, str]
 
 
 @dataclass
@@ -378,6 +390,31 @@ class Doing:
         run.result_commit = wt.head()
         run.files = wt.branch_paths(self._into())
         return None
+
+    # -- the judge -------------------------------------------------------------------------
+
+    def judge_order(self, claim: Claim, packages: Sequence[str]) -> JudgeStart | None:
+        """What the gate task needs to make the attempt's judge (the checkout of
+        its committed result: gates/judge.py) and the environment its gate
+        starts from (scrubbed as a doer's); None in the workspace itself
+        (``isolate: none``: the gate runs there). ``packages``: those the
+        import rule checks."""
+        a = self.running[(claim.milestone.name, claim.attempt)]
+        if a.worktree is None or self.repo is None:
+            return None
+        s = self.settings
+        order = judge.JudgeOrder(
+            repo_root=str(self.repo.root),
+            folder=str(judge.judge_folder(a.worktree.path)),
+            commit=a.worktree.head(),
+            tip=self._tip(),
+            protect=tuple(s.protect),
+            setup=s.judge_setup or s.setup,
+            key_files=tuple(s.judge_key) or judge.DEFAULT_KEY_FILES,
+            packages=tuple(packages),
+            log=str(claim.log_path).removesuffix(".log") + ".judge.log",
+        )
+        return JudgeStart(order, judge.judge_env(os.environ, s.env, {}))
 
     # -- after the gate ------------------------------------------------------------------
 

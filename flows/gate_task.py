@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.command import GateResult, Outcome, command_header, run_gate
+from milepost.gates.judge import JudgeOrder, make_judge
 from milepost.gates.liveness import Life, life
 from milepost.gates.outcome import CachedFrom
 from milepost.gates.supervisor import host_identity, own_identity
@@ -92,6 +93,9 @@ class GateSpec(BaseModel):
     cached: bool = False
     # False (cache: false): every unit of the gate runs, none is answered by the store or the drive.
     reuse_units: bool = True
+    # A doer's attempt: the judge its commands run in, made by the task (gates/judge.py); cwd is then its
+    # worktree (the judge's path is known once made).
+    judge: JudgeOrder | None = None
 
     @property
     def files(self) -> AttemptFiles:
@@ -285,7 +289,6 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
     process, onto ``box`` (the loop takes it from there). (A plain
     module-level function, so Dask can pickle the task by reference.)"""
     box = box if box is not None else SpecBox(spec, units)
-    log_path = Path(spec.log_path)
     if spec.cached:
         return task_state(
             spec.claim, spec.kind, box.keep(GateResult.model_validate_json(spec.files.result.read_text()))
@@ -300,26 +303,7 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
     monitor.add(watched)
     passed = False
     try:
-        # A command started before the flow run (flows/early.py) is waited for, not started again.
-        result = (box.early.run_gate if box.early is not None else run_gate)(
-            spec.commands,
-            log_path,
-            default_cwd=Path(spec.cwd),
-            env=spec.env,
-            inherit_env=spec.inherit_env,
-            default_timeout=spec.timeout,
-            stop=watched.stopped,
-            # Run by call_inline, in the thread Ctrl-C and SIGTERM reach: the
-            # interrupt stops the gate as the drive's stop file would (and is
-            # raised again once the task run has ended).
-            on_interrupt=box.defer(watched.stopped) if box.deferring else None,
-            inputs=spec.inputs,
-            root=Path(spec.cwd),
-            units=box.units,
-            reuse_units=spec.reuse_units,
-            origin=CachedFrom(item=spec.claim.item, milestone=spec.claim.milestone.name, attempt=spec.claim.attempt),
-            watch=_budget_watch(spec),
-        )
+        result = _run_judged(spec, box, watched.stopped) if spec.judge is not None else _run(spec, box, watched.stopped)
         passed = result.passed
     finally:
         monitor.remove(watched)
@@ -328,6 +312,49 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
         result = result.model_copy(update={"outcome": Outcome.INTERRUPTED, "reason": "interrupted: the drive stopped"})
         spec.files.write_result(result)
     return task_state(spec.claim, spec.kind, box.keep(result))
+
+
+def _run(
+    spec: GateSpec, box: SpecBox, stopped: threading.Event, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> GateResult:
+    """Run the attempt's commands in ``cwd`` (default the spec's) with ``env`` (default the spec's)."""
+    where = cwd if cwd is not None else Path(spec.cwd)
+    # A command started before the flow run (flows/early.py) is waited for, not started again.
+    return (box.early.run_gate if box.early is not None else run_gate)(
+        spec.commands,
+        Path(spec.log_path),
+        default_cwd=where,
+        env=env if env is not None else spec.env,
+        inherit_env=spec.inherit_env,
+        default_timeout=spec.timeout,
+        stop=stopped,
+        # Run by call_inline, in the thread Ctrl-C and SIGTERM reach: the
+        # interrupt stops the gate as the drive's stop file would (and is
+        # raised again once the task run has ended).
+        on_interrupt=box.defer(stopped) if box.deferring else None,
+        inputs=spec.inputs,
+        root=where,
+        units=box.units,
+        reuse_units=spec.reuse_units,
+        origin=CachedFrom(item=spec.claim.item, milestone=spec.claim.milestone.name, attempt=spec.claim.attempt),
+        watch=_budget_watch(spec),
+    )
+
+
+def _run_judged(spec: GateSpec, box: SpecBox, stopped: threading.Event) -> GateResult:
+    """A doer's attempt: its judge made here (gates/judge.py: the checkout of
+    its committed result, its set-up run or reused, the import rule), its
+    commands run there, the judge released; or the attempt's failure."""
+    assert spec.judge is not None
+    made = make_judge(spec.judge, spec.commands, spec.env, Path(spec.log_path), stopped)
+    if isinstance(made, GateResult):
+        spec.files.write_result(made)
+        return made
+    judged, extra = made
+    try:
+        return _run(spec, box, stopped, judged.path, {**spec.env, **extra})
+    finally:
+        judged.release()
 
 
 def _lease_lost(spec: GateSpec) -> GateResult:

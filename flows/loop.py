@@ -43,6 +43,7 @@ from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.command import GateResult, Outcome
 from milepost.gates.inputs import describe_changes
+from milepost.gates.judge import JudgeOrder, import_rule, named_packages
 from milepost.gates.outcome import CachedFrom
 from milepost.graph.models import GateCommand
 from milepost.graph.status import MilestoneStatus
@@ -127,6 +128,7 @@ class Loop:
         self.doer_holds: set[str] = set()  # doer milestones held while as many doers run as may
         self.do_futures: dict[str, PrefectFuture[Any] | State[Any]] = {}  # a doer's task, for its gate to follow
         self.do_totals = DoTotals()  # what this drive's doers did, for its summary
+        self.packages: list[str] | None = None  # the workspace's packages the import rule checks (gates/judge.py)
 
     # -- submitting --------------------------------------------------------
 
@@ -141,6 +143,7 @@ class Loop:
         *,
         cached: bool = False,
         cwd: Path | None = None,
+        judge: JudgeOrder | None = None,
     ) -> None:
         name = claim.milestone.name
         m = claim.milestone
@@ -161,8 +164,9 @@ class Loop:
         )
         if cwd is not None:
             spec.cwd = str(cwd)
-        if kind is TaskKind.DO:
-            spec.env, spec.inherit_env = dict(extra_env or {}), False  # a doer's whole environment (gates/doer_env.py)
+        if kind is TaskKind.DO or judge is not None:  # a doer's whole environment, or its judge's (gates/doer_env.py)
+            spec.env, spec.inherit_env = dict(extra_env or {}), False
+        spec.judge = judge
         # A fix follows a failed attempt: waiting on that failed future would leave it NotReady forever, so it
         # waits on nothing (it is submitted only after the attempt finished anyway).
         deps = [self.by_name[d] for d in claim.milestone.deps if d in self.by_name] if kind is not TaskKind.FIX else []
@@ -263,8 +267,12 @@ class Loop:
                     files = AttemptFiles(Path(claim.log_path))
                     files.log.parent.mkdir(parents=True, exist_ok=True)
                     files.write_result(hit[0])
+                env = self._imports_elsewhere(claim, hit is not None)
+                if isinstance(env, GateResult):
+                    self._end_attempt(claim, env)
+                    continue
                 # A milestone without a gate is done when reached, but still a node of the run's graph.
-                self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, cached=hit is not None)
+                self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, env, cached=hit is not None)
             except BaseException as e:
                 # Never leave a claimed milestone behind a lease nobody renews.
                 why = f"could not submit its gate: {type(e).__name__}: {e}"
@@ -306,7 +314,7 @@ class Loop:
             raise
 
     def _after_do(self, r: _Running, result: GateResult) -> None:
-        """A doer ended: its gate runs in its worktree, or its attempt ends here."""
+        """A doer ended: its gate runs in its judge, or its attempt ends here."""
         assert self.doing is not None
         if result.outcome is Outcome.INTERRUPTED:
             self.doing.interrupted(r.claim, result)  # (its do run says how long the doer ran)
@@ -318,9 +326,55 @@ class Loop:
         if isinstance(after, GateResult):
             self._end_attempt(r.claim, after)
             return
-        m = r.claim.milestone
-        where = {"MILEPOST_WORKSPACE": str(after)}  # (the gate proves the doer's worktree)
-        self._submit(TaskKind.GATE, r.claim, m.gate, r.claim.log_path, m.timeout, where, cwd=after)
+        self._judge(r.claim, after)
+
+    def _judge(self, claim: Claim, worktree: Path) -> None:
+        """Submit the gate of a doer's attempt: its task makes the judge (the
+        checkout of its committed result: gates/judge.py) and runs it there,
+        with the doer's scrubbed environment and the import rule. With
+        ``isolate: none``, in ``worktree`` (the workspace itself)."""
+        assert self.doing is not None
+        m = claim.milestone
+        judged = self.doing.judge_order(claim, self._packages())
+        if judged is None:
+            where = {"MILEPOST_WORKSPACE": str(worktree)}
+            self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, where, cwd=worktree)
+            return
+        env = {**judged.env, **self.session.gate_env(claim)}  # (MILEPOST_WORKSPACE: the judge, set by the task)
+        self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, env, cwd=worktree, judge=judged.order)
+
+    # -- the import rule (gates/judge.py) ----------------------------------------------
+
+    def _imports_elsewhere(self, claim: Claim, cached: bool) -> dict[str, str] | GateResult:
+        """A gate about to run outside the workspace (the drive's integration
+        checkout: see _gates_in_integration): what the import rule adds to its
+        environment, or the attempt's failure (a package resolves outside)."""
+        where = Path(self.session.ctx.store.root)
+        if cached or not claim.milestone.has_gate or where.resolve() == Path(self.ctx.service.store.root).resolve():
+            return {}
+        return self._import_rule(claim, where, {**os.environ, **self.session.gate_env(claim)})
+
+    def _packages(self) -> list[str]:
+        """The workspace's packages the import rule checks: those the plan's module: entries name."""
+        if self.packages is None:
+            self.packages = named_packages(e for m in self.session.graph for e in m.inputs)
+        return self.packages
+
+    def _import_rule(self, claim: Claim, checkout: Path, env: dict[str, str]) -> dict[str, str] | GateResult:
+        """The checkout's source roots first on PYTHONPATH, or the refusal
+        when the gate's python would import a package from elsewhere."""
+        rule = import_rule(checkout, self._packages(), claim.milestone.gate, env)
+        if rule.refusal is None:
+            return rule.env
+        log = Path(claim.log_path)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"=== {rule.refusal}\n")
+        now = datetime.now(UTC)
+        return GateResult(
+            outcome=Outcome.FAILED, reason=rule.refusal, tail=rule.refusal, started_at=now, finished_at=now,
+            log_path=str(log),
+        )  # fmt: skip
 
     def _end_attempt(self, claim: Claim, result: GateResult, *, final: bool = False) -> None:
         """Record an attempt that ended before its gate ran (its doer failed or was

@@ -98,7 +98,8 @@ def write_prompt(path: Path, m: Milestone, facts: PromptFacts) -> Path:
         m.acceptance or "(none written: the gate below decides)",
         "",
         "## The gate that decides whether this work is done",
-        "It runs in your worktree after you exit; every command must exit 0.",
+        "It runs after you exit, in a clean checkout of your committed work (files outside git are not"
+        " there; protected paths as the integration branch has them); every command must exit 0.",
         *(f"- `{c.run}`" for c in m.gate),
     ]
     if not m.gate:

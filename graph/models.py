@@ -474,6 +474,8 @@ class DoerSettings(_Read):
     isolate: Isolation = Isolation.WORKTREE  # (in a workspace that is not a git repository: none is needed)
     base: str | None = None  # the integration branch (None: the branch checked out when the drive starts)
     setup: str | None = None  # run in a fresh worktree before its doer (installing dependencies)
+    judge_setup: str | None = None  # run in the judge's checkout before a doer's gate (None: setup)
+    judge_key: list[str] = Field(default_factory=list)  # files the judge's set-up is built from ([]: the usual)
     protect: list[str] = Field(default_factory=list)  # gitignore patterns a doer must not change
     env: list[str] = Field(default_factory=list)  # names of variables passed on to doers (else scrubbed)
     budget_usd: Annotated[float, Field(ge=0)] | None = None  # what the item's doers may cost in all

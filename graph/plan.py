@@ -148,6 +148,16 @@ class PlanDoer(_Strict):
         None, description="the integration branch doers start from and merge into (default: the branch checked out)"
     )
     setup: CommandText | None = Field(None, description="run in a fresh worktree before its doer (install deps)")
+    judge_setup: CommandText | None = Field(
+        None,
+        description="run in the judge's checkout of a doer's committed work before its gate (default: setup);"
+        " its outputs are kept while the judge_key files are unchanged",
+    )
+    judge_key: list[InputPattern] = Field(
+        default_factory=list,
+        description="gitignore patterns of the files the judge's set-up is built from (default: pyproject.toml,"
+        " setup.py, setup.cfg, requirements*.txt, *.lock, package.json, package-lock.json); a change runs it again",
+    )
     protect: list[InputPattern] = Field(
         default_factory=list,
         description="gitignore patterns of paths a doer must not change (e.g. tests/**): such an attempt is refused",
@@ -167,6 +177,8 @@ class PlanDoer(_Strict):
     def _protect_paths(self) -> PlanDoer:
         if any(p.startswith(MODULE_PREFIX) for p in self.protect):
             raise ValueError("protect takes path patterns (such as tests/**), not module: entries")
+        if any(p.startswith(MODULE_PREFIX) for p in self.judge_key):
+            raise ValueError("judge_key takes path patterns (such as uv.lock), not module: entries")
         return self
 
 
