@@ -192,7 +192,9 @@ milestones:
     )
     assert not run_drive(service, item).ok
     assert statuses(service, item) == {"a": S.DONE, "check": S.DONE, "outside": S.STUCK}
-    integration = service.store.home / "worktrees" / "integration"
+    listed = git(workspace, "worktree", "list", "--porcelain").splitlines()
+    [integration] = [Path(w[9:]) for w in listed if w.startswith("worktree ") and w.endswith("_integration")]
+    assert not integration.is_relative_to(workspace)  # (outside the workspace: docs/doers.md)
     assert Path(where.read_text().strip()) == integration / "src" / name / "helpers.py"
     [run] = service.runs("outside", item)
     assert f"imports {name} from {workspace}/src/{name}/__init__.py, outside {integration}" in run.reason
