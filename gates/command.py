@@ -229,6 +229,7 @@ class _Attempt:
             on_interrupt=self.on_interrupt,
         )
         runs = UnitRuns(self.where, self.units, self.origin, self.default_timeout)
+        runs.env = run_env
         return runs.run(cmd, one, index, self.fd, self.stop, self.log_path, self.on_interrupt)
 
 

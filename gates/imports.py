@@ -54,6 +54,7 @@ __all__ = [
     "Statement",
     "is_module_entry",
     "parse_imports",
+    "parse_lock",
 ]
 
 CACHE_FILE = Path("cache") / "imports.json"  # under the workspace's .milepost/
@@ -69,6 +70,11 @@ TYPE_CHECKING = "t"
 _PARSE_TURNS = threading.Lock()
 _TEST_FILE = re.compile(r"(?:test_\w*|\w+_test)\.py")
 DEFAULT_ROOTS = ("", "src")
+
+
+def parse_lock() -> threading.Lock:
+    """The lock ``ast.parse`` calls of milepost's threads take turns with (see ``_PARSE_TURNS``)."""
+    return _PARSE_TURNS
 
 
 def is_module_entry(entry: str) -> bool:
@@ -335,6 +341,21 @@ class ImportIndex:
         out = [found[k] for k in sorted(found)]
         self._k.imports[key] = (digest, out, content)
         return out, content
+
+    def imported_by_lines(self, rel: str, roots: Sequence[str], lines: Iterable[int]) -> list[str]:
+        """The workspace files the imports on ``lines`` of ``rel`` resolve to now (packages enclosing it left
+        out), sorted: what the code a unit executed imports (gates/unit_blocks.py)."""
+        wanted = set(lines)
+        me = self.module_of(rel, roots)
+        search = list(dict.fromkeys([*([me.base] if me.base is not None else []), me.root, *roots]))
+        enclosing = {".".join(me.name.split(".")[:i]) for i in range(1, me.name.count(".") + 1)}
+        found: set[str] = set()
+        for st in self._statements(rel):
+            if st.kind == TYPE_CHECKING or st.line not in wanted:
+                continue
+            for target in self._targets(st, me, rel):
+                found.update(m.rel for m in self._chain(target, search) if m.name not in enclosing and m.rel != rel)
+        return sorted(found)
 
     def _targets(self, st: Statement, me: _Module, rel: str) -> list[str]:
         """The dotted names a statement imports (a ``from`` import also asks

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -16,7 +16,8 @@ from milepost.gates.attempt import AttemptFiles
 from milepost.gates.inputs import Snapshot
 from milepost.gates.log_room import command_header
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
-from milepost.gates.units import Adopted, UnitBook, unit_command, unit_digest
+from milepost.gates.unit_blocks import UnitState, unit_state, watched
+from milepost.gates.units import Adopted, UnitBook, unit_command
 from milepost.graph.models import GateCommand
 
 __all__ = ["UnitRuns"]
@@ -32,13 +33,18 @@ class UnitRuns:
         self.book = book
         self.origin = origin
         self.default_timeout = default_timeout
+        self.env: Mapping[str, str] | None = None  # the units' environment (a pytest unit's gets coverage's)
+        self.why: dict[str, str] = {}  # path -> why the unit runs (what changed in the code it ran)
 
     def _digest(self, snap: Snapshot, cmd: GateCommand, path: str, fd: int) -> str | None:
         try:
-            return unit_digest(snap, cmd, path, self.default_timeout)
+            state = unit_state(snap, cmd, path, self.default_timeout)
         except Exception as e:  # the unit still runs: it is only not shared
             log_room.note(fd, f"could not fingerprint unit {path}: {type(e).__name__}: {e}")
-            return None
+            state = UnitState(None)
+        if state.why is not None:
+            self.why[path] = state.why
+        return state.digest
 
     def run(
         self,
@@ -63,11 +69,11 @@ class UnitRuns:
         out: list[CommandResult] = []
         book = self.book
 
-        def run(c: GateCommand, i: int) -> CommandResult:
+        def run(c: GateCommand, i: int, **kw: object) -> CommandResult:
             if book is None:
-                return run_one(index=i, cmd=c)
+                return run_one(index=i, cmd=c, **kw)
             with book.worker():  # one of the drive's workers, as every unit
-                return run_one(index=i, cmd=c)
+                return run_one(index=i, cmd=c, **kw)
 
         for n, path in enumerate(cmd.each):
             halted = (out and out[-1].outcome is Outcome.INTERRUPTED) or (stop is not None and stop.is_set())
@@ -81,7 +87,7 @@ class UnitRuns:
         path: str,
         digest: str | None,
         fd: int,
-        run: Callable[[GateCommand, int], CommandResult],
+        run: Callable[..., CommandResult],
         first: int,
         *,
         halted: bool,
@@ -104,15 +110,37 @@ class UnitRuns:
             if isinstance(before, Adopted):
                 r = _adopted(before, write or (lambda text: log_room.write(fd, text)))
             else:
-                r = run(one, first + n)
-            r = r.model_copy(update={"file": path, "unit": digest})
+                r = self._watched(cmd, path, one, first + n, run, write or (lambda text: log_room.write(fd, text)))
+            r = r.model_copy(update={"file": path, "unit": r.unit or digest})
         except BaseException:
             if self.book is not None and digest is not None:
                 self.book.end(digest, None, None)
             raise
         if self.book is not None and digest is not None:
             self.book.end(digest, r, self.origin)
+            if r.unit is not None and r.unit != digest:
+                self.book.also(r.unit, r, self.origin)
         return r
+
+    def _watched(
+        self,
+        cmd: GateCommand,
+        path: str,
+        one: GateCommand,
+        index: int,
+        run: Callable[..., CommandResult],
+        write: Callable[[str], None],
+    ) -> CommandResult:
+        """Run one unit: under coverage when it runs pytest (its record kept, see :mod:`.unit_blocks`)."""
+        why = self.why.get(path)
+        if why is not None:
+            write(f"milepost: {path} runs: {why}\n")
+        watch = watched(self.root, cmd, path, self.default_timeout)
+        if watch is None:
+            r = run(one, index)
+        else:
+            r = watch.finish(run(one, index, env=watch.env(self.env if self.env is not None else os.environ)))
+        return r.model_copy(update={"ran_because": why}) if why is not None else r
 
     def _side_by_side(
         self,
@@ -137,11 +165,11 @@ class UnitRuns:
         def unit(n: int, path: str) -> CommandResult:
             own = AttemptFiles(log_path).unit(first + n)
 
-            def run(c: GateCommand, i: int) -> CommandResult:
+            def run(c: GateCommand, i: int, **kw: object) -> CommandResult:
                 ufd = os.open(own.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 try:
                     with book.worker():  # within --max-parallel, whichever gate runs it
-                        return run_one(index=i, cmd=c, log_fd=ufd, log_path=own.log, stop=halt, on_interrupt=None)
+                        return run_one(index=i, cmd=c, log_fd=ufd, log_path=own.log, stop=halt, on_interrupt=None, **kw)
                 finally:
                     os.close(ufd)
                     _append(own, fd, lock)

@@ -197,6 +197,16 @@ class UnitBook:
                 self.ran += 1
         slot.done.set()
 
+    def also(self, digest: str, result: CommandResult, origin: CachedFrom | None) -> None:
+        """A pass known under a second digest too (its record's, once it ran under coverage: gates/unit_blocks.py)."""
+        if origin is None or result.outcome is not Outcome.PASSED:
+            return
+        with self._lock:
+            if digest in self._slots:
+                return
+            slot = self._slots[digest] = _Slot(result=result, origin=origin)
+        slot.done.set()
+
     # -- ahead of the gates ---------------------------------------------------------
 
     @contextlib.contextmanager

@@ -1,0 +1,390 @@
+"""Units that know the code they ran: a pytest unit of proof (see
+:mod:`.units`) runs under coverage.py, and what it executed decides when it
+must run again.
+
+A unit whose command runs pytest on a ``.py`` file runs with a small pytest
+plugin (written to ``.milepost/cache/pytest-plugin/``, put on
+``PYTHONPATH`` and loaded with ``PYTEST_ADDOPTS=-p milepost_unit_blocks``)
+that measures the run with coverage.py and writes the lines it executed in
+the workspace's files. A run that passed leaves a **record**
+(``.milepost/cache/units/<key>.json``, the unit's last ten): the blocks it
+executed, by fingerprint (:mod:`.blocks`: module-level code and each
+function, method and class body, from the syntax tree), the unit's own files
+by content (the test file, the ``conftest.py`` files pytest reads for it, the
+root's ``pytest.ini``, ``pyproject.toml``, ``tox.ini``, ``setup.cfg``) and,
+for each file it executed, the workspace modules its imports resolve to. The
+record's digest is the unit's digest; its pass is kept in the store under it.
+
+Before a unit runs, its records are checked, newest first: one whose blocks,
+files and imports are all as they are now names the unit's state, so its pass
+stands (a comment, or an edit of a function the unit never called, runs
+nothing). When none matches, the unit's digest is that of its import-derived
+inputs (:func:`.units.unit_digest`) and ``why`` says what changed since its
+newest record (``src/kv/store.py: Store.get changed``). A record that cannot
+be read, or whose digest does not match its own content, is ignored: the unit
+runs. Where coverage cannot run (not pytest, not a ``.py`` file) or left no
+record (a run that did not reach pytest), the import-derived digest stays the
+unit's. The test interpreter must have coverage.py: where it does not, the
+unit fails with one line naming the install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from milepost.gates.blocks import Block, blocks_of, executed
+from milepost.gates.inputs import Snapshot, spec_digest
+from milepost.gates.listing import NEVER
+from milepost.gates.outcome import CommandResult, Outcome
+from milepost.gates.units import unit_command, unit_digest
+from milepost.graph.models import GateCommand
+
+__all__ = [
+    "PLUGIN",
+    "Record",
+    "UnitState",
+    "Watch",
+    "coverable",
+    "read_records",
+    "static_inputs",
+    "unit_key",
+    "unit_state",
+]
+
+FORMAT = "milepost-unit-blocks-1"
+KEEP = 10  # records kept per unit: a revert to any of its last ten passing states runs nothing
+CONFIG_FILES = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+PLUGIN_NAME = "milepost_unit_blocks"
+_PYTEST = re.compile(r"(?<![\w.-])pytest(?![\w-])")
+
+# The pytest plugin, run in the test's own interpreter (any environment): it imports nothing of milepost's.
+PLUGIN = '''\
+"""milepost: measures this pytest run with coverage.py for its unit of proof (see milepost.gates.unit_blocks)."""
+import hashlib
+import json
+import os
+import sys
+import warnings
+
+import pytest
+
+_OUT = os.environ.get("MILEPOST_UNIT_BLOCKS")
+_ROOT = os.environ.get("MILEPOST_UNIT_ROOT")
+_cov = None
+if _OUT and _ROOT:
+    try:
+        import coverage
+    except ImportError:
+        coverage = None
+    if coverage is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _cov = coverage.Coverage(data_file=None, config_file=False, source=[_ROOT],
+                                     omit=["*/site-packages/*", "*/dist-packages/*", "*/.milepost/*"])
+            _cov.start()
+
+
+def pytest_configure(config):
+    if _OUT and _ROOT and _cov is None:
+        raise pytest.UsageError(
+            f"milepost: coverage.py is not installed in {sys.executable}, and milepost runs each pytest unit"
+            f" under it to record the code it executes: install it there ({sys.executable} -m pip install"
+            " coverage), or give the milestone `cache: false`"
+        )
+
+
+def pytest_unconfigure(config):
+    global _cov
+    if _cov is None:
+        return
+    cov, _cov = _cov, None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cov.stop()
+        data = cov.get_data()
+    files = {}
+    if os.path.exists(_OUT):
+        try:
+            with open(_OUT) as f:
+                files = json.load(f)["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            files = {}
+    for measured in data.measured_files():
+        try:
+            with open(measured, "rb") as f:
+                sha = hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            continue
+        lines = set(data.lines(measured) or ())
+        old = files.get(measured)
+        if old and old.get("sha") == sha:
+            lines |= set(old.get("lines", ()))
+        files[measured] = {"sha": sha, "lines": sorted(lines)}
+    tmp = f"{_OUT}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"format": "milepost-unit-run-1", "files": files}, f)
+    os.replace(tmp, _OUT)
+'''
+
+
+def coverable(cmd: GateCommand, path: str) -> bool:
+    """Whether the unit runs pytest on a Python file (so coverage can say what it executed)."""
+    return path.endswith(".py") and _PYTEST.search(cmd.run) is not None
+
+
+def unit_key(cmd: GateCommand, path: str, default_timeout: float | None) -> str:
+    """What names a unit whatever its state: its command as run (with ``{file}``) and its file."""
+    spec = spec_digest([unit_command(cmd, path)], default_timeout)
+    return hashlib.sha256(f"milepost-unit-key-1\n{spec}\n{path}".encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def static_inputs(path: str) -> list[str]:
+    """A test file's own inputs, by content: itself, the ``conftest.py`` files above it, the root's configuration."""
+    out = [path if "/" in path else f"./{path}"]
+    folder = path.rpartition("/")[0]
+    while folder:
+        out.append(f"{folder}/conftest.py")
+        folder = folder.rpartition("/")[0]
+    return out + [f"./{name}" for name in ("conftest.py", *CONFIG_FILES)]
+
+
+@dataclass(frozen=True)
+class Record:
+    """What one passing run of a unit executed, and the state of its own files then."""
+
+    digest: str
+    static: dict[str, str]  # file -> content digest
+    blocks: dict[str, dict[str, str]]  # file -> block name -> fingerprint
+    imports: dict[str, list[str]]  # executed file -> the workspace files its imports resolve to
+
+    @staticmethod
+    def digest_of(
+        key: str, static: Mapping[str, str], blocks: Mapping[str, Mapping[str, str]], imports: Mapping[str, list[str]]
+    ) -> str:
+        body = json.dumps([key, static, blocks, imports], sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(f"{FORMAT}\n{body}".encode("utf-8", "surrogateescape")).hexdigest()
+
+    def to_json(self) -> dict[str, object]:
+        return {"digest": self.digest, "static": self.static, "blocks": self.blocks, "imports": self.imports}
+
+    @classmethod
+    def from_json(cls, key: str, data: object) -> Record | None:
+        """The record, or None when it is damaged (a field missing or of the wrong type, or a digest that is
+        not its content's): a damaged record is never trusted."""
+        try:
+            assert isinstance(data, dict)
+            static = {str(k): str(v) for k, v in data["static"].items()}
+            blocks = {str(f): {str(n): str(fp) for n, fp in b.items()} for f, b in data["blocks"].items()}
+            imports = {str(f): [str(x) for x in v] for f, v in data["imports"].items()}
+            digest = str(data["digest"])
+        except (AssertionError, KeyError, TypeError, AttributeError, ValueError):
+            return None
+        if cls.digest_of(key, static, blocks, imports) != digest:
+            return None
+        return cls(digest, static, blocks, imports)
+
+
+def records_path(root: Path, key: str) -> Path:
+    return root / ".milepost" / "cache" / "units" / f"{key}.json"
+
+
+def read_records(root: Path, key: str) -> tuple[list[Record], bool]:
+    """The unit's records, newest first, and whether one (or the file) was damaged."""
+    try:
+        data = json.loads(records_path(root, key).read_text())
+    except FileNotFoundError:
+        return [], False
+    except (OSError, ValueError):
+        return [], True
+    raw = data.get("records") if isinstance(data, dict) and data.get("format") == FORMAT else None
+    if not isinstance(raw, list):
+        return [], True
+    found = [Record.from_json(key, r) for r in raw]
+    return [r for r in found if r is not None], any(r is None for r in found)
+
+
+def _write_records(root: Path, key: str, new: Record) -> None:
+    """Put ``new`` first among the unit's records (best effort: a lost record costs a run)."""
+    old, _ = read_records(root, key)
+    keep = [new, *(r for r in old if r.digest != new.digest)][:KEEP]
+    path = records_path(root, key)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"format": FORMAT, "records": [r.to_json() for r in keep]}))
+        tmp.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+class _Reader:
+    """The workspace's files as one snapshot sees them: their blocks and their imports, each read once."""
+
+    def __init__(self, snap: Snapshot, path: str) -> None:
+        self.snap = snap
+        self.roots = snap.imports.roots_of([f"module:{path}"])
+        self._blocks: dict[str, list[Block] | None] = {}
+
+    def blocks(self, rel: str) -> list[Block] | None:
+        if rel not in self._blocks:
+            try:
+                source = (self.snap.root / rel).read_bytes()
+            except OSError:
+                source = None
+            self._blocks[rel] = blocks_of(source) if source is not None else None
+        return self._blocks[rel]
+
+    def imports(self, rel: str, names: Iterable[str]) -> list[str]:
+        """Where the imports in the blocks ``names`` of ``rel`` resolve to now."""
+        wanted = set(names)
+        lines = {n for b in self.blocks(rel) or [] if b.name in wanted for n in b.lines}
+        return self.snap.imports.imported_by_lines(rel, self.roots, lines)
+
+    def static(self, path: str) -> dict[str, str]:
+        return self.snap.fingerprint(static_inputs(path), "").files
+
+
+def first_change(reader: _Reader, record: Record, static_now: Mapping[str, str]) -> str | None:
+    """What differs between ``record`` and the workspace now (None: nothing it depends on changed)."""
+    for rel in sorted(record.static.keys() | static_now.keys()):
+        if record.static.get(rel) != static_now.get(rel):
+            return f"{rel} {'added' if rel not in record.static else 'removed' if rel not in static_now else 'changed'}"
+    for rel, names in sorted(record.blocks.items()):
+        blocks = reader.blocks(rel)
+        if blocks is None:
+            return f"{rel} is gone or does not parse"
+        now = {b.name: b.fingerprint for b in blocks}
+        for name, fp in sorted(names.items()):
+            if now.get(name) != fp:
+                return f"{rel}: {name} {'removed' if name not in now else 'changed'}"
+    for rel, targets in sorted(record.imports.items()):
+        now_targets = reader.imports(rel, record.blocks.get(rel, {}))
+        if now_targets != targets:
+            new = sorted(set(now_targets) - set(targets)) or sorted(set(targets) - set(now_targets))
+            return f"{rel}: its imports now resolve to other files ({', '.join(new[:3])})"
+    return None
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """A unit's digest now, and, when it must run, why (None: its inputs are not watched by coverage)."""
+
+    digest: str | None
+    why: str | None = None
+    key: str | None = None
+
+
+def unit_state(snap: Snapshot, cmd: GateCommand, path: str, default_timeout: float | None) -> UnitState:
+    """The unit's digest: its newest record whose code is unchanged, else its import-derived inputs'."""
+    if not coverable(cmd, path):
+        return UnitState(unit_digest(snap, cmd, path, default_timeout))
+    key = unit_key(cmd, path, default_timeout)
+    records, damaged = read_records(snap.root, key)
+    why = "its record of the code it ran could not be read" if damaged else "no record of the code it ran"
+    if records:
+        reader = _Reader(snap, path)
+        static_now = reader.static(path)
+        for n, record in enumerate(records):
+            change = first_change(reader, record, static_now)
+            if change is None:
+                return UnitState(record.digest, None, key)
+            if n == 0:
+                why = change
+    return UnitState(unit_digest(snap, cmd, path, default_timeout), why, key)
+
+
+@dataclass
+class Watch:
+    """One run of a unit under coverage: the environment it runs with, and its record afterwards."""
+
+    root: Path
+    cmd: GateCommand
+    path: str
+    default_timeout: float | None
+    out: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.out = self.root / ".milepost" / "cache" / "unit-runs" / f"{uuid.uuid4().hex}.json"
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        """``base`` with the plugin loaded by pytest."""
+        folder = self.root / ".milepost" / "cache" / "pytest-plugin"
+        plugin = folder / f"{PLUGIN_NAME}.py"
+        with contextlib.suppress(OSError):
+            if not plugin.is_file() or plugin.read_text() != PLUGIN:
+                folder.mkdir(parents=True, exist_ok=True)
+                tmp = plugin.with_name(f"{plugin.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+                tmp.write_text(PLUGIN)
+                tmp.replace(plugin)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        return {
+            **base,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), base.get("PYTHONPATH")])),
+            "PYTEST_ADDOPTS": " ".join(filter(None, [base.get("PYTEST_ADDOPTS"), f"-p {PLUGIN_NAME}"])),
+            "MILEPOST_UNIT_BLOCKS": str(self.out),
+            "MILEPOST_UNIT_ROOT": str(self.root),
+        }
+
+    def finish(self, result: CommandResult) -> CommandResult:
+        """After the run: a pass's record kept, and its digest the unit's (``result`` as it was when none)."""
+        try:
+            if result.outcome is not Outcome.PASSED:
+                return result
+            record = self._record()
+        except Exception:  # a record is an optimisation: without one the unit keeps its import-derived digest
+            return result
+        finally:
+            with contextlib.suppress(OSError):
+                self.out.unlink()
+        if record is None:
+            return result
+        _write_records(self.root, unit_key(self.cmd, self.path, self.default_timeout), record)
+        return result.model_copy(update={"unit": record.digest})
+
+    def _record(self) -> Record | None:
+        try:
+            ran = json.loads(self.out.read_text())["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        snap = Snapshot(self.root)
+        reader = _Reader(snap, self.path)
+        blocks: dict[str, dict[str, str]] = {}
+        imports: dict[str, list[str]] = {}
+        root = os.path.realpath(self.root)
+        for measured, seen in sorted(ran.items()):
+            rel = os.path.relpath(os.path.realpath(measured), root).replace(os.sep, "/")
+            if rel.startswith("../") or not rel.endswith(".py") or any(p in NEVER for p in rel.split("/")):
+                continue
+            if not snap.matching([rel if "/" in rel else f"./{rel}"]):
+                continue  # not a workspace file (git ignores it: a virtualenv inside the workspace)
+            source = (self.root / rel).read_bytes()
+            if hashlib.sha256(source).hexdigest() != seen["sha"]:
+                return None  # changed while the unit ran: what ran is not what is there
+            found = reader.blocks(rel)
+            if found is None:
+                return None
+            names = executed(found, seen["lines"])
+            if names:
+                blocks[rel] = names
+                imports[rel] = reader.imports(rel, names)
+        if self.path not in blocks:
+            return None  # pytest never ran the test file here: coverage saw something else
+        static = reader.static(self.path)
+        snap.save()
+        key = unit_key(self.cmd, self.path, self.default_timeout)
+        return Record(Record.digest_of(key, static, blocks, imports), static, blocks, imports)
+
+
+def watched(root: Path, cmd: GateCommand, path: str, default_timeout: float | None) -> Watch | None:
+    """A :class:`Watch` for the unit when coverage can say what it runs, else None."""
+    return Watch(root, cmd, path, default_timeout) if coverable(cmd, path) else None
