@@ -103,7 +103,7 @@ class EarlyGate:
                 stop=self.stop,
                 inputs=m.inputs if m.has_inputs else [],
                 root=root,
-                units=self.session.units,
+                units=self.session.units if m.cache else None,  # cache: false: every unit runs
                 origin=CachedFrom(item=self.claim.item, milestone=m.name, attempt=self.claim.attempt),
             )
         except BaseException as e:  # handed to the waiter

@@ -299,7 +299,7 @@ def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | 
             on_interrupt=box.defer(watched.stopped) if box.deferring else None,
             inputs=spec.inputs,
             root=Path(spec.cwd),
-            units=box.units,
+            units=box.units if spec.claim.milestone.cache else None,  # cache: false: every unit runs
             origin=CachedFrom(item=spec.claim.item, milestone=spec.claim.milestone.name, attempt=spec.claim.attempt),
         )
         passed = result.passed

@@ -80,6 +80,20 @@ import pytest
 _OUT = os.environ.get("MILEPOST_UNIT_BLOCKS")
 _ROOT = os.environ.get("MILEPOST_UNIT_ROOT")
 _cov = None
+_read = set()  # the files this run opened for reading (data files are inputs by content)
+
+
+def _audit(event, args):
+    if event != "open" or _cov is None:
+        return
+    path, mode, flags = (tuple(args) + (None, None, None))[:3]
+    if isinstance(path, str) and (
+        (mode is not None and not any(c in mode for c in "wax+"))
+        or (mode is None and isinstance(flags, int) and not flags & (os.O_WRONLY | os.O_RDWR))
+    ):
+        _read.add(os.path.abspath(path))
+
+
 if _OUT and _ROOT:
     try:
         import coverage
@@ -91,6 +105,7 @@ if _OUT and _ROOT:
             _cov = coverage.Coverage(data_file=None, config_file=False, source=[_ROOT],
                                      omit=["*/site-packages/*", "*/dist-packages/*", "*/.milepost/*"])
             _cov.start()
+        sys.addaudithook(_audit)
 
 
 def pytest_configure(config):
@@ -129,9 +144,18 @@ def pytest_unconfigure(config):
         if old and old.get("sha") == sha:
             lines |= set(old.get("lines", ()))
         files[measured] = {"sha": sha, "lines": sorted(lines)}
+    read = {}
+    for path in sorted(_read):
+        if path.endswith((".py", ".pyc")) or not path.startswith(os.path.join(_ROOT, "")):
+            continue
+        try:
+            with open(path, "rb") as f:
+                read[path] = hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            continue
     tmp = f"{_OUT}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        json.dump({"format": "milepost-unit-run-1", "files": files}, f)
+        json.dump({"format": "milepost-unit-run-1", "files": files, "read": read}, f)
     os.replace(tmp, _OUT)
 '''
 
@@ -165,16 +189,27 @@ class Record:
     static: dict[str, str]  # file -> content digest
     blocks: dict[str, dict[str, str]]  # file -> block name -> fingerprint
     imports: dict[str, list[str]]  # executed file -> the workspace files its imports resolve to
+    data: dict[str, str]  # the workspace's other files the run read -> content digest
 
     @staticmethod
     def digest_of(
-        key: str, static: Mapping[str, str], blocks: Mapping[str, Mapping[str, str]], imports: Mapping[str, list[str]]
+        key: str,
+        static: Mapping[str, str],
+        blocks: Mapping[str, Mapping[str, str]],
+        imports: Mapping[str, list[str]],
+        data: Mapping[str, str],
     ) -> str:
-        body = json.dumps([key, static, blocks, imports], sort_keys=True, separators=(",", ":"))
+        body = json.dumps([key, static, blocks, imports, data], sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(f"{FORMAT}\n{body}".encode("utf-8", "surrogateescape")).hexdigest()
 
     def to_json(self) -> dict[str, object]:
-        return {"digest": self.digest, "static": self.static, "blocks": self.blocks, "imports": self.imports}
+        return {
+            "digest": self.digest,
+            "static": self.static,
+            "blocks": self.blocks,
+            "imports": self.imports,
+            "data": self.data,
+        }
 
     @classmethod
     def from_json(cls, key: str, data: object) -> Record | None:
@@ -185,12 +220,13 @@ class Record:
             static = {str(k): str(v) for k, v in data["static"].items()}
             blocks = {str(f): {str(n): str(fp) for n, fp in b.items()} for f, b in data["blocks"].items()}
             imports = {str(f): [str(x) for x in v] for f, v in data["imports"].items()}
+            read = {str(k): str(v) for k, v in data["data"].items()}
             digest = str(data["digest"])
         except (AssertionError, KeyError, TypeError, AttributeError, ValueError):
             return None
-        if cls.digest_of(key, static, blocks, imports) != digest:
+        if cls.digest_of(key, static, blocks, imports, read) != digest:
             return None
-        return cls(digest, static, blocks, imports)
+        return cls(digest, static, blocks, imports, read)
 
 
 def records_path(root: Path, key: str) -> Path:
@@ -251,7 +287,11 @@ class _Reader:
         return self.snap.imports.imported_by_lines(rel, self.roots, lines)
 
     def static(self, path: str) -> dict[str, str]:
-        return self.snap.fingerprint(static_inputs(path), "").files
+        return self.files(static_inputs(path))
+
+    def files(self, paths: Iterable[str]) -> dict[str, str]:
+        """The content digests of the files ``paths`` name (as patterns: ``./x`` for one at the root)."""
+        return self.snap.fingerprint([p if "/" in p else f"./{p}" for p in paths], "").files
 
 
 def first_change(reader: _Reader, record: Record, static_now: Mapping[str, str]) -> str | None:
@@ -259,6 +299,11 @@ def first_change(reader: _Reader, record: Record, static_now: Mapping[str, str])
     for rel in sorted(record.static.keys() | static_now.keys()):
         if record.static.get(rel) != static_now.get(rel):
             return f"{rel} {'added' if rel not in record.static else 'removed' if rel not in static_now else 'changed'}"
+    if record.data:
+        now = reader.files(record.data)
+        for rel in sorted(record.data):
+            if now.get(rel) != record.data[rel]:
+                return f"{rel} {'removed' if rel not in now else 'changed'} (read when it ran)"
     for rel, names in sorted(record.blocks.items()):
         blocks = reader.blocks(rel)
         if blocks is None:
@@ -353,7 +398,8 @@ class Watch:
 
     def _record(self) -> Record | None:
         try:
-            ran = json.loads(self.out.read_text())["files"]
+            found = json.loads(self.out.read_text())
+            ran, read = dict(found["files"]), dict(found.get("read", {}))
         except (OSError, ValueError, KeyError, TypeError):
             return None
         snap = Snapshot(self.root)
@@ -362,11 +408,9 @@ class Watch:
         imports: dict[str, list[str]] = {}
         root = os.path.realpath(self.root)
         for measured, seen in sorted(ran.items()):
-            rel = os.path.relpath(os.path.realpath(measured), root).replace(os.sep, "/")
-            if rel.startswith("../") or not rel.endswith(".py") or any(p in NEVER for p in rel.split("/")):
+            rel = self._workspace_file(snap, root, measured)
+            if rel is None or not rel.endswith(".py"):
                 continue
-            if not snap.matching([rel if "/" in rel else f"./{rel}"]):
-                continue  # not a workspace file (git ignores it: a virtualenv inside the workspace)
             source = (self.root / rel).read_bytes()
             if hashlib.sha256(source).hexdigest() != seen["sha"]:
                 return None  # changed while the unit ran: what ran is not what is there
@@ -379,10 +423,27 @@ class Watch:
                 imports[rel] = reader.imports(rel, names)
         if self.path not in blocks:
             return None  # pytest never ran the test file here: coverage saw something else
+        data: list[str] = []
+        for opened, sha in sorted(read.items()):
+            rel = self._workspace_file(snap, root, opened)
+            if rel is None or rel in blocks:
+                continue
+            if hashlib.sha256((self.root / rel).read_bytes()).hexdigest() != sha:
+                return None  # changed while the unit ran
+            data.append(rel)
         static = reader.static(self.path)
+        contents = {k: v for k, v in reader.files(data).items() if k not in static}
         snap.save()
         key = unit_key(self.cmd, self.path, self.default_timeout)
-        return Record(Record.digest_of(key, static, blocks, imports), static, blocks, imports)
+        return Record(Record.digest_of(key, static, blocks, imports, contents), static, blocks, imports, contents)
+
+    @staticmethod
+    def _workspace_file(snap: Snapshot, root: str, path: str) -> str | None:
+        """``path`` relative to the workspace, when it is one of its files (listed by git, not ignored)."""
+        rel = os.path.relpath(os.path.realpath(path), root).replace(os.sep, "/")
+        if rel.startswith("../") or any(p in NEVER for p in rel.split("/")):
+            return None
+        return rel if snap.matching([rel if "/" in rel else f"./{rel}"]) else None
 
 
 def watched(root: Path, cmd: GateCommand, path: str, default_timeout: float | None) -> Watch | None:

@@ -20,6 +20,8 @@ from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
 from milepost.gates.unit_blocks import records_path, unit_key
 from milepost.gates.units import UnitBook
 from milepost.graph.models import GateCommand
+from milepost.planfile import parse_plan
+from milepost.service import Service
 
 # (PYTEST_DISABLE_PLUGIN_AUTOLOAD: the plugins installed here, hypothesis first, take seconds to load)
 PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -q -p no:cacheprovider {{file}}"
@@ -215,3 +217,32 @@ def test_coverage_missing_in_the_test_interpreter_is_one_line_naming_the_install
     assert results[0].outcome is Outcome.FAILED
     assert f"coverage.py is not installed in {sys.executable}" in results[0].tail
     assert f"{sys.executable} -m pip install coverage" in results[0].tail
+
+
+def test_a_data_file_the_unit_read_is_an_input_by_content(gates: Gates, pkg: Path) -> None:
+    test = (
+        "from pathlib import Path\n\nfrom pkg import fa\n\n\ndef test_cases():\n"
+        "    n = int((Path(__file__).parent / 'data' / 'cases.txt').read_text())\n    assert fa(n) == 3\n"
+    )
+    write(pkg, {"tests/data/cases.txt": "2\n", "tests/test_data.py": test})
+    files = [*TESTS, "tests/test_data.py"]
+    assert gates.ran(files) == {"tests/test_data.py": "passed"}
+    assert gates.ran(files) == {}
+    write(pkg, {"tests/data/cases.txt": "3\n"})
+    results = {c.file: c for c in gates.gate(files) if c.outcome is not Outcome.CACHED}
+    assert list(results) == ["tests/test_data.py"] and results["tests/test_data.py"].outcome is Outcome.FAILED
+    assert results["tests/test_data.py"].ran_because == "tests/data/cases.txt changed (read when it ran)"
+
+
+def test_cache_false_runs_every_unit_every_time(service: Service, pkg: Path) -> None:
+    step = f"    gate:\n      - {{name: t, run: '{PYTEST}', each: [tests/test_a.py]}}\n"
+    service.apply_plan(
+        parse_plan(
+            "objective: o\nmilestones:\n"
+            f"  - name: fresh\n    cache: false\n{step}  - name: again\n    cache: false\n{step}  - name: kept\n{step}"
+        )
+    )
+    for name, outcome in [("fresh", Outcome.PASSED), ("again", Outcome.PASSED), ("kept", Outcome.CACHED)]:
+        service.start(name)
+        assert service.done(name).passed
+        assert [c.outcome for c in service.runs(name)[-1].commands] == [outcome], name

@@ -267,7 +267,7 @@ class _Run:
             stop=self.stop,
             inputs=m.inputs if m.has_inputs else (),
             root=root,
-            units=self.units if self.use_cache else None,
+            units=self.units if self.use_cache and m.cache else None,  # --fresh, cache: false: every unit runs
             origin=origin,
         )
 
