@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from milepost.gates.blocks import Block, blocks_of, executed
 from milepost.gates.inputs import Snapshot, spec_digest
@@ -79,8 +80,11 @@ import pytest
 
 _OUT = os.environ.get("MILEPOST_UNIT_BLOCKS")
 _ROOT = os.environ.get("MILEPOST_UNIT_ROOT")
+_SESSION = os.environ.get("MILEPOST_UNIT_SESSION") == "1"  # several test files, each its own unit
 _cov = None
 _read = set()  # the files this run opened for reading (data files are inputs by content)
+_units = {}  # session: test file -> {"failed": bool, "tests": n, "duration": s, "failures": [text]}
+_config = []
 
 
 def _audit(event, args):
@@ -108,13 +112,80 @@ if _OUT and _ROOT:
         sys.addaudithook(_audit)
 
 
+def _unit(path):
+    return _units.setdefault(str(path), {"failed": False, "tests": 0, "duration": 0.0, "failures": []})
+
+
+def _switch(label):
+    if _cov is not None and _SESSION:
+        _cov.switch_context(label)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    _switch("setup")  # fixtures may serve several files: what they run counts for every file of the session
+    yield
+    _switch("run|" + str(item.path))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    yield
+    _switch("")
+
+
+def pytest_runtest_logreport(report):
+    if not _SESSION or not _config:
+        return
+    unit = _unit(os.path.join(str(_config[0].rootpath), report.nodeid.split("::")[0]))
+    unit["duration"] += report.duration
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        unit["tests"] += 1
+    if report.failed:
+        unit["failed"] = True
+        unit["failures"].append(f"{report.nodeid} ({report.when}):\\n{report.longreprtext[-2000:]}")
+
+
+def pytest_collectreport(report):
+    if _SESSION and _config and report.failed:
+        unit = _unit(os.path.join(str(_config[0].rootpath), report.nodeid.split("::")[0]))
+        unit["failed"] = True
+        unit["failures"].append(f"{report.nodeid} (collection):\\n{report.longreprtext[-2000:]}")
+
+
 def pytest_configure(config):
+    _config.append(config)
     if _OUT and _ROOT and _cov is None:
         raise pytest.UsageError(
             f"milepost: coverage.py is not installed in {sys.executable}, and milepost runs each pytest unit"
             f" under it to record the code it executes: install it there ({sys.executable} -m pip install"
             " coverage), or give the milestone `cache: false`"
         )
+
+
+def _session_units(data, files):
+    """Each test file's own lines (its tests' calls and teardowns) and the shared ones (imports, collection,
+    fixtures' setup), a test file's own module code counting for itself only."""
+    own = {}
+    shared = {}
+    for measured in files:
+        for line, contexts in (data.contexts_by_lineno(measured) or {}).items():
+            for c in contexts:
+                if c.startswith("run|"):
+                    own.setdefault(c[4:], {}).setdefault(measured, set()).add(line)
+                else:
+                    shared.setdefault(measured, set()).add(line)
+    out = {}
+    for test, unit in _units.items():
+        ran = {}
+        for measured, seen in files.items():
+            lines = set(own.get(test, {}).get(measured, ()))
+            if measured == test or measured not in _units:
+                lines |= shared.get(measured, set())
+            if lines:
+                ran[measured] = {"sha": seen["sha"], "lines": sorted(lines)}
+        out[test] = dict(unit, files=ran)
+    return out
 
 
 def pytest_unconfigure(config):
@@ -153,9 +224,12 @@ def pytest_unconfigure(config):
                 read[path] = hashlib.sha256(f.read()).hexdigest()
         except OSError:
             continue
+    units = {}
+    if _SESSION:
+        units = _session_units(data, files)
     tmp = f"{_OUT}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        json.dump({"format": "milepost-unit-run-1", "files": files, "read": read}, f)
+        json.dump({"format": "milepost-unit-run-1", "files": files, "read": read, "units": units}, f)
     os.replace(tmp, _OUT)
 '''
 
@@ -361,8 +435,8 @@ class Watch:
     def __post_init__(self) -> None:
         self.out = self.root / ".milepost" / "cache" / "unit-runs" / f"{uuid.uuid4().hex}.json"
 
-    def env(self, base: Mapping[str, str]) -> dict[str, str]:
-        """``base`` with the plugin loaded by pytest."""
+    def env(self, base: Mapping[str, str], session: bool = False) -> dict[str, str]:
+        """``base`` with the plugin loaded by pytest (``session``: several test files, each its own unit)."""
         folder = self.root / ".milepost" / "cache" / "pytest-plugin"
         plugin = folder / f"{PLUGIN_NAME}.py"
         with contextlib.suppress(OSError):
@@ -372,12 +446,16 @@ class Watch:
                 tmp.write_text(PLUGIN)
                 tmp.replace(plugin)
         self.out.parent.mkdir(parents=True, exist_ok=True)
+        opts = [base.get("PYTEST_ADDOPTS"), f"-p {PLUGIN_NAME}"]
+        if session:
+            opts.append("--continue-on-collection-errors")  # a file that does not import hides no other's result
         return {
             **base,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), base.get("PYTHONPATH")])),
-            "PYTEST_ADDOPTS": " ".join(filter(None, [base.get("PYTEST_ADDOPTS"), f"-p {PLUGIN_NAME}"])),
+            "PYTEST_ADDOPTS": " ".join(filter(None, opts)),
             "MILEPOST_UNIT_BLOCKS": str(self.out),
             "MILEPOST_UNIT_ROOT": str(self.root),
+            "MILEPOST_UNIT_SESSION": "1" if session else "0",
         }
 
     def finish(self, result: CommandResult) -> CommandResult:
@@ -402,6 +480,13 @@ class Watch:
             ran, read = dict(found["files"]), dict(found.get("read", {}))
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        return self.record_of(ran, read)
+
+    def keep(self, record: Record) -> None:
+        _write_records(self.root, unit_key(self.cmd, self.path, self.default_timeout), record)
+
+    def record_of(self, ran: Mapping[str, Any], read: Mapping[str, str]) -> Record | None:
+        """The record of a run that executed ``ran`` (file -> sha and lines) and read ``read`` (file -> sha)."""
         snap = Snapshot(self.root)
         reader = _Reader(snap, self.path)
         blocks: dict[str, dict[str, str]] = {}

@@ -184,6 +184,15 @@ class UnitBook:
             return Outcome.PASSED, source
         return None
 
+    def begin_now(self, digest: str) -> tuple[Outcome, CachedFrom] | Adopted | bool | None:
+        """As :meth:`begin`, but False at once when another gate of this book runs the unit now (a gate that
+        holds units for one pytest session must not wait for another's while holding them)."""
+        with self._lock:
+            slot = self._slots.get(digest)
+            if slot is not None and not slot.done.is_set():
+                return False
+        return self.begin(digest)
+
     def end(self, digest: str, result: CommandResult | None, origin: CachedFrom | None) -> None:
         """The unit begun here ended: ``result`` (None when interrupted: another gate may run it)."""
         with self._lock:

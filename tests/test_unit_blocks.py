@@ -56,8 +56,9 @@ def write(root: Path, files: dict[str, str]) -> None:
 class Gates:
     """Gates of one step over the test files, each with its own book, passes kept as the store keeps them."""
 
-    def __init__(self, root: Path, run: str = PYTEST, env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, run: str = PYTEST, env: dict[str, str] | None = None, workers: int = 2) -> None:
         self.root = root
+        self.workers = workers
         self.run_ = run
         self.env = env or {}
         self.passes: dict[str, CachedFrom] = {}
@@ -68,7 +69,7 @@ class Gates:
         origin = CachedFrom(item=1, milestone="m", attempt=self.attempts)
         cmd = GateCommand(name="pytest", run=self.run_, each=files, env=self.env)
         log = self.root / ".milepost" / "logs" / f"{self.attempts}.log"
-        r = run_gate([cmd], log, default_cwd=self.root, units=UnitBook(self.passes.get, 2), origin=origin)
+        r = run_gate([cmd], log, default_cwd=self.root, units=UnitBook(self.passes.get, self.workers), origin=origin)
         for c in r.commands:
             if c.unit and c.outcome is Outcome.PASSED:
                 self.passes.setdefault(c.unit, origin)
@@ -246,3 +247,31 @@ def test_cache_false_runs_every_unit_every_time(service: Service, pkg: Path) -> 
         service.start(name)
         assert service.done(name).passed
         assert [c.outcome for c in service.runs(name)[-1].commands] == [outcome], name
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_steps_units_run_in_one_pytest_session_per_worker_each_file_its_own_unit(
+    pkg: Path, tmp_path: Path, workers: int
+) -> None:
+    pids = tmp_path / "pids"
+    conftest = f"import os\n\nwith open({str(pids)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+    write(pkg, {"tests/conftest.py": conftest, "tests/test_broken.py": "import nowhere_to_be_found\n"})
+    edit(pkg, "tests/test_b.py", "== 4", "== 5")
+    files = [*TESTS, "tests/test_broken.py"]
+    g = Gates(pkg, workers=workers)
+    results = {c.file: c for c in g.gate(files)}
+    assert {f: c.outcome.value for f, c in results.items()} == {
+        "tests/test_a.py": "passed",
+        "tests/test_b.py": "failed",
+        "tests/test_limit.py": "passed",
+        "tests/test_broken.py": "failed",
+    }
+    assert len(set(pids.read_text().split())) == workers  # one pytest process per worker, not one per file
+    assert "test_fb" in results["tests/test_b.py"].tail and "assert 4 == 5" in results["tests/test_b.py"].tail
+    assert "nowhere_to_be_found" in results["tests/test_broken.py"].tail
+    assert results["tests/test_a.py"].reason.startswith("exit 0 (one pytest session of")
+    # Each file is its own unit: the passes stand, the failures run again.
+    assert g.ran(files) == {"tests/test_b.py": "failed", "tests/test_broken.py": "failed"}
+    # And each keeps its own record: a function only test_a calls runs test_a alone.
+    edit(pkg, "pkg/a.py", "    return x + 1\n", "    x = x\n    return x + 1\n")
+    assert g.ran([*TESTS]) == {"tests/test_a.py": "passed", "tests/test_b.py": "failed"}
