@@ -275,3 +275,50 @@ def test_a_steps_units_run_in_one_pytest_session_per_worker_each_file_its_own_un
     # And each keeps its own record: a function only test_a calls runs test_a alone.
     edit(pkg, "pkg/a.py", "    return x + 1\n", "    x = x\n    return x + 1\n")
     assert g.ran([*TESTS]) == {"tests/test_a.py": "passed", "tests/test_b.py": "failed"}
+
+
+DRIVER = """
+import json, sys
+from pathlib import Path
+from milepost.gates.command import run_gate
+from milepost.gates.outcome import CachedFrom
+from milepost.gates.unit_locks import UnitLocks
+from milepost.gates.units import UnitBook
+from milepost.graph.models import GateCommand
+
+root, name, run, workers = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+book = UnitBook(None, workers)  # no store here: the other driver's pass is found through the workspace
+book.shared = UnitLocks(root)
+cmd = GateCommand(name="pytest", run=run, each=sys.argv[5:])
+origin = CachedFrom(item=1, milestone=name, attempt=1)
+r = run_gate([cmd], root / ".milepost" / f"{name}.log", default_cwd=root, units=book, origin=origin)
+print(json.dumps({c.file: [c.outcome.value, c.cached_from.milestone if c.cached_from else None] for c in r.commands}))
+sys.stdout.flush()
+sys.stdin.read()  # alive until told: a driver's pass counts while it lives (its attempt not yet recorded)
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_two_drivers_run_no_test_file_twice(pkg: Path, tmp_path: Path, workers: int) -> None:
+    ledger = tmp_path / "ran.txt"
+    for rel in TESTS:
+        note = f"def test_ledger():\n    open({str(ledger)!r}, 'a').write({rel!r} + ' ')\n\n\n"
+        edit(pkg, rel, "def test_", note + "def test_")
+    drivers = [
+        subprocess.Popen(
+            [sys.executable, "-c", DRIVER, str(pkg), name, PYTEST, str(workers), *TESTS],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("one", "two")
+    ]
+    try:
+        found = [json.loads(d.stdout.readline()) for d in drivers if d.stdout is not None]
+    finally:
+        for d in drivers:
+            d.communicate("")
+    assert sorted(ledger.read_text().split()) == TESTS  # each test file ran once, in one driver or the other
+    for f in TESTS:
+        outcomes = sorted(tuple(r[f]) for r in found)
+        assert outcomes[0][0] == "cached" and outcomes[1] == ("passed", None), outcomes
