@@ -147,8 +147,12 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_collectreport(report):
-    if _SESSION and _config and report.failed:
-        unit = _unit(os.path.join(str(_config[0].rootpath), report.nodeid.split("::")[0]))
+    if not (_SESSION and _config) or report.passed or "::" in report.nodeid or not report.nodeid:
+        return
+    unit = _unit(os.path.join(str(_config[0].rootpath), report.nodeid))
+    if report.skipped:  # a module skipped as a whole (importorskip): a file that ran, as `pytest FILE` says
+        unit["tests"] += 1
+    else:
         unit["failed"] = True
         unit["failures"].append(f"{report.nodeid} (collection):\\n{report.longreprtext[-2000:]}")
 
@@ -347,12 +351,24 @@ class _Reader:
 
     def blocks(self, rel: str) -> list[Block] | None:
         if rel not in self._blocks:
-            try:
-                source = (self.snap.root / rel).read_bytes()
-            except OSError:
-                source = None
-            self._blocks[rel] = blocks_of(source) if source is not None else None
+            self._blocks[rel] = self._parse(rel)
         return self._blocks[rel]
+
+    def _parse(self, rel: str) -> list[Block] | None:
+        """The file's blocks, parsed once per content in this process (the workspace's stat cache keeps them)."""
+        digest = self.snap.content_digest(rel)
+        key = f"blocks:{digest}"
+        memo = self.snap.cache.parsed
+        if digest is not None and key in memo:
+            return memo[key]  # type: ignore[return-value]
+        try:
+            source = (self.snap.root / rel).read_bytes()
+        except OSError:
+            return None
+        found = blocks_of(source)
+        if digest is not None and found is not None and hashlib.sha256(source).hexdigest()[:32] == digest[:32]:
+            memo[key] = found  # (only when what was read is what the digest names)
+        return found
 
     def imports(self, rel: str, names: Iterable[str]) -> list[str]:
         """Where the imports in the blocks ``names`` of ``rel`` resolve to now."""
