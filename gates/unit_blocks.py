@@ -197,6 +197,17 @@ def pytest_unconfigure(config):
     if _cov is None:
         return
     cov, _cov = _cov, None
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        cov.stop()
+        return  # (the controller says the run's record is incomplete: the tests ran in other processes)
+    workers = getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "no"
+    plugins = config.pluginmanager
+    if workers or (plugins.hasplugin("_cov") and getattr(config.option, "cov_source", None)):
+        cov.stop()
+        units = {t: dict(u, files={}) for t, u in _units.items()}  # (outcomes: the workers report them here)
+        with open(_OUT, "w") as f:  # pytest-xdist workers, or pytest-cov's own tracer: what ran is not all here
+            json.dump({"format": "milepost-unit-run-1", "incomplete": True, "units": units}, f)
+        return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cov.stop()
@@ -493,6 +504,8 @@ class Watch:
     def _record(self) -> Record | None:
         try:
             found = json.loads(self.out.read_text())
+            if found.get("incomplete"):
+                return None
             ran, read = dict(found["files"]), dict(found.get("read", {}))
         except (OSError, ValueError, KeyError, TypeError):
             return None

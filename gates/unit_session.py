@@ -72,6 +72,7 @@ class Session:
             return {p: self._unit(p, ran, Outcome.FAILED, ran.duration, ran.tail, ran.reason) for p in self.paths}
         try:
             found = json.loads(self.watch.out.read_text())
+            incomplete = bool(found.get("incomplete"))  # outcomes without records (pytest-xdist, pytest-cov)
             units = {os.path.realpath(k): v for k, v in dict(found["units"]).items()}
             read = dict(found.get("read", {}))
         except (OSError, ValueError, KeyError, TypeError):
@@ -85,7 +86,7 @@ class Session:
             tail = "\n".join(unit["failures"])[-4000:] or ("" if not failed else "no tests ran in this file")
             outcome, reason = (Outcome.FAILED, "exit 1") if failed else (Outcome.PASSED, "exit 0")
             r = self._unit(path, ran, outcome, float(unit["duration"]), tail, reason)
-            if not failed:
+            if not failed and not incomplete:
                 w = Watch(self.root, self.cmd, path, self.default_timeout)
                 try:
                     record = w.record_of(unit["files"], read)

@@ -322,3 +322,11 @@ def test_two_drivers_run_no_test_file_twice(pkg: Path, tmp_path: Path, workers: 
     for f in TESTS:
         outcomes = sorted(tuple(r[f]) for r in found)
         assert outcomes[0][0] == "cached" and outcomes[1] == ("passed", None), outcomes
+
+
+def test_tests_run_in_other_processes_leave_no_record_and_keep_import_inputs(pkg: Path) -> None:
+    g = Gates(pkg, run=PYTEST.replace(" {file}", " -p xdist.plugin -n 2 {file}"), workers=1)
+    assert g.ran() == dict.fromkeys(TESTS, "passed")  # pytest-xdist: the outcomes, from its workers' reports
+    assert not (pkg / ".milepost" / "cache" / "units").exists()  # what ran is not all in this process: no record
+    edit(pkg, "pkg/c.py", "    return x - 1\n", "    return x - 1  # c\n")
+    assert g.ran() == dict.fromkeys(TESTS, "passed")  # the import-derived inputs decide: pkg.c is everyone's
