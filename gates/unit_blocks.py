@@ -197,7 +197,7 @@ def pytest_unconfigure(config):
     if _cov is None:
         return
     cov, _cov = _cov, None
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker (its environment may be inherited: not that)
         cov.stop()
         return  # (the controller says the run's record is incomplete: the tests ran in other processes)
     workers = getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "no"

@@ -202,6 +202,7 @@ def test_a_damaged_record_is_run_again_never_trusted(gates: Gates, pkg: Path) ->
     assert gates.ran() == {}  # recorded afresh
 
 
+@pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
 def test_a_command_that_is_not_pytest_keeps_its_import_derived_inputs(pkg: Path) -> None:
     g = Gates(pkg, run=f"{sys.executable} -m unittest -q {{file}}")
     assert g.ran() == dict.fromkeys(TESTS, "passed")
@@ -235,6 +236,7 @@ def test_a_data_file_the_unit_read_is_an_input_by_content(gates: Gates, pkg: Pat
     assert results["tests/test_data.py"].ran_because == "tests/data/cases.txt changed (read when it ran)"
 
 
+@pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
 def test_cache_false_runs_every_unit_every_time(service: Service, pkg: Path) -> None:
     step = f"    gate:\n      - {{name: t, run: '{PYTEST}', each: [tests/test_a.py]}}\n"
     service.apply_plan(
@@ -249,6 +251,7 @@ def test_cache_false_runs_every_unit_every_time(service: Service, pkg: Path) -> 
         assert [c.outcome for c in service.runs(name)[-1].commands] == [outcome], name
 
 
+@pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_steps_units_run_in_one_pytest_session_per_worker_each_file_its_own_unit(
     pkg: Path, tmp_path: Path, workers: int
@@ -298,6 +301,7 @@ sys.stdin.read()  # alive until told: a driver's pass counts while it lives (its
 """
 
 
+@pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
 @pytest.mark.parametrize("workers", [1, 2])
 def test_two_drivers_run_no_test_file_twice(pkg: Path, tmp_path: Path, workers: int) -> None:
     ledger = tmp_path / "ran.txt"
@@ -324,6 +328,7 @@ def test_two_drivers_run_no_test_file_twice(pkg: Path, tmp_path: Path, workers: 
         assert outcomes[0][0] == "cached" and outcomes[1] == ("passed", None), outcomes
 
 
+@pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
 def test_tests_run_in_other_processes_leave_no_record_and_keep_import_inputs(pkg: Path) -> None:
     g = Gates(pkg, run=PYTEST.replace(" {file}", " -p xdist.plugin -n 2 {file}"), workers=1)
     assert g.ran() == dict.fromkeys(TESTS, "passed")  # pytest-xdist: the outcomes, from its workers' reports
