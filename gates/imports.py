@@ -220,6 +220,7 @@ class ImportIndex:
         self._digest = digest
         self.cache = _ParseCache(cache_path)
         self._k = memo.current(root) if memo is not None else Known()
+        self._by_lines: dict[tuple[str, tuple[str, ...], frozenset[int]], list[str]] = {}  # (this snapshot's)
 
     # -- the file system, asked once -------------------------------------------------------
 
@@ -345,7 +346,13 @@ class ImportIndex:
     def imported_by_lines(self, rel: str, roots: Sequence[str], lines: Iterable[int]) -> list[str]:
         """The workspace files the imports on ``lines`` of ``rel`` resolve to now (packages enclosing it left
         out), sorted: what the code a unit executed imports (gates/unit_blocks.py)."""
-        wanted = set(lines)
+        wanted = frozenset(lines)
+        key = (rel, tuple(roots), wanted)
+        if key not in self._by_lines:
+            self._by_lines[key] = self._imported_by_lines(rel, roots, wanted)
+        return self._by_lines[key]
+
+    def _imported_by_lines(self, rel: str, roots: Sequence[str], wanted: frozenset[int]) -> list[str]:
         me = self.module_of(rel, roots)
         search = list(dict.fromkeys([*([me.base] if me.base is not None else []), me.root, *roots]))
         enclosing = {".".join(me.name.split(".")[:i]) for i in range(1, me.name.count(".") + 1)}
