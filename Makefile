@@ -51,6 +51,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_exact.py
 	$(BIN)/python benchmarks/bench_startup.py
 	$(BIN)/python benchmarks/bench_vs_doit.py
+	$(BIN)/pip install -q pytest-testmon
+	$(BIN)/python benchmarks/bench_blocks.py
 
 # Regenerate the pictures of the Prefect UI in docs/ui.md (needs Chromium).
 screenshots: $(STAMP)

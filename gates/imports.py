@@ -55,6 +55,7 @@ __all__ = [
     "is_module_entry",
     "is_test_file",
     "parse_imports",
+    "parse_lock",
 ]
 
 CACHE_FILE = Path("cache") / "imports.json"  # under the workspace's .milepost/
@@ -70,6 +71,11 @@ TYPE_CHECKING = "t"
 _PARSE_TURNS = threading.Lock()
 _TEST_FILE = re.compile(r"(?:test_\w*|\w+_test)\.py")
 DEFAULT_ROOTS = ("", "src")
+
+
+def parse_lock() -> threading.Lock:
+    """The lock ``ast.parse`` calls of milepost's threads take turns with (see ``_PARSE_TURNS``)."""
+    return _PARSE_TURNS
 
 
 def is_module_entry(entry: str) -> bool:
@@ -220,6 +226,7 @@ class ImportIndex:
         self._digest = digest
         self.cache = _ParseCache(cache_path)
         self._k = memo.current(root) if memo is not None else Known()
+        self._by_lines: dict[tuple[str, tuple[str, ...], frozenset[int]], list[str]] = {}  # (this snapshot's)
 
     # -- the file system, asked once -------------------------------------------------------
 
@@ -341,6 +348,27 @@ class ImportIndex:
         out = [found[k] for k in sorted(found)]
         self._k.imports[key] = (digest, out, content)
         return out, content
+
+    def imported_by_lines(self, rel: str, roots: Sequence[str], lines: Iterable[int]) -> list[str]:
+        """The workspace files the imports on ``lines`` of ``rel`` resolve to now (packages enclosing it left
+        out), sorted: what the code a unit executed imports (gates/unit_blocks.py)."""
+        wanted = frozenset(lines)
+        key = (rel, tuple(roots), wanted)
+        if key not in self._by_lines:
+            self._by_lines[key] = self._imported_by_lines(rel, roots, wanted)
+        return self._by_lines[key]
+
+    def _imported_by_lines(self, rel: str, roots: Sequence[str], wanted: frozenset[int]) -> list[str]:
+        me = self.module_of(rel, roots)
+        search = list(dict.fromkeys([*([me.base] if me.base is not None else []), me.root, *roots]))
+        enclosing = {".".join(me.name.split(".")[:i]) for i in range(1, me.name.count(".") + 1)}
+        found: set[str] = set()
+        for st in self._statements(rel):
+            if st.kind == TYPE_CHECKING or st.line not in wanted:
+                continue
+            for target in self._targets(st, me, rel):
+                found.update(m.rel for m in self._chain(target, search) if m.name not in enclosing and m.rel != rel)
+        return sorted(found)
 
     def _targets(self, st: Statement, me: _Module, rel: str) -> list[str]:
         """The dotted names a statement imports (a ``from`` import also asks

@@ -153,6 +153,7 @@ class StatCache:
         self._lock = threading.Lock()
         self.hashed = 0  # files hashed (a cache miss each): for tests and benchmarks
         self.imports = ImportMemo(racy_seconds * 1e9)  # what import indexes found, for the next snapshot
+        self.parsed: dict[str, object] = {}  # content digest -> what a parse of it found (gates/unit_blocks.py)
 
     def _load(self) -> dict[str, list[int | str]]:
         if self._entries is None:
@@ -317,6 +318,10 @@ class Snapshot:
                 return (None, (e.strerror or type(e).__name__).lower())
             self.cache.put(rel, st, digest)
         return (digest + (":x" if st.st_mode & 0o111 else ""), None)
+
+    def content_digest(self, rel: str) -> str | None:
+        """The file's content digest now (None: gone or unreadable)."""
+        return self._digest(rel)[0]
 
     def fingerprint(self, patterns: Sequence[str], spec: str, env: Mapping[str, str] | None = None) -> Fingerprint:
         """``patterns``' fingerprint now; ``env``: the gate's environment

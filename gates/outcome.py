@@ -62,6 +62,7 @@ class CommandResult(BaseModel):
     file: str | None = None
     unit: str | None = None
     cached_from: CachedFrom | None = None
+    ran_because: str | None = None  # a unit that ran: what changed in the code it ran before (gates/unit_blocks.py)
 
     @classmethod
     def ended(cls, name: str, run: str, status: ExitStatus, outcome: Outcome, reason: str, tail: str) -> CommandResult:

@@ -16,7 +16,9 @@ from milepost.gates.attempt import AttemptFiles
 from milepost.gates.inputs import Snapshot
 from milepost.gates.log_room import command_header
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
-from milepost.gates.units import Adopted, UnitBook, unit_command, unit_digest
+from milepost.gates.unit_blocks import UnitState, coverable, unit_state, watched
+from milepost.gates.unit_session import Session
+from milepost.gates.units import Adopted, UnitBook, unit_command
 from milepost.graph.models import GateCommand
 
 __all__ = ["UnitRuns"]
@@ -41,14 +43,21 @@ class UnitRuns:
         self.default_timeout = default_timeout
         # False (cache: false, --no-cache, --fresh): every unit runs; none is looked up or offered to others.
         self.reuse = reuse
-        self.env = env  # the gate's environment (its PATH finds the unit's interpreter)
+        self.env = env  # the gate's environment (PATH finds the unit's interpreter; a pytest unit's gets coverage's)
+        self.why: dict[str, str] = {}  # path -> why the unit runs (what changed in the code it ran)
+        self.env_tag = ""  # the environment the step's units run in (gates/unit_blocks.py: env_tag)
+        self.halted = False  # a session of this step's units was interrupted
 
     def _digest(self, snap: Snapshot, cmd: GateCommand, path: str, fd: int) -> str | None:
         try:
-            return unit_digest(snap, cmd, path, self.default_timeout, self.env)
+            state = unit_state(snap, cmd, path, self.default_timeout, self.env)
         except Exception as e:  # the unit still runs: it is only not shared
             log_room.note(fd, f"could not fingerprint unit {path}: {type(e).__name__}: {e}")
-            return None
+            state = UnitState(None)
+        if state.why is not None:
+            self.why[path] = state.why
+        self.env_tag = state.env_tag  # (the command's, the same for each of its files)
+        return state.digest
 
     def run(
         self,
@@ -68,16 +77,18 @@ class UnitRuns:
         digests = [self._digest(snap, cmd, path, fd) for path in cmd.each]
         snap.save()
         workers = self.book.workers if self.book is not None else 1
+        if len(cmd.each) > 1 and all(coverable(cmd, p) for p in cmd.each):
+            return self._in_sessions(cmd, run_one, first, fd, stop, log_path, digests, on_interrupt)
         if workers > 1 and len(cmd.each) > 1:
             return self._side_by_side(cmd, run_one, first, fd, stop, log_path, digests, on_interrupt)
         out: list[CommandResult] = []
         book = self.book
 
-        def run(c: GateCommand, i: int) -> CommandResult:
+        def run(c: GateCommand, i: int, **kw: object) -> CommandResult:
             if book is None:
-                return run_one(index=i, cmd=c)
+                return run_one(index=i, cmd=c, **kw)
             with book.worker():  # one of the drive's workers, as every unit
-                return run_one(index=i, cmd=c)
+                return run_one(index=i, cmd=c, **kw)
 
         for n, path in enumerate(cmd.each):
             halted = (out and out[-1].outcome is Outcome.INTERRUPTED) or (stop is not None and stop.is_set())
@@ -91,7 +102,7 @@ class UnitRuns:
         path: str,
         digest: str | None,
         fd: int,
-        run: Callable[[GateCommand, int], CommandResult],
+        run: Callable[..., CommandResult],
         first: int,
         *,
         halted: bool,
@@ -115,15 +126,37 @@ class UnitRuns:
             if isinstance(before, Adopted):
                 r = _adopted(before, write or (lambda text: log_room.write(fd, text)))
             else:
-                r = run(one, first + n)
-            r = r.model_copy(update={"file": path, "unit": digest})
+                r = self._watched(cmd, path, one, first + n, run, write or (lambda text: log_room.write(fd, text)))
+            r = r.model_copy(update={"file": path, "unit": r.unit or digest})
         except BaseException:
             if shared and self.book is not None and digest is not None:
                 self.book.end(digest, None, None)
             raise
         if shared and self.book is not None and digest is not None:
             self.book.end(digest, r, self.origin)
+            if r.unit is not None and r.unit != digest:
+                self.book.also(r.unit, r, self.origin)
         return r
+
+    def _watched(
+        self,
+        cmd: GateCommand,
+        path: str,
+        one: GateCommand,
+        index: int,
+        run: Callable[..., CommandResult],
+        write: Callable[[str], None],
+    ) -> CommandResult:
+        """Run one unit: under coverage when it runs pytest (its record kept, see :mod:`.unit_blocks`)."""
+        why = self.why.get(path)
+        if why is not None:
+            write(f"milepost: {path} runs: {why}\n")
+        watch = watched(self.root, cmd, path, self.default_timeout, self.env_tag)
+        if watch is None:
+            r = run(one, index)
+        else:
+            r = watch.finish(run(one, index, env=watch.env(self.env if self.env is not None else os.environ)))
+        return r.model_copy(update={"ran_because": why}) if why is not None else r
 
     def _side_by_side(
         self,
@@ -148,11 +181,11 @@ class UnitRuns:
         def unit(n: int, path: str) -> CommandResult:
             own = AttemptFiles(log_path).unit(first + n)
 
-            def run(c: GateCommand, i: int) -> CommandResult:
+            def run(c: GateCommand, i: int, **kw: object) -> CommandResult:
                 ufd = os.open(own.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 try:
                     with book.worker():  # within --max-parallel, whichever gate runs it
-                        return run_one(index=i, cmd=c, log_fd=ufd, log_path=own.log, stop=halt, on_interrupt=None)
+                        return run_one(index=i, cmd=c, log_fd=ufd, log_path=own.log, stop=halt, on_interrupt=None, **kw)
                 finally:
                     os.close(ufd)
                     _append(own, fd, lock)
@@ -174,6 +207,168 @@ class UnitRuns:
                     raise
                 on_interrupt(e)
         return [f.result() for f in futures]
+
+    def _in_sessions(
+        self,
+        cmd: GateCommand,
+        run_one: Callable[..., CommandResult],
+        first: int,
+        fd: int,
+        stop: threading.Event | None,
+        log_path: Path,
+        digests: list[str | None],
+        on_interrupt: Callable[[BaseException], None] | None,
+    ) -> list[CommandResult]:
+        """The step's pytest units: those no pass answers run in one pytest session per worker (see
+        :mod:`.unit_session`); a unit another gate runs now is waited for afterwards, as usual."""
+        book = self.book
+        lock = threading.Lock()
+
+        def write(text: str) -> None:
+            with lock:
+                log_room.write(fd, text)
+
+        out: dict[int, CommandResult] = {}
+        mine: list[int] = []  # begun here: this gate runs them
+        later: list[int] = []  # another gate runs them now
+        for n, path in enumerate(cmd.each):
+            d = digests[n]
+            before = book.begin_now(d) if book is not None and d is not None else None
+            if before is False:
+                later.append(n)
+            elif isinstance(before, tuple):
+                out[n] = _reused(unit_command(cmd, path), path, d, *before, write)
+            elif isinstance(before, Adopted):
+                out[n] = self._ended(n, path, d, _adopted(before, write))
+            else:
+                mine.append(n)
+        try:
+            ran = self._sessions(cmd, mine, run_one, first, fd, stop, log_path, on_interrupt, write)
+            self._alone(cmd, [n for n in mine if n not in ran], ran, run_one, first, stop, write)
+        except BaseException:
+            for n in mine:
+                if n not in out and book is not None and digests[n] is not None:
+                    book.end(digests[n], None, None)  # type: ignore[arg-type]
+            raise
+        for n in mine:
+            out[n] = self._ended(n, cmd.each[n], digests[n], ran[n])
+        for n in later:
+            out[n] = self._one(cmd, n, cmd.each[n], digests[n], fd, self._runner(run_one), first, halted=False)
+        return [out[n] for n in range(len(cmd.each))]
+
+    def _alone(
+        self,
+        cmd: GateCommand,
+        units: list[int],
+        ran: dict[int, CommandResult],
+        run_one: Callable[..., CommandResult],
+        first: int,
+        stop: threading.Event | None,
+        write: Callable[[str], None],
+    ) -> None:
+        """The units a session said nothing of, run one by one (skipped once the attempt is interrupted)."""
+        for n in units:
+            one = unit_command(cmd, cmd.each[n])
+            if self.halted or (stop is not None and stop.is_set()):
+                ran[n] = _skipped(one, cmd.each[n])
+            else:
+                ran[n] = self._watched(cmd, cmd.each[n], one, first + n, self._runner(run_one), write)
+
+    def _runner(self, run_one: Callable[..., CommandResult]) -> Callable[..., CommandResult]:
+        book = self.book
+
+        def run(c: GateCommand, i: int, **kw: object) -> CommandResult:
+            if book is None:
+                return run_one(index=i, cmd=c, **kw)
+            with book.worker():
+                return run_one(index=i, cmd=c, **kw)
+
+        return run
+
+    def _ended(self, n: int, path: str, digest: str | None, r: CommandResult) -> CommandResult:
+        """A unit begun here ended with ``r``: told to the book (under its record's digest too)."""
+        r = r.model_copy(update={"file": path, "unit": r.unit or digest})
+        if self.book is not None and digest is not None:
+            self.book.end(digest, r, self.origin)
+            if r.unit is not None and r.unit != digest:
+                self.book.also(r.unit, r, self.origin)
+        return r
+
+    def _sessions(
+        self,
+        cmd: GateCommand,
+        units: list[int],
+        run_one: Callable[..., CommandResult],
+        first: int,
+        fd: int,
+        stop: threading.Event | None,
+        log_path: Path,
+        on_interrupt: Callable[[BaseException], None] | None,
+        write: Callable[[str], None],
+    ) -> dict[int, CommandResult]:
+        """Run ``units`` in up to the book's workers pytest sessions; each file's result, by index."""
+        if not units:
+            return {}
+        workers = min(self.book.workers if self.book is not None else 1, len(units))
+        groups = [units[k::workers] for k in range(workers)]
+        halt = threading.Event()
+        base = self.env if self.env is not None else os.environ
+        lock = threading.Lock()
+
+        def one(group: list[int]) -> dict[int, CommandResult]:
+            session = Session(self.root, cmd, [cmd.each[n] for n in group], self.default_timeout, self.env_tag)
+            for n in group:
+                why = self.why.get(cmd.each[n])
+                if why is not None:
+                    write(f"milepost: {cmd.each[n]} runs: {why}\n")
+            own = AttemptFiles(log_path).unit(first + group[0])
+            ufd = os.open(own.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                ran = self._runner(run_one)(
+                    session.command(),
+                    first + group[0],
+                    env=session.env(base),
+                    timeout=session.timeout(),
+                    log_fd=ufd,
+                    log_path=own.log,
+                    stop=halt,
+                    on_interrupt=None,
+                )
+            finally:
+                os.close(ufd)
+                _append(own, fd, lock)
+            found = session.results(ran)
+            return {
+                n: found[cmd.each[n]].model_copy(update={"ran_because": self.why.get(cmd.each[n])})
+                for n in group
+                if cmd.each[n] in found
+            }
+
+        out: dict[int, CommandResult] = {}
+        with ThreadPoolExecutor(workers, thread_name_prefix="milepost-session") as pool:
+            futures = [pool.submit(one, g) for g in groups]
+            try:
+                pending = set(futures)
+                while pending:
+                    _, pending = wait(pending, timeout=0.2)
+                    if stop is not None and stop.is_set():
+                        halt.set()
+            except BaseException as e:
+                halt.set()
+                wait(futures)
+                if on_interrupt is None or isinstance(e, Exception):
+                    raise
+                on_interrupt(e)
+        for f in futures:
+            out.update(f.result())
+        self.halted = halt.is_set()
+        return out
+
+
+def _skipped(one: GateCommand, path: str) -> CommandResult:
+    return CommandResult(
+        name=one.name, run=one.run, outcome=Outcome.SKIPPED, reason="skipped: the attempt was interrupted", file=path
+    )
 
 
 def _append(part: AttemptFiles, fd: int, lock: threading.Lock) -> None:

@@ -41,10 +41,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from milepost.gates.inputs import Snapshot, spec_digest
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
 from milepost.gates.pyenv import gate_entries
+from milepost.gates.unit_locks import UnitLocks
 from milepost.graph.models import GateCommand
 
 __all__ = ["Adopted", "AheadJob", "UnitBook", "unit_command", "unit_digest", "unit_env_inputs"]
@@ -166,7 +168,9 @@ class UnitBook:
             self._busy -= 1
             self._idle.notify_all()
 
-    def begin(self, digest: str) -> tuple[Outcome, CachedFrom] | Adopted | None:
+    shared: UnitLocks | None = None  # the workspace's unit locks: units shared with other drivers (unit_locks.py)
+
+    def begin(self, digest: str, *, wait: bool = True) -> tuple[Outcome, CachedFrom] | Adopted | bool | None:
         """How the unit went before (passed in the store, or passed or failed in
         this book), waiting while another gate of this book runs it; a pass
         run ahead is the asker's own (:class:`Adopted`: it must call
@@ -193,6 +197,14 @@ class UnitBook:
             source = self._lookup(digest) if self._lookup is not None else None
         except Exception:  # the store cannot say (a lost connection): the unit runs, that is all
             source = None
+        if source is None and self.shared is not None:
+            across = self._across(self.shared, digest, wait)
+            if across is False:  # another driver runs it now, and the caller does not wait
+                with self._lock:
+                    slot = self._slots.pop(digest)
+                slot.done.set()
+                return False
+            source = across
         if source is not None:
             with self._lock:  # nothing ran: the store's answer is this book's for the next asker too
                 slot = self._slots[digest]
@@ -201,6 +213,34 @@ class UnitBook:
             slot.done.set()
             return Outcome.PASSED, source
         return None
+
+    def begin_now(self, digest: str) -> tuple[Outcome, CachedFrom] | Adopted | bool | None:
+        """As :meth:`begin`, but False at once when another gate of this book runs the unit now (a gate that
+        holds units for one pytest session must not wait for another's while holding them)."""
+        with self._lock:
+            slot = self._slots.get(digest)
+            if slot is not None and not slot.done.is_set():
+                return False
+        return self.begin(digest, wait=False)
+
+    def _across(self, shared: UnitLocks, digest: str, wait: bool) -> CachedFrom | Literal[False] | None:
+        """Another driver's pass of the unit; None once its lock is held here; False: another driver runs it
+        now (with ``wait``: waited for, then its pass, or the lock)."""
+        found = shared.passed(digest)
+        if found is not None:
+            return found
+        if shared.take(digest, wait=False):
+            return None
+        if not wait:
+            return False
+        shared.take(digest, wait=True)
+        found = shared.passed(digest)
+        if found is None:
+            with contextlib.suppress(Exception):
+                found = self._lookup(digest) if self._lookup is not None else None
+        if found is not None:
+            shared.release(digest)
+        return found
 
     def end(self, digest: str, result: CommandResult | None, origin: CachedFrom | None) -> None:
         """The unit begun here ended: ``result`` (None when interrupted: another gate may run it)."""
@@ -213,6 +253,22 @@ class UnitBook:
             else:
                 slot.result, slot.origin = result, origin
                 self.ran += 1
+        if self.shared is not None:
+            if result is not None and origin is not None and result.outcome is Outcome.PASSED:
+                self.shared.keep(digest, origin)
+            self.shared.release(digest)
+        slot.done.set()
+
+    def also(self, digest: str, result: CommandResult, origin: CachedFrom | None) -> None:
+        """A pass known under a second digest too (its record's, once it ran under coverage: gates/unit_blocks.py)."""
+        if origin is None or result.outcome is not Outcome.PASSED:
+            return
+        if self.shared is not None:
+            self.shared.keep(digest, origin)
+        with self._lock:
+            if digest in self._slots:
+                return
+            slot = self._slots[digest] = _Slot(result=result, origin=origin)
         slot.done.set()
 
     # -- ahead of the gates ---------------------------------------------------------
@@ -273,6 +329,11 @@ class UnitBook:
                 slot.result, slot.origin = _passed(), kept
             slot.done.set()
             return False
+        if self.shared is not None and (self.shared.passed(digest) or not self.shared.take(digest, wait=False)):
+            with self._lock:  # another driver ran it or runs it: its gate here will ask again
+                slot = self._slots.pop(digest)
+            slot.done.set()
+            return False
         return True
 
     def _run_ahead(self, job: AheadJob, digest: str, run: AheadRun, stop: threading.Event) -> None:
@@ -294,6 +355,8 @@ class UnitBook:
                     slot.result, slot.ahead, slot.ahead_log = result, True, log
                 else:  # dropped: the gate runs it itself
                     del self._slots[digest]
+            if self.shared is not None and (result is None or result.outcome is not Outcome.PASSED):
+                self.shared.release(digest)  # (a pass keeps it until its gate takes it: end())
             slot.done.set()
 
 

@@ -14,6 +14,7 @@ process's gate supervisor, in the workspace root, with the milestone's
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -21,7 +22,8 @@ from pathlib import Path
 from milepost.gates.command import run_gate
 from milepost.gates.inputs import Snapshot
 from milepost.gates.outcome import CommandResult
-from milepost.gates.units import AheadJob, unit_command, unit_digest
+from milepost.gates.unit_blocks import unit_state, watched
+from milepost.gates.units import AheadJob, unit_command
 from milepost.graph.dag import WorkGraph
 from milepost.graph.status import MilestoneStatus
 from milepost.service._tx import Context
@@ -62,7 +64,7 @@ class Ahead:
     def digest(self, job: AheadJob) -> str | None:
         snap = Snapshot(self.ctx.store.root)
         try:
-            return unit_digest(snap, job.cmd, job.path, job.timeout)
+            return unit_state(snap, job.cmd, job.path, job.timeout).digest
         finally:
             snap.save()
 
@@ -75,10 +77,14 @@ class Ahead:
             "MILEPOST_WORKSPACE": str(self.ctx.store.root),
         }
         root = Path(self.ctx.store.root)
-        result = run_gate(
-            [unit_command(job.cmd, job.path)], log, default_cwd=root, env=env, default_timeout=job.timeout, stop=stop
-        )
-        return result.commands[0], log
+        one = unit_command(job.cmd, job.path)
+        watch = watched(root, job.cmd, job.path, job.timeout)  # under coverage, as its gate would run it
+        if watch is not None:
+            env = watch.env({**os.environ, **env, **one.env})
+            one = one.model_copy(update={"env": {}})  # (in env already: coverage's PYTHONPATH comes after it)
+        result = run_gate([one], log, default_cwd=root, env=env, default_timeout=job.timeout, stop=stop)
+        done = result.commands[0]
+        return (watch.finish(done) if watch is not None else done), log
 
     def clear(self) -> None:
         """The logs of units run ahead that no gate took."""

@@ -30,6 +30,7 @@ from milepost.gates.imports import is_module_entry
 from milepost.gates.inputs import Fingerprint, Snapshot, changed_paths, describe_changes, spec_digest
 from milepost.gates.outcome import CachedFrom, GateResult, Outcome
 from milepost.gates.pyenv import interpreter_of, is_env_entry
+from milepost.gates.unit_locks import UnitLocks
 from milepost.gates.units import UnitBook
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import Milestone
@@ -318,7 +319,9 @@ def unit_book(ctx: Context, workers: int = 1) -> UnitBook:
             ).first()
         return None if r is None else CachedFrom(item=r.item_id, milestone=r.milestone, attempt=r.attempt)
 
-    return UnitBook(functools.partial(lookup, ctx), workers)
+    book = UnitBook(functools.partial(lookup, ctx), workers)
+    book.shared = UnitLocks(Path(ctx.store.root))  # units shared with the workspace's other drivers
+    return book
 
 
 def store_unit_passes(conn: Connection, item_id: int, milestone: str, attempt: int, result: GateResult) -> None:

@@ -140,8 +140,9 @@ def test_edit_break_fix_and_a_second_item(prefect_api: str, repo: tuple[Path, CL
     assert v.code == 1 and ran(ledger, seen) == []
 
     # 6. Fix it: the leaf is retried, then what waits behind it runs. (Put back
-    # exactly as first proven, the files would match passed runs: cached, not run.)
-    (root / "pkg/leaf.py").write_text("def value():\n    return 1  # fixed\n")
+    # exactly as first proven, the files would match passed runs: cached, not run; and a comment alone
+    # changes no block its units executed: those would be cached too.)
+    (root / "pkg/leaf.py").write_text("def value():\n    return 5 - 4  # fixed\n")
     r = cli("drive")
     assert r.code == 0, r.err + r.out
     assert ran(ledger, seen) == [leaf, mid, top]

@@ -1,0 +1,337 @@
+"""Units that know the code they ran (issue 40): a pytest unit runs under
+coverage.py, and only a change to a block it executed (or to the test file,
+its configuration, or where its imports resolve) runs it again. Real pytest
+processes (this interpreter's, which has coverage.py) on a real package in a
+temporary git work tree whose ``__init__`` imports every module, so import
+analysis alone would run every test file after any edit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from milepost.gates.blocks import MODULE, blocks_of, executed
+from milepost.gates.command import run_gate
+from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
+from milepost.gates.unit_blocks import records_path, unit_key
+from milepost.gates.units import UnitBook
+from milepost.graph.models import GateCommand
+from milepost.planfile import parse_plan
+from milepost.service import Service
+
+# (PYTEST_DISABLE_PLUGIN_AUTOLOAD: the plugins installed here, hypothesis first, take seconds to load)
+PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -q -p no:cacheprovider {{file}}"
+
+PACKAGE = {
+    "pkg/__init__.py": "from pkg.a import fa\nfrom pkg.b import fb\nfrom pkg.c import fc\n\nLIMIT = 10\n",
+    "pkg/a.py": "def fa(x):\n    return x + 1\n",
+    "pkg/b.py": (
+        "def fb(x):\n"
+        '    """Double it."""\n'
+        "    try:\n"
+        "        from pkg import extra\n"
+        "    except ImportError:\n"
+        "        return x * 2\n"
+        "    return extra.twice(x)\n"
+    ),
+    "pkg/c.py": "def fc(x):\n    return x - 1\n",
+    "tests/test_a.py": "from pkg import fa\n\n\ndef test_fa():\n    assert fa(1) == 2\n",
+    "tests/test_b.py": "from pkg import fb\n\n\ndef test_fb():\n    assert fb(2) == 4\n",
+    "tests/test_limit.py": "import pkg\n\n\ndef test_limit():\n    assert pkg.LIMIT == 10\n",
+}
+TESTS = ["tests/test_a.py", "tests/test_b.py", "tests/test_limit.py"]
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+class Gates:
+    """Gates of one step over the test files, each with its own book, passes kept as the store keeps them."""
+
+    def __init__(self, root: Path, run: str = PYTEST, env: dict[str, str] | None = None, workers: int = 2) -> None:
+        self.root = root
+        self.workers = workers
+        self.run_ = run
+        self.env = env or {}
+        self.passes: dict[str, CachedFrom] = {}
+        self.attempts = 0
+
+    def gate(self, files: list[str] = TESTS) -> list[CommandResult]:
+        self.attempts += 1
+        origin = CachedFrom(item=1, milestone="m", attempt=self.attempts)
+        cmd = GateCommand(name="pytest", run=self.run_, each=files, env=self.env)
+        log = self.root / ".milepost" / "logs" / f"{self.attempts}.log"
+        r = run_gate([cmd], log, default_cwd=self.root, units=UnitBook(self.passes.get, self.workers), origin=origin)
+        for c in r.commands:
+            if c.unit and c.outcome is Outcome.PASSED:
+                self.passes.setdefault(c.unit, origin)
+        return r.commands
+
+    def ran(self, files: list[str] = TESTS) -> dict[str, str]:
+        """file -> outcome of the units that ran (not the cached ones)."""
+        return {str(c.file): c.outcome.value for c in self.gate(files) if c.outcome is not Outcome.CACHED}
+
+
+@pytest.fixture
+def pkg(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    write(root, PACKAGE)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".gitignore").write_text(".milepost/\n")
+    return root
+
+
+@pytest.fixture
+def gates(pkg: Path) -> Gates:
+    g = Gates(pkg)
+    assert g.ran() == dict.fromkeys(TESTS, "passed")
+    assert g.ran() == {}  # nothing changed: every unit cached
+    return g
+
+
+def edit(root: Path, rel: str, old: str, new: str) -> None:
+    p = root / rel
+    text = p.read_text()
+    assert old in text
+    p.write_text(text.replace(old, new, 1))
+
+
+# -- blocks -------------------------------------------------------------------------------
+
+
+def test_blocks_are_module_level_code_and_each_body_and_a_comment_changes_none() -> None:
+    src = (
+        b'"""Mod."""\nX = 1\n\n@dec\ndef f(a=1):\n    """Doc."""\n    return a\n\n\n'
+        b"class C:\n    y = 2\n\n    def m(self):\n        return 3\n"
+    )
+    found = {b.name: b for b in blocks_of(src) or []}
+    assert list(found) == [MODULE, "f", "C", "C.m"]
+    assert executed(found.values(), [2]) == {MODULE: found[MODULE].fingerprint}
+    assert set(executed(found.values(), [7, 14])) == {"f", "C.m"}
+    reformatted = src.replace(b"X = 1", b"X = 1  # one\n\n").replace(b"return a", b"return (\n        a\n    )")
+    assert [b.fingerprint for b in blocks_of(reformatted) or []] == [b.fingerprint for b in found.values()]
+    redoc = {b.name: b.fingerprint for b in blocks_of(src.replace(b"Doc.", b"Docs.")) or []}
+    assert [n for n in found if found[n].fingerprint != redoc[n]] == ["f"]  # a docstring counts, in its own block
+    moddoc = {b.name: b.fingerprint for b in blocks_of(src.replace(b"Mod.", b"Module.")) or []}
+    assert [n for n in found if found[n].fingerprint != moddoc[n]] == [MODULE]
+    default = {b.name: b.fingerprint for b in blocks_of(src.replace(b"a=1", b"a=2")) or []}
+    assert [n for n in found if found[n].fingerprint != default[n]] == [MODULE]  # run when the module is
+    assert blocks_of(b"def (:\n") is None
+
+
+# -- selection ------------------------------------------------------------------------------
+
+
+def test_a_comment_edit_runs_no_test_file(gates: Gates, pkg: Path) -> None:
+    edit(pkg, "pkg/a.py", "    return x + 1\n", "    # one more\n    return x + 1  # the sum\n\n")
+    edit(pkg, "pkg/__init__.py", "LIMIT = 10\n", "LIMIT = 10  # the limit\n")
+    assert gates.ran() == {}
+
+
+def test_a_function_only_some_test_files_call_runs_only_them(gates: Gates, pkg: Path) -> None:
+    edit(pkg, "pkg/a.py", "    return x + 1\n", "    x = x\n    return x + 1\n")
+    results = {c.file: c for c in gates.gate()}
+    assert {f for f, c in results.items() if c.outcome is Outcome.PASSED} == {"tests/test_a.py"}
+    assert results["tests/test_a.py"].ran_because == "pkg/a.py: fa changed"  # the evidence names the block
+    log = (pkg / ".milepost" / "logs" / "3.log").read_text()
+    assert "milepost: tests/test_a.py runs: pkg/a.py: fa changed" in log
+    # A function no test calls: nothing runs.
+    edit(pkg, "pkg/c.py", "    return x - 1\n", "    y = 0\n    return x - 1 + y\n")
+    assert gates.ran() == {}
+    # A break in fa: its test file fails, the others stay cached.
+    edit(pkg, "pkg/a.py", "return x + 1", "return x + 2")
+    assert gates.ran() == {"tests/test_a.py": "failed"}
+    # Put back as proven: nothing runs (an older record matches).
+    write(pkg, {"pkg/a.py": PACKAGE["pkg/a.py"], "pkg/c.py": PACKAGE["pkg/c.py"]})
+    assert gates.ran() == {}
+
+
+def test_module_level_code_every_test_runs(gates: Gates, pkg: Path) -> None:
+    edit(pkg, "pkg/c.py", "def fc", "SCALE = 3\n\n\ndef fc")
+    assert gates.ran() == dict.fromkeys(TESTS, "passed")
+    edit(pkg, "pkg/__init__.py", "LIMIT = 10", "LIMIT = 11")
+    assert gates.ran() == {"tests/test_a.py": "passed", "tests/test_b.py": "passed", "tests/test_limit.py": "failed"}
+
+
+def test_a_docstring_edit_runs_the_test_files_executing_it(gates: Gates, pkg: Path) -> None:
+    edit(pkg, "pkg/b.py", "Double it.", "Double it, twice.")
+    assert gates.ran() == {"tests/test_b.py": "passed"}
+
+
+def test_the_test_files_own_changes_run_it(gates: Gates, pkg: Path) -> None:
+    edit(pkg, "tests/test_a.py", "def test_fa", "# a note on the test\ndef test_fa")
+    assert gates.ran() == {"tests/test_a.py": "passed"}
+    edit(pkg, "tests/test_b.py", "== 4", "== 5")
+    assert gates.ran() == {"tests/test_b.py": "failed"}
+    write(pkg, {"tests/conftest.py": "X = 1\n"})  # its configuration: a conftest file pytest reads for it
+    assert gates.ran() == dict.fromkeys(TESTS, "passed") | {"tests/test_b.py": "failed"}
+
+
+def test_a_new_module_imported_by_executed_code_runs_it(gates: Gates, pkg: Path) -> None:
+    write(pkg, {"pkg/extra.py": "def twice(x):\n    return x * 3\n"})  # fb's import now finds it: fb breaks
+    results = {c.file: c for c in gates.gate()}
+    assert {f: c.outcome.value for f, c in results.items() if c.outcome is not Outcome.CACHED} == {
+        "tests/test_b.py": "failed"
+    }
+    assert results["tests/test_b.py"].ran_because == "pkg/b.py: its imports now resolve to other files (pkg/extra.py)"
+
+
+def test_a_damaged_record_is_run_again_never_trusted(gates: Gates, pkg: Path) -> None:
+    cmd = GateCommand(name="pytest", run=PYTEST, each=TESTS)
+    path = records_path(pkg, unit_key(cmd, "tests/test_a.py", None))
+    data = json.loads(path.read_text())
+    # A record that drops a block it depends on (its digest no longer its content's) is not trusted.
+    rec = data["records"][0]
+    del rec["blocks"]["pkg/a.py"]
+    path.write_text(json.dumps(data))
+    edit(pkg, "pkg/a.py", "return x + 1", "return x + 2")
+    results = {c.file: c for c in gates.gate()}
+    assert results["tests/test_a.py"].outcome is Outcome.FAILED
+    assert results["tests/test_a.py"].ran_because == "its record of the code it ran could not be read"
+    write(pkg, {"pkg/a.py": PACKAGE["pkg/a.py"]})
+    path.write_text("{not json")
+    assert gates.ran() == {"tests/test_a.py": "passed"}
+    assert gates.ran() == {}  # recorded afresh
+
+
+@pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
+def test_a_command_that_is_not_pytest_keeps_its_import_derived_inputs(pkg: Path) -> None:
+    g = Gates(pkg, run=f"{sys.executable} -m unittest -q {{file}}")
+    assert g.ran() == dict.fromkeys(TESTS, "passed")
+    edit(pkg, "pkg/a.py", "    return x + 1\n", "    return x + 1  # a comment\n")
+    assert g.ran() == dict.fromkeys(TESTS, "passed")  # every test file imports pkg, which imports pkg.a
+    assert not (pkg / ".milepost" / "cache" / "units").exists()
+
+
+def test_coverage_missing_in_the_test_interpreter_is_one_line_naming_the_install(pkg: Path) -> None:
+    shim = pkg.parent / "shim"
+    write(shim, {"coverage/__init__.py": "raise ImportError('no coverage here')\n"})
+    g = Gates(pkg, env={"PYTHONPATH": str(shim)})
+    results = g.gate(["tests/test_a.py"])
+    assert results[0].outcome is Outcome.FAILED
+    assert f"coverage.py is not installed in {sys.executable}" in results[0].tail
+    assert f"{sys.executable} -m pip install coverage" in results[0].tail
+
+
+def test_a_data_file_the_unit_read_is_an_input_by_content(gates: Gates, pkg: Path) -> None:
+    test = (
+        "from pathlib import Path\n\nfrom pkg import fa\n\n\ndef test_cases():\n"
+        "    n = int((Path(__file__).parent / 'data' / 'cases.txt').read_text())\n    assert fa(n) == 3\n"
+    )
+    write(pkg, {"tests/data/cases.txt": "2\n", "tests/test_data.py": test})
+    files = [*TESTS, "tests/test_data.py"]
+    assert gates.ran(files) == {"tests/test_data.py": "passed"}
+    assert gates.ran(files) == {}
+    write(pkg, {"tests/data/cases.txt": "3\n"})
+    results = {c.file: c for c in gates.gate(files) if c.outcome is not Outcome.CACHED}
+    assert list(results) == ["tests/test_data.py"] and results["tests/test_data.py"].outcome is Outcome.FAILED
+    assert results["tests/test_data.py"].ran_because == "tests/data/cases.txt changed (read when it ran)"
+
+
+@pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
+def test_cache_false_runs_every_unit_every_time(service: Service, pkg: Path) -> None:
+    step = f"    gate:\n      - {{name: t, run: '{PYTEST}', each: [tests/test_a.py]}}\n"
+    service.apply_plan(
+        parse_plan(
+            "objective: o\nmilestones:\n"
+            f"  - name: fresh\n    cache: false\n{step}  - name: again\n    cache: false\n{step}  - name: kept\n{step}"
+        )
+    )
+    for name, outcome in [("fresh", Outcome.PASSED), ("again", Outcome.PASSED), ("kept", Outcome.CACHED)]:
+        service.start(name)
+        assert service.done(name).passed
+        assert [c.outcome for c in service.runs(name)[-1].commands] == [outcome], name
+
+
+@pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_steps_units_run_in_one_pytest_session_per_worker_each_file_its_own_unit(
+    pkg: Path, tmp_path: Path, workers: int
+) -> None:
+    pids = tmp_path / "pids"
+    conftest = f"import os\n\nwith open({str(pids)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+    write(pkg, {"tests/conftest.py": conftest, "tests/test_broken.py": "import nowhere_to_be_found\n"})
+    edit(pkg, "tests/test_b.py", "== 4", "== 5")
+    files = [*TESTS, "tests/test_broken.py"]
+    g = Gates(pkg, workers=workers)
+    results = {c.file: c for c in g.gate(files)}
+    assert {f: c.outcome.value for f, c in results.items()} == {
+        "tests/test_a.py": "passed",
+        "tests/test_b.py": "failed",
+        "tests/test_limit.py": "passed",
+        "tests/test_broken.py": "failed",
+    }
+    assert len(set(pids.read_text().split())) == workers  # one pytest process per worker, not one per file
+    assert "test_fb" in results["tests/test_b.py"].tail and "assert 4 == 5" in results["tests/test_b.py"].tail
+    assert "nowhere_to_be_found" in results["tests/test_broken.py"].tail
+    assert results["tests/test_a.py"].reason.startswith("exit 0 (one pytest session of")
+    # Each file is its own unit: the passes stand, the failures run again.
+    assert g.ran(files) == {"tests/test_b.py": "failed", "tests/test_broken.py": "failed"}
+    # And each keeps its own record: a function only test_a calls runs test_a alone.
+    edit(pkg, "pkg/a.py", "    return x + 1\n", "    x = x\n    return x + 1\n")
+    assert g.ran([*TESTS]) == {"tests/test_a.py": "passed", "tests/test_b.py": "failed"}
+
+
+DRIVER = """
+import json, sys
+from pathlib import Path
+from milepost.gates.command import run_gate
+from milepost.gates.outcome import CachedFrom
+from milepost.gates.unit_locks import UnitLocks
+from milepost.gates.units import UnitBook
+from milepost.graph.models import GateCommand
+
+root, name, run, workers = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+book = UnitBook(None, workers)  # no store here: the other driver's pass is found through the workspace
+book.shared = UnitLocks(root)
+cmd = GateCommand(name="pytest", run=run, each=sys.argv[5:])
+origin = CachedFrom(item=1, milestone=name, attempt=1)
+r = run_gate([cmd], root / ".milepost" / f"{name}.log", default_cwd=root, units=book, origin=origin)
+print(json.dumps({c.file: [c.outcome.value, c.cached_from.milestone if c.cached_from else None] for c in r.commands}))
+sys.stdout.flush()
+sys.stdin.read()  # alive until told: a driver's pass counts while it lives (its attempt not yet recorded)
+"""
+
+
+@pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_two_drivers_run_no_test_file_twice(pkg: Path, tmp_path: Path, workers: int) -> None:
+    ledger = tmp_path / "ran.txt"
+    for rel in TESTS:
+        note = f"def test_ledger():\n    open({str(ledger)!r}, 'a').write({rel!r} + ' ')\n\n\n"
+        edit(pkg, rel, "def test_", note + "def test_")
+    drivers = [
+        subprocess.Popen(
+            [sys.executable, "-c", DRIVER, str(pkg), name, PYTEST, str(workers), *TESTS],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("one", "two")
+    ]
+    try:
+        found = [json.loads(d.stdout.readline()) for d in drivers if d.stdout is not None]
+    finally:
+        for d in drivers:
+            d.communicate("")
+    assert sorted(ledger.read_text().split()) == TESTS  # each test file ran once, in one driver or the other
+    for f in TESTS:
+        outcomes = sorted(tuple(r[f]) for r in found)
+        assert outcomes[0][0] == "cached" and outcomes[1] == ("passed", None), outcomes
+
+
+@pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
+def test_tests_run_in_other_processes_leave_no_record_and_keep_import_inputs(pkg: Path) -> None:
+    g = Gates(pkg, run=PYTEST.replace(" {file}", " -p xdist.plugin -n 2 {file}"), workers=1)
+    assert g.ran() == dict.fromkeys(TESTS, "passed")  # pytest-xdist: the outcomes, from its workers' reports
+    assert not (pkg / ".milepost" / "cache" / "units").exists()  # what ran is not all in this process: no record
+    edit(pkg, "pkg/c.py", "    return x - 1\n", "    return x - 1  # c\n")
+    assert g.ran() == dict.fromkeys(TESTS, "passed")  # the import-derived inputs decide: pkg.c is everyone's
