@@ -66,6 +66,8 @@ KEEP = 10  # records kept per unit: a revert to any of its last ten passing stat
 CONFIG_FILES = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 PLUGIN_NAME = "milepost_unit_blocks"
 _PYTEST = re.compile(r"(?<![\w.-])pytest(?![\w-])")
+# A command that names its own PYTHONPATH would hide the plugin's folder from pytest (see Watch.env).
+_OWN_PYTHONPATH = re.compile(r"(?<![\w])PYTHONPATH=")
 
 # The pytest plugin, run in the test's own interpreter (any environment): it imports nothing of milepost's.
 PLUGIN = '''\
@@ -250,7 +252,12 @@ def pytest_unconfigure(config):
 
 
 def coverable(cmd: GateCommand, path: str) -> bool:
-    """Whether the unit runs pytest on a Python file (so coverage can say what it executed)."""
+    """Whether the unit runs pytest on a Python file (so coverage can say what
+    it executed) with the plugin's folder on its path: a command line that
+    sets ``PYTHONPATH`` itself (``PYTHONPATH=src pytest ...``; a step's
+    ``env:`` is joined with the plugin's folder) keeps its import-derived inputs."""
+    if _OWN_PYTHONPATH.search(cmd.run) is not None:
+        return False
     return path.endswith(".py") and _PYTEST.search(cmd.run) is not None
 
 

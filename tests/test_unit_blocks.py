@@ -16,8 +16,9 @@ import pytest
 
 from milepost.gates.blocks import MODULE, blocks_of, executed
 from milepost.gates.command import run_gate
+from milepost.gates.inputs import Snapshot
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
-from milepost.gates.unit_blocks import records_path, unit_key
+from milepost.gates.unit_blocks import env_tag, records_path, unit_key
 from milepost.gates.units import UnitBook
 from milepost.graph.models import GateCommand
 from milepost.planfile import parse_plan
@@ -186,7 +187,7 @@ def test_a_new_module_imported_by_executed_code_runs_it(gates: Gates, pkg: Path)
 
 def test_a_damaged_record_is_run_again_never_trusted(gates: Gates, pkg: Path) -> None:
     cmd = GateCommand(name="pytest", run=PYTEST, each=TESTS)
-    path = records_path(pkg, unit_key(cmd, "tests/test_a.py", None))
+    path = records_path(pkg, unit_key(cmd, "tests/test_a.py", None, env_tag(Snapshot(pkg), cmd)))
     data = json.loads(path.read_text())
     # A record that drops a block it depends on (its digest no longer its content's) is not trusted.
     rec = data["records"][0]
@@ -208,6 +209,13 @@ def test_a_command_that_is_not_pytest_keeps_its_import_derived_inputs(pkg: Path)
     assert g.ran() == dict.fromkeys(TESTS, "passed")
     edit(pkg, "pkg/a.py", "    return x + 1\n", "    return x + 1  # a comment\n")
     assert g.ran() == dict.fromkeys(TESTS, "passed")  # every test file imports pkg, which imports pkg.a
+    assert not (pkg / ".milepost" / "cache" / "units").exists()
+
+
+def test_a_command_line_that_sets_its_own_pythonpath_keeps_its_import_derived_inputs(pkg: Path) -> None:
+    """(The plugin's folder would be hidden from pytest: 'Error importing plugin', exit 4.)"""
+    g = Gates(pkg, run=f"PYTHONPATH=. {PYTEST}")
+    assert g.ran() == dict.fromkeys(TESTS, "passed")
     assert not (pkg / ".milepost" / "cache" / "units").exists()
 
 
@@ -242,10 +250,18 @@ def test_cache_false_runs_every_unit_every_time(service: Service, pkg: Path) -> 
     service.apply_plan(
         parse_plan(
             "objective: o\nmilestones:\n"
-            f"  - name: fresh\n    cache: false\n{step}  - name: again\n    cache: false\n{step}  - name: kept\n{step}"
+            f"  - name: fresh\n    cache: false\n{step}  - name: again\n    cache: false\n{step}"
+            f"  - name: kept\n{step}  - name: shared\n{step}"
         )
     )
-    for name, outcome in [("fresh", Outcome.PASSED), ("again", Outcome.PASSED), ("kept", Outcome.CACHED)]:
+    # (a cache: false gate's units are neither looked up nor offered: kept runs its own, shared takes kept's)
+    outcomes = [
+        ("fresh", Outcome.PASSED),
+        ("again", Outcome.PASSED),
+        ("kept", Outcome.PASSED),
+        ("shared", Outcome.CACHED),
+    ]
+    for name, outcome in outcomes:
         service.start(name)
         assert service.done(name).passed
         assert [c.outcome for c in service.runs(name)[-1].commands] == [outcome], name
