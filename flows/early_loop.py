@@ -158,6 +158,9 @@ class EarlyLoop(Loop):
         gate = self.early.gate_of(claim)
         return gate.started if gate is not None else None
 
+    def _runs_already(self, claim: Claim) -> bool:
+        return self.early.gate_of(claim) is not None
+
     def _not_submitted(self, claim: Claim, result: GateResult) -> None:
         gate = self.early.gate_of(claim)
         if gate is None:

@@ -115,6 +115,9 @@ class DriveSummary(BaseModel):
     milestones: list[MilestoneSummary] = Field(default_factory=list)
     duration: float = 0.0
     doers: DoTotals | None = None
+    # The drive lost its Prefect API (its work is recorded; its flow run's record is not): not in JSON, for
+    # the CLI to leave without Prefect's drains of what the API will never take (cli._leave_if_prefect_lost).
+    prefect_lost: bool = Field(default=False, exclude=True)
 
     @model_serializer(mode="wrap")
     def _no_empty_doers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

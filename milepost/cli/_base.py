@@ -71,6 +71,11 @@ class Ctx:
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
+class PrefectLost(SystemExit):
+    """A drive's exit when it lost its Prefect API (and still ended: its work
+    recorded): the CLI leaves without Prefect's drains (cli/__init__.py)."""
+
+
 class Seconds(click.ParamType[float]):
     """A finite number of seconds within milepost's limits (no nan, no inf)."""
 

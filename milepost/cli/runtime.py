@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 from milepost.cli._base import (
     ID,
     Ctx,
+    PrefectLost,
     Seconds,
     cli,
     home_of,
@@ -227,7 +228,7 @@ def drive(
     else:
         show_summary(c.console(), summary)  # the verdict, once
     _ci_reports(svc, summary, junit)
-    raise SystemExit(0 if summary.ok else 1)
+    raise (PrefectLost if summary.prefect_lost else SystemExit)(0 if summary.ok else 1)
 
 
 def _run_drive(
