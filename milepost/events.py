@@ -59,6 +59,17 @@ class DriveEvent(StrEnum):
     DRIVE_FINISHED = "drive_finished"
 
 
+class Failure(BaseModel):
+    """Why a milestone of a drive is failed or stuck: its last attempt's
+    reason, the last lines of its gate's output (as ``done`` shows them) and
+    the path of its log."""
+
+    attempt: int
+    reason: str
+    last_lines: list[str] = Field(default_factory=list)
+    log: str | None = None
+
+
 class MilestoneSummary(BaseModel):
     id: int
     name: str
@@ -73,6 +84,14 @@ class MilestoneSummary(BaseModel):
     stale: StaleInfo | None = None
     waiting_for_change: str | None = None
     cached_from: CachedFrom | None = None  # its attempt in this drive was cached: the passed run that stood in
+    failure: Failure | None = None  # failed or stuck: what its last attempt said (else absent from JSON)
+
+    @model_serializer(mode="wrap")
+    def _no_empty_failure(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("failure") is None:
+            data.pop("failure", None)  # a milestone that did not fail says what it always said
+        return data
 
 
 class DoTotals(BaseModel):
