@@ -262,7 +262,7 @@ class Loop:
                     return
             self.claimed += 1
             m = claim.milestone
-            self.reporter.gate_started(claim, self._started(claim))
+            self._tell_started(claim)
             if self.doing is not None and m.has_doer and not claim.reproof:
                 self._start_do(claim)  # (a re-proof runs the gate alone, on the integration branch)
                 continue
@@ -464,6 +464,10 @@ class Loop:
         if self.doing is not None:
             return False  # the next claim may need a doer: _fill weighs the doers' room first
         return self._room()
+
+    def _tell_started(self, claim: Claim) -> None:
+        """Report ``claim``'s gate started (EarlyLoop: unless told already)."""
+        self.reporter.gate_started(claim, self._started(claim))
 
     def _started(self, claim: Claim) -> datetime | None:
         """When ``claim``'s gate started, if before the loop took it (None: it starts now)."""

@@ -1,15 +1,18 @@
 """A drive that ends not done says what failed (issue 42): each failed or
 stuck milestone of its summary with its last attempt's reason, its gate's
 last lines (as ``done`` shows them) and the path of its log; its JSON
-``drive_finished`` carries the same. A drive with nothing to run answers
-from the store (no Prefect), so these run where `make test-fast` does."""
+``drive_finished`` carries the same."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import CLI
+
+pytestmark = pytest.mark.xdist_group("prefect")
 
 GATE = "echo compiling; echo 'error: x.c:3: missing semicolon' >&2; exit 3"
 
@@ -24,7 +27,7 @@ def _stuck(cli: CLI) -> None:
     cli("done", "y", check=True)
 
 
-def test_a_drive_not_done_names_the_stuck_milestone_its_last_lines_and_its_log(cli: CLI) -> None:
+def test_a_drive_not_done_names_the_stuck_milestone_its_last_lines_and_its_log(prefect_api: str, cli: CLI) -> None:
     _stuck(cli)
     r = cli("drive")
     assert r.code == 1, r.err
@@ -36,7 +39,7 @@ def test_a_drive_not_done_names_the_stuck_milestone_its_last_lines_and_its_log(c
     assert not any(line.startswith("y: ") for line in lines), r.out  # done: nothing to say
 
 
-def test_the_json_drive_finished_carries_the_failure(cli: CLI) -> None:
+def test_the_json_drive_finished_carries_the_failure(prefect_api: str, cli: CLI) -> None:
     _stuck(cli)
     r = cli("--json", "drive")
     assert r.code == 1, r.err
