@@ -299,17 +299,24 @@ def hoist_global_options(args: list[str]) -> tuple[list[str], bool]:
     given after the command moved before it, as git and gh accept them, and
     whether ``--json`` is among them. The walk follows the command path and
     each command's own options, so an option's value (``--reason --json``)
-    and everything after ``--`` stay where they are."""
+    and everything after ``--`` stay where they are. ``--item N`` given
+    before the command (``milepost --item 1 list``) goes after it, where every
+    command that takes a work item takes it."""
     flags = {"--json", "--operator", "--debug"}
     valued = {"--db", "--agent"}
     front: list[str] = []
     out: list[str] = []
+    item: list[str] = []  # --item N given before the command
     cmd: click.Command = cli
     as_json = False
     i = 0
     while i < len(args):
         t = args[i]
         i += 1
+        if cmd is cli and t.split("=", 1)[0] == "--item":
+            item = [t] if "=" in t else args[i - 1 : i + 1]
+            i += len(item) - 1
+            continue
         if t == "--":
             out += args[i - 1 :]
             break
@@ -329,7 +336,10 @@ def hoist_global_options(args: list[str]) -> tuple[list[str], bool]:
                 i += 1
         elif isinstance(cmd, click.Group) and t in cmd.commands:
             cmd = cmd.commands[t]
-    return front + out, as_json
+            if item and not isinstance(cmd, click.Group):
+                out += item  # (a command without --item says so: "No such option: --item")
+                item = []
+    return front + item + out, as_json
 
 
 def _own_option(cmd: click.Command, name: str) -> click.Option | None:
