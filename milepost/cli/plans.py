@@ -42,7 +42,7 @@ def plan() -> None:
 def plan_apply(c: Ctx, file: Path) -> None:
     """Validate FILE whole, then create its work item (focused).
 
-    Every problem is reported at once (the first 20), each with the line where
+    Every problem is reported at once (the first 50), each with the line where
     it starts and the milestone's name; nothing is written unless all is sound."""
     from milepost.planfile import gc_paused, load_plan
 

@@ -31,7 +31,7 @@ class LiveReporter:
 
     def _render(self) -> Group:
         t = Table(box=None, header_style="bold")
-        for col in ("id", "milestone", "status", "tries", "note"):
+        for col in ("id", "milestone", "status", "budget", "note"):
             t.add_column(col)
         for name, (mid, view, attempts, most, note) in sorted(self.rows.items(), key=lambda kv: int(kv[1][0])):
             t.add_row(

@@ -1,0 +1,52 @@
+"""Small untruths of issue 42, each pinned: what the docs, --help, the live
+table and pyproject.toml's comments say is what is there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from milepost.cli import cli
+from milepost.planfile import MAX_PROBLEMS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_plan_apply_help_says_how_many_problems_it_reports() -> None:
+    shown = CliRunner().invoke(cli, ["plan", "apply", "--help"]).output
+    said = re.search(r"the first (\d+)", " ".join(shown.split()))
+    assert said is not None and int(said.group(1)) == MAX_PROBLEMS, shown
+
+
+def test_architecture_names_every_module_of_gates_and_the_doers_code() -> None:
+    text = (ROOT / "docs/architecture.md").read_text()
+    table = "\n".join(line for line in text.splitlines() if line.startswith("| `"))
+    modules = [p.name for p in (ROOT / "gates").glob("*.py") if p.name != "__init__.py"]
+    modules += ["doer_attempts.py", "do_evidence.py", "early.py", "server_keeper.py"]
+    missing = [m for m in modules if f"{m}`" not in table]
+    assert missing == [], missing
+
+
+def test_pyproject_comments_name_files_and_sections_that_exist() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    comments = [line.split("#", 1)[1] for line in text.splitlines() if "#" in line]
+    files = {f for c in comments for f in re.findall(r"\btests/[\w/]+\.py\b", c)}
+    assert files and all((ROOT / f).is_file() for f in files), files
+    sections = {(d, s) for c in comments for d, s in re.findall(r"(docs/[\w-]+\.md), \"([^\"]+)\"", c)}
+    assert sections, comments
+    for doc, section in sections:
+        headings = [h.lstrip("#").strip() for h in (ROOT / doc).read_text().splitlines() if h.startswith("#")]
+        assert any(h.startswith(section) for h in headings), (doc, section)
+
+
+def test_the_live_table_says_budget_like_the_summary() -> None:
+    from rich.console import Console
+
+    from milepost.present.live import LiveReporter
+
+    console = Console(width=120, record=True, force_terminal=False)
+    console.print(LiveReporter(console, [])._render())
+    header = console.export_text()
+    assert "budget" in header and "tries" not in header, header
