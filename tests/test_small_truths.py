@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from milepost.cli import cli
 from milepost.planfile import MAX_PROBLEMS
+from tests.conftest import CLI
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,3 +52,15 @@ def test_the_live_table_says_budget_like_the_summary() -> None:
     console.print(LiveReporter(console, [])._render())
     header = console.export_text()
     assert "budget" in header and "tries" not in header, header
+
+
+def test_runs_through_a_pipe_honours_columns(cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli("item", "create", "wide", check=True)
+    cli("add", "x", "--gate", "echo " + "a-long-word " * 30 + "; exit 1", check=True)
+    cli("start", "x", check=True)
+    cli("done", "x")
+    monkeypatch.setenv("COLUMNS", "70")
+    shown = cli("runs", "x").out
+    assert max(len(line) for line in shown.splitlines()) <= 70, shown
+    monkeypatch.delenv("COLUMNS")
+    assert max(len(line) for line in cli("runs", "x").out.splitlines()) > 70  # (200 by default)

@@ -5,6 +5,7 @@ options, the root group, and small helpers."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -55,8 +56,9 @@ class Ctx:
                 # rich exits 1 here; a reader that left (`| head`) is not a failure.
                 raise BrokenPipeError
 
-        # Off a terminal rich would wrap at 80 columns; scripts and logs prefer long lines.
-        width = None if sys.stdout.isatty() else 200
+        # Off a terminal rich would wrap at 80 columns; scripts and logs prefer long lines: COLUMNS when set
+        # (`COLUMNS=100 milepost runs x | less`), else 200.
+        width = None if sys.stdout.isatty() else _columns(200)
         # emoji=False: a ":smile:" someone wrote is shown as written, not as a picture.
         return _Console(highlight=False, soft_wrap=True, width=width, emoji=False)
 
@@ -69,6 +71,12 @@ class Ctx:
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def _columns(default: int) -> int:
+    """``COLUMNS`` when it is a whole number from 20 to 10,000, else ``default``."""
+    value = os.environ.get("COLUMNS", "").strip()
+    return int(value) if value.isdigit() and 20 <= int(value) <= 10_000 else default
 
 
 class PrefectLost(SystemExit):
