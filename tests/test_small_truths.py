@@ -64,3 +64,14 @@ def test_runs_through_a_pipe_honours_columns(cli: CLI, monkeypatch: pytest.Monke
     assert max(len(line) for line in shown.splitlines()) <= 70, shown
     monkeypatch.delenv("COLUMNS")
     assert max(len(line) for line in cli("runs", "x").out.splitlines()) > 70  # (200 by default)
+
+
+def test_server_status_says_unused_only_where_use_is_tracked() -> None:
+    from milepost.cli.runtime import status_text
+    from milepost.flows.server import ServerInfo
+
+    up = {"running": True, "healthy": True, "pid": 7, "ui_url": "http://127.0.0.1:1", "last_use": 1000.0}
+    tracked = status_text(ServerInfo(**up, idle=1800.0), now=1040.0)
+    assert "unused for 40 s" in tracked and "stops itself after" in tracked, tracked
+    untracked = status_text(ServerInfo(**up), now=1657.0)  # (a last-use file left by an earlier server)
+    assert "unused for" not in untracked and "its use is not tracked" in untracked, untracked

@@ -444,27 +444,32 @@ def server_stop(c: Ctx) -> None:
 def server_status(c: Ctx) -> None:
     """Is the workspace's Prefect server up, who started it, when does it
     stop? (exit 1 when it is not up)"""
-    import time
-
     from milepost.flows.server import server_status as status
 
     info = status(home_of(c))
-    if not info.running:
-        text = "not running"
-    else:
-        text = f"running (pid {info.pid}), UI {info.ui_url}, healthy: {info.healthy}"
-        text += f", started by `milepost {info.started_by}`" if info.started_by else ""
-        if info.users:
-            text += f"; in use by {info.users} milepost command{'s' if info.users != 1 else ''}"
-        elif info.last_use is not None:
-            text += f"; unused for {max(0.0, time.time() - info.last_use):.0f} s"
-        if info.idle is not None:
-            text += f"; stops itself after {_duration(info.idle)} unused"
-        else:
-            text += "; runs until `milepost server stop`"
+    text = status_text(info)
     c.emit(info.__dict__, lambda con: con.print(esc(text)))
     if not (info.running and info.healthy):
         raise SystemExit(1)
+
+
+def status_text(info: Any, now: float | None = None) -> str:
+    """``server status``'s line. "unused for N s" only where its keeper tracks
+    its use (a server that stops itself once unused: --idle); else its use is
+    said to be untracked, not guessed from a stale file."""
+    if not info.running:
+        return "not running"
+    text = f"running (pid {info.pid}), UI {info.ui_url}, healthy: {info.healthy}"
+    text += f", started by `milepost {info.started_by}`" if info.started_by else ""
+    if info.users:
+        text += f"; in use by {info.users} milepost command{'s' if info.users != 1 else ''}"
+    elif info.idle is not None and info.last_use is not None:
+        text += f"; unused for {max(0.0, (now or time.time()) - info.last_use):.0f} s"
+    if info.idle is not None:
+        text += f"; stops itself after {_duration(info.idle)} unused"
+    else:
+        text += "; runs until `milepost server stop` (its use is not tracked: it has no idle stop)"
+    return text
 
 
 @cli.command()
