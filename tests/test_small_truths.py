@@ -75,3 +75,18 @@ def test_server_status_says_unused_only_where_use_is_tracked() -> None:
     assert "unused for 40 s" in tracked and "stops itself after" in tracked, tracked
     untracked = status_text(ServerInfo(**up), now=1657.0)  # (a last-use file left by an earlier server)
     assert "unused for" not in untracked and "its use is not tracked" in untracked, untracked
+
+
+def test_item_list_does_not_ask_for_a_report_while_a_milestone_is_stale(cli: CLI) -> None:
+    (cli.cwd / "src.txt").write_text("one\n")
+    cli("item", "create", "stale", check=True)
+    cli("add", "x", "--gate", "true", "--inputs", "src.txt", check=True)
+    cli("start", "x", check=True)
+    cli("done", "x", check=True)
+    [before] = cli.json("item", "list")["items"]
+    assert before["readiness_state"] == "awaiting_report", before
+    (cli.cwd / "src.txt").write_text("two\n")
+    [after] = cli.json("item", "list")["items"]
+    assert after["readiness_state"] == "stale" and "re-prove" in after["readiness_reason"], after
+    assert "complete it with a report" not in cli("item", "list").out
+    assert cli.json("item", "show")["readiness_state"] == "stale"  # (item show said so already)
