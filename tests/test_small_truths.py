@@ -90,3 +90,37 @@ def test_item_list_does_not_ask_for_a_report_while_a_milestone_is_stale(cli: CLI
     assert after["readiness_state"] == "stale" and "re-prove" in after["readiness_reason"], after
     assert "complete it with a report" not in cli("item", "list").out
     assert cli.json("item", "show")["readiness_state"] == "stale"  # (item show said so already)
+
+
+def test_junit_and_step_summary_mark_what_an_earlier_drive_proved_and_time_the_drive(
+    cli: CLI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    from milepost.present.report import junit_xml, step_summary
+    from milepost.service import Service
+    from milepost.service.drive import summarize
+
+    cli("item", "create", "earlier", check=True)
+    cli("add", "old", "--gate", "true", check=True)
+    cli("add", "new", "--gate", "true", check=True)
+    cli("start", "old", check=True)
+    cli("done", "old", check=True)
+    monkeypatch.chdir(cli.cwd)
+    svc = Service.open()
+    try:
+        it, g = svc.graph(1, proofs=False)
+        summary = summarize(svc, it, g, durations={"new": 1.25})  # this drive ran new, 1.25 s of gate time
+        # Its wall time (began after old's run ended: Service.open and the summary take more than that).
+        summary.duration = 0.001
+        root = ET.fromstring(junit_xml(svc, summary).split("\n", 1)[1])
+        assert root.get("time") == "0.001" and root.find("testsuite").get("time") == "0.001"  # type: ignore[union-attr]
+        cases = {c.get("name"): c for c in root.iter("testcase")}
+        props = {p.get("name"): p.get("value") for p in cases["old"].iter("property")}
+        assert props["outcome"] == "proven_earlier" and props["proven_in_attempt"] == "1", props
+        assert "proven in an earlier drive: attempt 1" in (cases["old"].findtext("system-out") or "")
+        assert "outcome" not in {p.get("name") for p in cases["new"].iter("property")}
+        table = step_summary(svc, summary)
+        assert "| old | done | 1/3 | 1 | earlier (attempt 1) |" in table, table
+    finally:
+        svc.close()
