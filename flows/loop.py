@@ -38,7 +38,7 @@ from milepost.flows.gate_task import (
     new_monitor,
 )
 from milepost.flows.outage import read_result
-from milepost.flows.prefect_guard import FRESH_SECONDS, PrefectGuard, Quieted
+from milepost.flows.prefect_guard import CLAIMED_FRESH_SECONDS, FRESH_SECONDS, PrefectGuard, Quieted
 from milepost.flows.waiting import Waiting, wait_for_others
 from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
@@ -257,7 +257,7 @@ class Loop:
             crash_point("claimed")
             if not self._runs_already(claim):
                 crash_point("flow-claimed")  # (a claim of the flow run's own: the first gates' are not)
-                if not self._api_answers(within=0.0):  # asked now: a server killed meanwhile is seen
+                if not self._api_answers(CLAIMED_FRESH_SECONDS):  # (asked again: a server killed meanwhile is seen)
                     self._give_back(claim)  # the API stopped answering while it was claimed
                     return
             self.claimed += 1

@@ -5,13 +5,14 @@ standing in for the API's /health: no Prefect needed, so `make test-fast` runs i
 from __future__ import annotations
 
 import http.server
+import logging
 import threading
 from collections.abc import Iterator
 
 import pytest
 
 from milepost.errors import PrefectUnreachableError
-from milepost.flows.prefect_guard import PrefectGuard
+from milepost.flows.prefect_guard import SILENCED, PrefectGuard, Quieted
 from milepost.settings import Settings
 from tests.conftest import wait_until
 
@@ -57,7 +58,8 @@ def api() -> Iterator[_Api]:
 def _guard(url: str, grace: float) -> tuple[PrefectGuard, list[PrefectUnreachableError]]:
     lost: list[PrefectUnreachableError] = []
     # (Not started: no prober; may_start asks by itself.)
-    return PrefectGuard(url, Settings(prefect_grace=grace, prefect_timeout=2), lost.append, lambda _: None), lost
+    settings = Settings(prefect_grace=grace, prefect_timeout=2)
+    return PrefectGuard(url, settings, lost.append, lambda _: None, Quieted()), lost
 
 
 def test_a_claim_asks_the_api_once_when_its_last_answer_is_not_fresh(api: _Api) -> None:
@@ -75,6 +77,7 @@ def test_no_claim_once_the_server_is_gone_and_the_loss_is_declared_after_the_gra
     assert guard.lost is not None and lost == [guard.lost]
     assert "stopped answering" in guard.lost.message
     assert guard.may_start() is False  # and stays lost
+    guard.quieted.restore()  # (the loss quieted Prefect's logging in this process: put back)
 
 
 def test_a_server_back_within_the_grace_is_ridden_out() -> None:
@@ -102,3 +105,23 @@ def test_a_server_back_within_the_grace_is_ridden_out() -> None:
         for server in back:
             server.shutdown()
             server.server_close()
+
+
+def test_quieting_is_undone_at_the_drives_end_and_only_what_it_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a drive's Quieted changed (raiseExceptions, Prefect's loggers) is
+    put back by its restore; what another drive changed first is that one's."""
+    loggers = [logging.getLogger(n) for n in SILENCED]
+    monkeypatch.setattr(logging, "raiseExceptions", True)  # (as a process starts; put back after the test)
+    for lg in loggers:
+        monkeypatch.setattr(lg, "disabled", False)
+    assert logging.raiseExceptions is True and not any(lg.disabled for lg in loggers)
+    first, second = Quieted(), Quieted()
+    first.silence()
+    assert logging.raiseExceptions is False and all(lg.disabled for lg in loggers)
+    second.silence()  # found quiet: changes nothing, so restores nothing
+    second.restore()
+    assert logging.raiseExceptions is False and all(lg.disabled for lg in loggers)
+    first.restore()
+    assert logging.raiseExceptions is True and not any(lg.disabled for lg in loggers)
+    first.restore()  # (idempotent)
+    assert logging.raiseExceptions is True
