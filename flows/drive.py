@@ -47,7 +47,7 @@ from milepost.flows.gate_task import GateSpec, gate_task, run_gate_spec
 from milepost.flows.heartbeat import Heartbeat, heartbeat_frequency, prefect_heartbeat_off
 from milepost.flows.loop import DriveContext, Loop
 from milepost.flows.plan_nodes import create_nodes
-from milepost.flows.prefect_guard import PrefectGuard, is_api_error, quiet_prefect
+from milepost.flows.prefect_guard import PrefectGuard, is_api_error
 from milepost.gates.git import GitError
 from milepost.gates.supervisor import supervisor
 from milepost.graph.dag import WorkGraph
@@ -129,7 +129,7 @@ def _drive_body(ctx: DriveContext, item_id: int, until: str | None, flow_run_id:
     done_before = {m.name for m in g if m.status is MilestoneStatus.DONE}
     from milepost.flows.artifacts import ArtifactReporter
 
-    guard = _guard(ctx)
+    guard = ctx.guard = _guard(ctx)
     # Best effort: the artifacts are made by threads of their own (bounded
     # calls, failures swallowed); the drive never waits on them.
     artifacts = ArtifactReporter(item_id, len(g), flow_run_id, svc.last_durations)
@@ -256,7 +256,7 @@ def _guard(ctx: DriveContext) -> PrefectGuard:
             ctx.fault = e
         ctx.reporter.warning(e.message)
 
-    return PrefectGuard(url, load_settings(), lost, ctx.reporter.warning).start()
+    return PrefectGuard(url, load_settings(), lost, ctx.reporter.warning, ctx.quieted).start()
 
 
 def _api_lost_at_the_end(ctx: DriveContext, e: Exception) -> None:
@@ -265,7 +265,7 @@ def _api_lost_at_the_end(ctx: DriveContext, e: Exception) -> None:
     if ctx.fault is None:
         ctx.fault = PrefectUnreachableError(f"the Prefect API stopped answering: {' '.join(str(e).split())}")
         ctx.reporter.warning(f"{ctx.fault.message}; the flow run's record in the Prefect UI is incomplete")
-    quiet_prefect()
+    ctx.quieted.quiet()
 
 
 def _finish_plan_nodes(ctx: DriveContext, g: WorkGraph, loop: Loop, item_id: int, done_before: set[str]) -> None:
@@ -409,6 +409,7 @@ def run_drive(
     finally:
         _RUN.reset(token)
         _EARLY.reset(early_token)
+        ctx.quieted.restore()  # the process as the drive found it: the next drive has retries and logs
         if early is not None:  # the loop never adopted it: stopped when interrupted, else finished and recorded
             failing = sys.exc_info()[1]
             early.settle(interrupt=failing is not None and not isinstance(failing, Exception))
@@ -464,6 +465,7 @@ def _drive_summary(ctx: DriveContext, state: State[Any] | None, item_id: int, t0
         summary.message += "; the flow run's record in the Prefect UI is incomplete (the Prefect API stopped answering)"
     summary.duration = time.monotonic() - t0
     summary.flow_run_url = flow_run_url(ctx.flow_run_id)
+    summary.prefect_lost = ctx.quieted.abandoned
     return summary
 
 

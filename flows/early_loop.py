@@ -37,6 +37,7 @@ class EarlyLoop(Loop):
         self.stop_file = self.stop_file.with_name(f"{self.owner.replace(':', '-')}.stop")
         self.stop_file.unlink(missing_ok=True)
         self._node_warned = False  # (a recorded gate's task run could not be drawn: said once)
+        self._told: set[int] = set()  # first gates whose start was told with the moments (ids of their claims)
 
     def prepare(self) -> None:
         """What the first look found, told now; the first claims go first, in their order."""
@@ -69,6 +70,7 @@ class EarlyLoop(Loop):
             if ended:
                 self._account(gate)
             else:
+                self._told.add(id(gate.claim))
                 self.reporter.gate_started(gate.claim, gate.started)
         super().run()
 
@@ -78,6 +80,8 @@ class EarlyLoop(Loop):
         for gate in self.first_recorded:
             assert gate.result is not None
             out += [(gate.started, False, gate), (gate.result.finished_at, True, gate)]
+        # The first gates still running started among them: told in their place too (the loop adopts them).
+        out += [(gate.started, False, gate) for gate in self.early.gates if gate.claim in self.chained]
         return out
 
     def _account(self, gate: EarlyGate) -> None:
@@ -153,10 +157,17 @@ class EarlyLoop(Loop):
                     gate.settle(interrupt=False)
         super().drop_chained()
 
+    def _tell_started(self, claim: Claim) -> None:
+        if id(claim) not in self._told:  # (a first gate's start was told in its place: run)
+            super()._tell_started(claim)
+
     def _started(self, claim: Claim) -> datetime | None:
         """A first gate's command started before the flow run: its own start."""
         gate = self.early.gate_of(claim)
         return gate.started if gate is not None else None
+
+    def _runs_already(self, claim: Claim) -> bool:
+        return self.early.gate_of(claim) is not None
 
     def _not_submitted(self, claim: Claim, result: GateResult) -> None:
         gate = self.early.gate_of(claim)

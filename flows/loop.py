@@ -38,6 +38,7 @@ from milepost.flows.gate_task import (
     new_monitor,
 )
 from milepost.flows.outage import read_result
+from milepost.flows.prefect_guard import CLAIMED_FRESH_SECONDS, FRESH_SECONDS, PrefectGuard, Quieted
 from milepost.flows.waiting import Waiting, wait_for_others
 from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles
@@ -83,6 +84,10 @@ class DriveContext:
     durations: dict[str, float] = field(default_factory=dict)
     # The database or the Prefect API was lost: claim nothing more (flows/outage.py).
     fault: EnvironmentProblem | None = None
+    # The flow run's Prefect API, asked before each claim (PrefectGuard.may_start); None: no flow run yet.
+    guard: PrefectGuard | None = None
+    # What quieting Prefect after a loss changed of the process: restored at the drive's end (run_drive).
+    quieted: Quieted = field(default_factory=Quieted)
     publishing: threading.Thread | None = None  # the artifacts, made while the flow run ends
     objective: str | None = None  # for the flow run's name
     heartbeat: int | None = None  # seconds between the flow run's heartbeats, sent by the body (flows/heartbeat.py)
@@ -242,6 +247,8 @@ class Loop:
     def _fill(self) -> None:
         while self.ctx.fault is None and self._room():
             self._hold_doers()
+            if not self.chained and not self._api_answers():
+                return  # the Prefect API is lost (ctx.fault): nothing more is claimed
             claim = self.chained.pop() if self.chained else self.session.claim_next(self.ctx.expect_revision)
             self.ctx.expect_revision = None
             for name in self.session.busy.keys() - self.told_busy:  # (picks another driver's gate holds)
@@ -253,9 +260,14 @@ class Loop:
             # a short lease under load, and another driver would take over an attempt about to start.
             self.session.leases.add(claim)
             crash_point("claimed")
+            if not self._runs_already(claim):
+                crash_point("flow-claimed")  # (a claim of the flow run's own: the first gates' are not)
+                if not self._api_answers(CLAIMED_FRESH_SECONDS):  # (asked again: a server killed meanwhile is seen)
+                    self._give_back(claim)  # the API stopped answering while it was claimed
+                    return
             self.claimed += 1
             m = claim.milestone
-            self.reporter.gate_started(claim, self._started(claim))
+            self._tell_started(claim)
             if self.doing is not None and m.has_doer and not claim.reproof:
                 self._start_do(claim)  # (a re-proof runs the gate alone, on the integration branch)
                 continue
@@ -278,6 +290,21 @@ class Loop:
                 why = f"could not submit its gate: {type(e).__name__}: {e}"
                 self._not_submitted(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
                 raise
+
+    def _api_answers(self, within: float = FRESH_SECONDS) -> bool:
+        """Whether the flow run's Prefect API answers (see PrefectGuard.may_start):
+        a gate started unseen by it would be missing from the flow run."""
+        return self.ctx.guard is None or self.ctx.guard.may_start(within)
+
+    def _runs_already(self, claim: Claim) -> bool:
+        """Whether ``claim``'s gate runs already (see EarlyLoop): none here."""
+        return False
+
+    def _give_back(self, claim: Claim) -> None:
+        """A claim made while the API stopped answering, never started:
+        recorded interrupted (no budget spent), its milestone ready for a later drive."""
+        why = "interrupted: not started, the Prefect API stopped answering when it was claimed"
+        self._record(claim, interrupted_result(claim, datetime.now(UTC), reason=why))
 
     # -- doers (flows/doer_attempts.py) ------------------------------------------------
 
@@ -492,6 +519,10 @@ class Loop:
         if self.doing is not None:
             return False  # the next claim may need a doer: _fill weighs the doers' room first
         return self._room()
+
+    def _tell_started(self, claim: Claim) -> None:
+        """Report ``claim``'s gate started (EarlyLoop: unless told already)."""
+        self.reporter.gate_started(claim, self._started(claim))
 
     def _started(self, claim: Claim) -> datetime | None:
         """When ``claim``'s gate started, if before the loop took it (None: it starts now)."""

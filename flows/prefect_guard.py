@@ -19,7 +19,16 @@ a network cut), so:
   out; a call that fails, a busy server's 503 say, is a warning), the API is lost: the
   drive starts no new gate (what it would run were invisible in the UI),
   lets the running gates finish and records them in the store, then exits 3 naming the API
-  (:class:`~milepost.errors.PrefectUnreachableError`).
+  (:class:`~milepost.errors.PrefectUnreachableError`);
+- before each claim the loop asks :meth:`PrefectGuard.may_start`: a
+  milestone is claimed only when the API answered within the last
+  :data:`FRESH_SECONDS` (asked then and there when it did not); while it
+  does not answer, nothing is claimed until it answers again (a restart
+  ridden out) or is lost. Once claimed, before its gate starts, the API is
+  asked again unless it answered within :data:`CLAIMED_FRESH_SECONDS` (a
+  round trip of a millisecond or two): a claim in flight when the server
+  went away is given back unstarted (an interrupted attempt: no budget
+  spent).
 
 Nothing here imports Prefect at module level: :func:`client_settings` is
 read before Prefect is.
@@ -41,10 +50,24 @@ from typing import Any, TypeVar
 from milepost.errors import PrefectUnreachableError
 from milepost.settings import Settings
 
-__all__ = ["PrefectGuard", "abandoned", "client_settings", "is_api_error", "quiet_prefect", "task_failure"]
+__all__ = [
+    "CLAIMED_FRESH_SECONDS",
+    "FRESH_SECONDS",
+    "PrefectGuard",
+    "Quieted",
+    "client_settings",
+    "is_api_error",
+    "task_failure",
+]
 
 T = TypeVar("T")
 PROBE_SECONDS = 1.0
+# A claim needs an answer of the API at most this old (else it asks first): a server killed while
+# a gate ran is seen before the next claim, not up to a probe later.
+FRESH_SECONDS = 0.5
+# Once claimed, before its gate starts, an answer at most this old (else asked again): a claim in flight
+# when the server went away is given back, at the cost of a round trip per claim at most every 0.1 s.
+CLAIMED_FRESH_SECONDS = 0.1
 
 
 def client_settings(settings: Settings) -> dict[str, str]:
@@ -98,39 +121,63 @@ def _health(api_url: str, timeout: float) -> str | None:
         return _one_line(e)
 
 
-# Set once an API of this process was lost: Prefect's background services
-# then hold events and logs they can never send, and would try each for
-# seconds at interpreter exit. The CLI leaves without those drains.
-_ABANDONED = threading.Event()
+class Quieted:
+    """What one drive changed of this process to keep Prefect's background
+    services off the terminal (the API log handler's errors, Prefect's loggers,
+    the client's retries), to be put back at the drive's end
+    (:meth:`restore`): a long-lived process (the MCP server, a library user)
+    runs its next drive with retries and logs. Only what this drive changed is
+    put back, and only where it still holds what the drive set: a change
+    another drive made is that drive's to undo. ``abandoned``: this drive lost
+    its API (Prefect's background services hold events they can never send:
+    the CLI leaves without their drains)."""
+
+    def __init__(self) -> None:
+        self.abandoned = False
+        self._lock = threading.Lock()
+        self._changes: list[tuple[object, str, object, object]] = []  # (object, attribute, before, set)
+
+    def _set(self, obj: object, attr: str, value: object) -> None:
+        with self._lock:
+            before = getattr(obj, attr)
+            if before == value:
+                return
+            setattr(obj, attr, value)
+            self._changes.append((obj, attr, before, value))
+
+    def silence(self) -> None:
+        """Prefect's background services' errors off the terminal: milepost says
+        what happened to the API itself (the drive's warning, exit 3)."""
+        self._set(logging, "raiseExceptions", False)  # the API log handler's "--- Error logging to API ---"
+        for name in SILENCED:
+            # (a level would not do: loggers cache what they may emit)
+            self._set(logging.getLogger(name), "disabled", True)
+
+    def quiet(self) -> None:
+        """Once the API is gone, Prefect's background services (events, logs)
+        fail on every item; they must not fill the user's terminal. (The store
+        and milepost's own output say what happened.)"""
+        self.abandoned = True
+        self.silence()
+        # Calls still in flight (a gate task taking its slots, the flow run's final
+        # state) give up after their current try: Prefect's retry loop reads the
+        # setting on every turn, and a server that is gone answers no retry.
+        with contextlib.suppress(Exception):
+            from prefect.settings import get_current_settings
+
+            self._set(get_current_settings().client, "max_retries", 0)
+
+    def restore(self) -> None:
+        """Put back what this drive changed (see the class). Idempotent."""
+        with self._lock:
+            changes, self._changes = self._changes, []
+            for obj, attr, before, value in reversed(changes):
+                with contextlib.suppress(Exception):
+                    if getattr(obj, attr) == value:
+                        setattr(obj, attr, before)
 
 
-def abandoned() -> bool:
-    """Whether this process lost its Prefect API (see ``_ABANDONED``)."""
-    return _ABANDONED.is_set()
-
-
-def quiet_prefect() -> None:
-    """Once the API is gone, Prefect's background services (events, logs)
-    fail on every item; they must not fill the user's terminal. (The store
-    and milepost's own output say what happened.)"""
-    _ABANDONED.set()
-    silence_background()
-    # Calls still in flight (a gate task taking its slots, the flow run's final
-    # state) give up after their current try: Prefect's retry loop reads the
-    # setting on every turn, and a server that is gone answers no retry.
-    with contextlib.suppress(Exception):
-        from prefect.settings import get_current_settings
-
-        get_current_settings().client.max_retries = 0
-
-
-def silence_background() -> None:
-    """Prefect's background services' errors off the terminal: milepost says
-    what happened to the API itself (the drive's warning, exit 3)."""
-    logging.raiseExceptions = False  # the API log handler's "--- Error logging to API ---"
-    for name in ("prefect._internal", "prefect._internal.concurrency", "prefect.events", "prefect.client"):
-        logger = logging.getLogger(name)
-        logger.disabled = True  # (a level would not do: loggers cache what they may emit)
+SILENCED = ("prefect._internal", "prefect._internal.concurrency", "prefect.events", "prefect.client")
 
 
 class PrefectGuard:
@@ -142,8 +189,10 @@ class PrefectGuard:
         settings: Settings,
         on_lost: Callable[[PrefectUnreachableError], None],
         warn: Callable[[str], None],
+        quieted: Quieted,
     ) -> None:
         self.url = api_url
+        self.quieted = quieted  # what quieting Prefect changed, the drive's to restore
         self.settings = settings
         self.lost: PrefectUnreachableError | None = None
         self.lost_at: float | None = None
@@ -152,11 +201,13 @@ class PrefectGuard:
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._stop = threading.Event()
+        self._answered_at = time.monotonic()  # the API's last answer (the flow run began: it answered)
+        self._failing_since: float | None = None  # since when it has not answered (None: it answers)
         self._prober = threading.Thread(target=self._probe, name="milepost-prefect-probe", daemon=True)
 
     def start(self) -> PrefectGuard:
         if os.environ.get("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL") == "CRITICAL":  # the CLI's quiet console
-            silence_background()
+            self.quieted.silence()
         if self.url:
             self._prober.start()
         return self
@@ -180,23 +231,47 @@ class PrefectGuard:
                 api=self.url or "",
             )
             self.lost_at = time.monotonic()
-        quiet_prefect()
+        self.quieted.quiet()
         self._on_lost(self.lost)
 
     def _probe(self) -> None:
         assert self.url is not None
-        failing_since: float | None = None
-        timeout = min(5.0, self.settings.prefect_timeout)  # a busy server answers slowly, not never
         while not self._stop.wait(PROBE_SECONDS) and self.lost is None:
-            why = _health(self.url, timeout)
-            now = time.monotonic()
+            self._ask()
+
+    def _ask(self) -> bool:
+        """Ask the API's health once and note the answer (returned: whether it
+        answered); declared lost when it has not answered for the grace. (The
+        prober's thread and the loop's ask.)"""
+        assert self.url is not None
+        why = _health(self.url, min(5.0, self.settings.prefect_timeout))  # a busy server answers slowly, not never
+        now = time.monotonic()
+        with self._lock:
             if why is None:
-                failing_since = None
-                continue
-            if failing_since is None:
-                failing_since = now - PROBE_SECONDS  # it answered a second ago at best
-            if now - failing_since >= self.settings.prefect_grace:
-                self.lose(f"no answer for {now - failing_since:.0f} s: {why}")
+                self._answered_at, self._failing_since = now, None
+                return True
+            if self._failing_since is None:
+                self._failing_since = max(self._answered_at, now - PROBE_SECONDS)  # it answered then at best
+            silent = now - self._failing_since
+        if silent >= self.settings.prefect_grace:
+            self.lose(f"no answer for {silent:.0f} s: {why}")
+        return False
+
+    def may_start(self, within: float = FRESH_SECONDS) -> bool:
+        """Whether the drive may claim (or start) a milestone now: the API
+        answered within ``within`` seconds (asked now when not: 0, always). While it
+        does not answer this waits, until it answers again (True: a restart
+        ridden out) or the grace has passed (False: lost), or the guard is closed."""
+        if self.url is None:
+            return self.lost is None
+        with self._lock:
+            if self._failing_since is None and time.monotonic() - self._answered_at < within:
+                return True
+        while self.lost is None and not self._stop.is_set():
+            if self._ask():
+                return True
+            self._stop.wait(min(PROBE_SECONDS, self.settings.prefect_grace / 4))
+        return False
 
     # -- calls -----------------------------------------------------------------
 

@@ -5,7 +5,9 @@ tests can prove that no moment of a driver's death loses or repeats work.
 Off unless ``MILEPOST_CRASH_AT`` is set, to ``NAME`` or ``NAME:N`` (die the
 N-th time this process reaches NAME). The points: ``claim`` (inside the
 claim's transaction, before it commits), ``claimed`` (after a claim
-committed, before its gate starts), ``gate`` (its gate just started),
+committed, before its gate starts), ``flow-claimed`` (the same, for a claim
+the flow run's loop made itself, not one of the first gates started before
+Prefect loaded), ``gate`` (its gate just started),
 ``record`` (inside the transaction recording an attempt, before it commits),
 ``reclaim`` (a dead driver's lease taken over, its attempt not yet fenced),
 ``merging`` (a doer attempt's gate passed, its merge not begun) and
@@ -16,7 +18,8 @@ rather than dies: ``MILEPOST_CRASH_SIGNAL=SIGSTOP`` freezes the whole
 process there instead (until a SIGCONT), and ``MILEPOST_STALL_AT=NAME:FILE``
 makes the thread that reaches NAME wait there, once, until FILE exists (at
 most two minutes; the process's other threads, such as its lease keeper,
-go on).
+go on); it writes ``FILE.waiting`` when it starts to wait, for a test to
+wait on.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ def crash_point(name: str) -> None:
     if _STALL and name == _STALL:
         _SEEN[f"stall:{name}"] = _SEEN.get(f"stall:{name}", 0) + 1
         deadline = time.monotonic() + 120
+        if _SEEN[f"stall:{name}"] == 1:
+            with open(f"{_UNTIL}.waiting", "w"):
+                pass
         while _SEEN[f"stall:{name}"] == 1 and not os.path.exists(_UNTIL) and time.monotonic() < deadline:
             time.sleep(0.05)
     if not _SPEC or name != _TARGET:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["holder", "printable"]
+__all__ = ["holder", "last_lines", "printable"]
 
 # C0 controls except tab and newline, DEL, C1 controls, and the bidirectional
 # overrides and isolates that reorder what a line appears to say.
@@ -34,3 +34,12 @@ def holder(owner: str) -> str:
     host, _, rest = owner.removeprefix("drive:").partition(":")
     pid = rest.partition(":")[0]
     return f"pid {pid} on {host}" if host and pid.isdigit() else owner
+
+
+def last_lines(text: str, n: int = 10) -> list[str]:
+    """The last ``n`` lines of a gate's output, not opening on a line that
+    only marks the one above it (a traceback's ``^^^^`` or ``~~~~``)."""
+    lines = text.rstrip().splitlines()[-n:]
+    while len(lines) > 1 and lines[0].strip() and not lines[0].strip().strip("^~"):
+        lines = lines[1:]
+    return lines

@@ -59,6 +59,17 @@ class DriveEvent(StrEnum):
     DRIVE_FINISHED = "drive_finished"
 
 
+class Failure(BaseModel):
+    """Why a milestone of a drive is failed or stuck: its last attempt's
+    reason, the last lines of its gate's output (as ``done`` shows them) and
+    the path of its log."""
+
+    attempt: int
+    reason: str
+    last_lines: list[str] = Field(default_factory=list)
+    log: str | None = None
+
+
 class MilestoneSummary(BaseModel):
     id: int
     name: str
@@ -73,6 +84,14 @@ class MilestoneSummary(BaseModel):
     stale: StaleInfo | None = None
     waiting_for_change: str | None = None
     cached_from: CachedFrom | None = None  # its attempt in this drive was cached: the passed run that stood in
+    failure: Failure | None = None  # failed or stuck: what its last attempt said (else absent from JSON)
+
+    @model_serializer(mode="wrap")
+    def _no_empty_failure(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("failure") is None:
+            data.pop("failure", None)  # a milestone that did not fail says what it always said
+        return data
 
 
 class DoTotals(BaseModel):
@@ -118,6 +137,9 @@ class DriveSummary(BaseModel):
     # The merged work is on the item's integration branch (docs/doers.md): the line naming the one command
     # that brings it in. Absent when the merges landed on the base branch.
     bring_in: str | None = None
+    # The drive lost its Prefect API (its work is recorded; its flow run's record is not): not in JSON, for
+    # the CLI to leave without Prefect's drains of what the API will never take (cli._leave_if_prefect_lost).
+    prefect_lost: bool = Field(default=False, exclude=True)
 
     @model_serializer(mode="wrap")
     def _no_empty_doers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -264,23 +286,46 @@ def cached_text(src: CachedFrom) -> str:
     return f"item {src.item} {src.milestone!r} attempt {src.attempt}"
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
+class _Clock:
+    """The stamps of one reporter's lines, in the order they are told: each
+    event at the time it happened, except that a stamp never goes back (an
+    event told after a later one, such as a gate's end the loop reads while
+    it starts the next gate, is stamped with the later one's time). The
+    opening event is stamped with ``started``, the drive's start, when given."""
+
+    def __init__(self, started: datetime | None) -> None:
+        self.started = started
+        self.last: datetime | None = None
+
+    def stamp(self, at: datetime | None = None) -> datetime:
+        when = at if at is not None else datetime.now(UTC)
+        if self.last is not None and when < self.last:
+            when = self.last
+        self.last = when
+        return when
 
 
 class JsonLinesReporter(NullReporter):
     """One JSON object per event and line (``milepost --json drive``)."""
 
-    def __init__(self, out: IO[str] | None = None) -> None:
+    def __init__(self, out: IO[str] | None = None, started: datetime | None = None) -> None:
         self.out = out or sys.stdout
+        self.clock = _Clock(started)  # ``at`` never goes back (see _Clock); the opening at the drive's start
 
     def _emit(self, event: DriveEvent, at: datetime | None = None, **data: Any) -> None:
-        when = at.isoformat() if at is not None else _now()
+        when = self.clock.stamp(at).isoformat()
         self.out.write(json.dumps({"event": event.value, "at": when, **data}, default=str) + "\n")
         self.out.flush()
 
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
-        self._emit(DriveEvent.DRIVE_STARTED, item=item, objective=objective, milestones=total, flow_run_id=flow_run_id)
+        self._emit(
+            DriveEvent.DRIVE_STARTED,
+            at=self.clock.started,
+            item=item,
+            objective=objective,
+            milestones=total,
+            flow_run_id=flow_run_id,
+        )
 
     def lease_reclaimed(self, done: DoneResult) -> None:
         run = done.gate_run
@@ -368,17 +413,18 @@ class JsonLinesReporter(NullReporter):
 class LineReporter(NullReporter):
     """Plain text lines, for logs and pipes."""
 
-    def __init__(self, out: IO[str] | None = None) -> None:
+    def __init__(self, out: IO[str] | None = None, started: datetime | None = None) -> None:
         self.out = out or sys.stdout
+        self.clock = _Clock(started)  # stamps never go back (see _Clock); the opening at the drive's start
 
     def _line(self, text: str, at: datetime | None = None) -> None:
-        """A line stamped with the local time it happened: ``at`` (aware), else now."""
-        when = at.astimezone() if at is not None else datetime.now()
+        """A line stamped with the local time it happened: ``at`` (aware), else now (see _Clock)."""
+        when = self.clock.stamp(at).astimezone()
         self.out.write(f"{when:%H:%M:%S} {printable(text)}\n")
         self.out.flush()
 
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
-        self._line(f"drive work item {item} ({count(total, 'milestone')}): {objective}")
+        self._line(f"drive work item {item} ({count(total, 'milestone')}): {objective}", self.clock.started)
 
     def lease_reclaimed(self, done: DoneResult) -> None:
         why = done.gate_run.reason if done.gate_run else "its driver stopped"

@@ -212,6 +212,31 @@ def wait_until(
     return time.monotonic() - t0
 
 
+def runs_program(pid: int, program: str) -> bool:
+    """Whether process ``pid`` (a gate's shell, say) runs ``program`` now,
+    itself (an exec) or as one of its children: what a test waits for before
+    it stops a gate whose pid was written just before that program started."""
+
+    def cmd(p: int | str) -> bytes:
+        try:
+            return Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            return b""
+
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return any(Path(c.decode()).name == program for c in [cmd(pid), *map(cmd, children)] if c)
+
+
+def flock_waiters(path: Path) -> int:
+    """How many processes wait for a flock on ``path`` (/proc/locks' blocked entries of its inode)."""
+    st = path.stat()
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return sum(1 for line in Path("/proc/locks").read_text().splitlines() if "->" in line and inode in line)
+
+
 @pytest.fixture
 def milepost_bin(tmp_path: Path) -> Path:
     """A folder holding a ``milepost`` command that runs this interpreter's entry point: put it

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from milepost.gates.git import GitError, Repo, UnknownRefError
 from milepost.gates.integration import find_merge, integration_checkout, merge, merge_message
 from milepost.gates.worktrees import Worktree, Worktrees, item_folder, protected_changes, worktrees_root
+from tests.conftest import flock_waiters, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -385,7 +385,7 @@ def test_two_processes_merging_at_once_take_turns_and_both_land(tmp_path: Path) 
             )
             for name, wt in (("a", a), ("b", b))
         ]
-        time.sleep(1.5)
+        wait_until(lambda: flock_waiters(lock) == 2, 60, "both merges waiting for the lock")
         assert all(p.poll() is None for p in procs) and merges(repo.root) == []
         fcntl.flock(held, fcntl.LOCK_UN)
     outs = [p.communicate(timeout=60) for p in procs]

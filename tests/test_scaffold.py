@@ -550,6 +550,26 @@ def test_the_documented_example_is_what_the_command_prints(tmp_path: Path) -> No
     assert all(line in text.splitlines() for line in written if line != "..."), text
 
 
+def test_the_documented_example_after_the_readmes_activate_prints_no_venv_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/scaffold.md's promise about the README's `. .venv/bin/activate`
+    (milepost's own virtualenv: no note about it), as the command keeps it."""
+    page = (EXAMPLES.parent / "docs" / "scaffold.md").read_text()
+    said = " ".join(page.split())
+    assert "the same after the README's `. .venv/bin/activate`: that virtualenv is milepost's own" in said
+    monkeypatch.setenv("VIRTUAL_ENV", sys.prefix)  # as activated by the README
+    ws = tmp_path / "kv"
+    shutil.copytree(EXAMPLES / "refactor", ws)
+    cli = InProcessCLI(ws)
+    cli("init", check=True)
+    r = cli("plan", "scaffold", "kv", "-o", "p.yaml", check=True)
+    assert VENV_NOTE not in r.err + r.out
+    make_venv(ws, ".venv")  # a project's own virtualenv: the note the page promises for it
+    r = cli("plan", "scaffold", "kv", "-o", "p.yaml", check=True)
+    assert VENV_NOTE in r.err + r.out and VENV_NOTE in (ws / "p.yaml").read_text()
+
+
 def test_tests_inside_the_package_are_tests_not_milestones(tmp_path: Path) -> None:
     make_package(tmp_path, "geo", {"": "", "shapes": "AREA = 1\n", "maps": "from geo.shapes import AREA\n"})
     write(

@@ -4,11 +4,12 @@ text shown as written (markup and control characters neutralised)."""
 from __future__ import annotations
 
 import io
+import json
 from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
 
-from milepost.events import LineReporter
+from milepost.events import JsonLinesReporter, LineReporter
 from milepost.present.live import LiveReporter
 from milepost.present.terminal import columns, last_lines, styled
 from milepost.service import Service
@@ -110,6 +111,30 @@ def test_plain_lines_are_stamped_with_when_it_happened(service: Service) -> None
     first, second = out.getvalue().splitlines()
     assert first == f"{at.astimezone():%H:%M:%S} start  a (attempt 1)", first
     assert second.endswith("start  a (attempt 1)") and not second.startswith(f"{at.astimezone():%H:%M:%S}")
+
+
+def test_reports_are_in_time_order_the_opening_first(service: Service) -> None:
+    """Issue 42: the opening line is stamped with the drive's start (before
+    its first gates), and a stamp never goes back, in text and in JSON: an
+    event told after a later one carries that one's time."""
+    item = service.create_item("order").id
+    service.add_milestone("a", gate="true", item=item)
+    session = service.drive_session(item, "me:1")
+    claim = session.claim_next()
+    assert claim is not None
+    began = datetime(2026, 12, 4, 9, 8, 1, tzinfo=UTC)
+    ran, later = began + timedelta(seconds=5), began + timedelta(seconds=9)
+    text, lines = io.StringIO(), io.StringIO()
+    for reporter in (LineReporter(text, started=began), JsonLinesReporter(lines, started=began)):
+        reporter.drive_started(item, "order", 1, None)
+        reporter.gate_started(claim, later)
+        reporter.gate_started(claim, ran)  # told after a later event
+    stamps = [line.split()[0] for line in text.getvalue().splitlines()]
+    local = [f"{t.astimezone():%H:%M:%S}" for t in (began, later, later)]
+    assert stamps == local, text.getvalue()
+    events = [json.loads(line) for line in lines.getvalue().splitlines()]
+    assert [e["at"] for e in events] == [t.isoformat() for t in (began, later, later)], events
+    assert events[0]["event"] == "drive_started"
 
 
 def test_a_failed_gates_last_lines_do_not_open_on_a_traceback_marker() -> None:

@@ -20,7 +20,7 @@ from milepost.graph import MilestoneStatus
 from milepost.planfile import parse_plan
 from milepost.results import GateRun
 from milepost.service import Service
-from tests.conftest import CLI
+from tests.conftest import CLI, runs_program, wait_until
 
 S = MilestoneStatus
 
@@ -321,8 +321,9 @@ def test_sigterm_stops_every_running_gate_and_records_each_attempt(real_cli: CLI
     while not ((workspace / "a.pid").exists() and (workspace / "b.pid").exists()):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.05)
-    time.sleep(0.2)  # (the pid is written before sleep starts)
     pids = [int((workspace / f"{n}.pid").read_text()) for n in "ab"]
+    for pid in pids:  # (the pid is written before sleep starts)
+        wait_until(lambda pid=pid: runs_program(pid, "sleep"), 30, f"the gate {pid} running sleep")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)

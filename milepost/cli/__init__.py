@@ -38,7 +38,7 @@ with quiet_imports():  # most of what a state command costs is starting: see mil
     import milepost.results
     import milepost.settings  # noqa: F401  (its model is built here, with the others)
     from milepost.cli import items, milestones, plans, runtime  # noqa: F401  (they register their commands)
-    from milepost.cli._base import cli
+    from milepost.cli._base import PrefectLost, cli
     from milepost.errors import MilepostError
 
 
@@ -98,11 +98,10 @@ def main(argv: list[str] | None = None) -> None:
     previous = _sigterm_interrupts()
     try:
         cli.main(args=args, prog_name="milepost", standalone_mode=False)
-        _leave_if_prefect_lost(0)
     except BaseException as e:
         code, payload, message = _classify(e)
         if code is None:
-            _leave_if_prefect_lost(e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1)
+            _leave_if_prefect_lost(e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1, e)
             raise
         if debug and not isinstance(e, SystemExit):
             import traceback
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             _fail(as_json, payload, message, code)
         finally:
-            _leave_if_prefect_lost(code)
+            _leave_if_prefect_lost(code, e)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -131,13 +130,15 @@ def _debug_setting() -> bool:
         return False
 
 
-def _leave_if_prefect_lost(code: int) -> None:
-    """A drive that lost its Prefect API has said so; Prefect's background
-    services would now spend seconds per event and log line they hold trying
-    to send them at interpreter exit. Leave without those drains (the store
-    has everything; see milepost.flows.prefect_guard)."""
-    guard = sys.modules.get("milepost.flows.prefect_guard")
-    if guard is not None and guard.abandoned():
+def _leave_if_prefect_lost(code: int, ended: BaseException | None = None) -> None:
+    """A drive that lost its Prefect API has said so (its error, or its
+    summary's ``prefect_lost`` on the exit it raised: :class:`PrefectLost`);
+    Prefect's background services would now spend seconds per event and log
+    line they hold trying to send them at interpreter exit. Leave without
+    those drains (the store has everything; see milepost.flows.prefect_guard)."""
+    from milepost.errors import PrefectUnreachableError
+
+    if isinstance(ended, PrefectUnreachableError | PrefectLost):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

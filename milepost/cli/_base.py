@@ -57,8 +57,9 @@ class Ctx:
                 # rich exits 1 here; a reader that left (`| head`) is not a failure.
                 raise BrokenPipeError
 
-        # Off a terminal rich would wrap at 80 columns; scripts and logs prefer long lines.
-        width = None if sys.stdout.isatty() else 200
+        # Off a terminal rich would wrap at 80 columns; scripts and logs prefer long lines: COLUMNS when set
+        # (`COLUMNS=100 milepost runs x | less`), else 200.
+        width = None if sys.stdout.isatty() else _columns(200)
         # emoji=False: a ":smile:" someone wrote is shown as written, not as a picture.
         return _Console(highlight=False, soft_wrap=True, width=width, emoji=False)
 
@@ -71,6 +72,17 @@ class Ctx:
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def _columns(default: int) -> int:
+    """``COLUMNS`` when it is a whole number from 20 to 10,000, else ``default``."""
+    value = os.environ.get("COLUMNS", "").strip()
+    return int(value) if value.isdigit() and 20 <= int(value) <= 10_000 else default
+
+
+class PrefectLost(SystemExit):
+    """A drive's exit when it lost its Prefect API (and still ended: its work
+    recorded): the CLI leaves without Prefect's drains (cli/__init__.py)."""
 
 
 class Seconds(click.ParamType[float]):
@@ -321,17 +333,24 @@ def hoist_global_options(args: list[str]) -> tuple[list[str], bool]:
     given after the command moved before it, as git and gh accept them, and
     whether ``--json`` is among them. The walk follows the command path and
     each command's own options, so an option's value (``--reason --json``)
-    and everything after ``--`` stay where they are."""
+    and everything after ``--`` stay where they are. ``--item N`` given
+    before the command (``milepost --item 1 list``) goes after it, where every
+    command that takes a work item takes it."""
     flags = {"--json", "--operator", "--debug"}
     valued = {"--db", "--agent"}
     front: list[str] = []
     out: list[str] = []
+    item: list[str] = []  # --item N given before the command
     cmd: click.Command = cli
     as_json = False
     i = 0
     while i < len(args):
         t = args[i]
         i += 1
+        if cmd is cli and t.split("=", 1)[0] == "--item":
+            item = [t] if "=" in t else args[i - 1 : i + 1]
+            i += len(item) - 1
+            continue
         if t == "--":
             out += args[i - 1 :]
             break
@@ -351,7 +370,10 @@ def hoist_global_options(args: list[str]) -> tuple[list[str], bool]:
                 i += 1
         elif isinstance(cmd, click.Group) and t in cmd.commands:
             cmd = cmd.commands[t]
-    return front + out, as_json
+            if item and not isinstance(cmd, click.Group):
+                out += item  # (a command without --item says so: "No such option: --item")
+                item = []
+    return front + item + out, as_json
 
 
 def _own_option(cmd: click.Command, name: str) -> click.Option | None:

@@ -393,11 +393,12 @@ def ref_add(c: Ctx, kind: str, reference: str, reason: str, item: int | None, ex
 
 
 @ref.command("list")
-@item_option
+@click.argument("item_id", type=ID, required=False)
+@item_synonym()
 @pass_ctx
-def ref_list(c: Ctx, item: int | None) -> None:
-    """The evidence of a work item."""
-    refs = c.service.refs(item)
+def ref_list(c: Ctx, item_id: int | None) -> None:
+    """The evidence of a work item (ITEM_ID, default: the current one)."""
+    refs = c.service.refs(item_id)
 
     def human(con: Console) -> None:
         for r in refs:
@@ -410,11 +411,12 @@ def ref_list(c: Ctx, item: int | None) -> None:
 
 
 @cli.command()
-@item_option
+@click.argument("item_id", type=ID, required=False)
+@item_synonym()
 @pass_ctx
-def history(c: Ctx, item: int | None) -> None:
-    """The append-only event log of a work item."""
-    events = c.service.events(item)
+def history(c: Ctx, item_id: int | None) -> None:
+    """The append-only event log of a work item (ITEM_ID, default: the current one)."""
+    events = c.service.events(item_id)
 
     def human(con: Console) -> None:
         for e in events:

@@ -27,6 +27,7 @@ from milepost.cli._base import (
     Ctx,
     cli,
     item_option,
+    item_synonym,
     pass_ctx,
     revision_option,
     split_deps,
@@ -319,6 +320,14 @@ def verify(
     done and none stale (nothing stale: nothing runs), 1 otherwise. This is
     the command a CI step runs on a reused store.
     """
+    for n in names:
+        if n.isdigit():  # (a milestone's name starts with a letter: a number names none)
+            from milepost.errors import InvalidValueError
+
+            raise InvalidValueError(
+                f"verify {n}: NAMEs are milestone names, which start with a letter; to verify work item {n},"
+                f" pass --item {n} (milepost verify --item {n})"
+            )
     r = c.service.verify(list(names), all_=all_, item=item, fresh=fresh or no_cache, max_parallel=max_parallel)
     c.emit(r.model_dump(mode="json"), lambda con: show_verify(con, r))
     if not r.ok:
@@ -326,11 +335,12 @@ def verify(
 
 
 @cli.command("next")
-@item_option
+@click.argument("item_id", type=ID, required=False)
+@item_synonym()
 @pass_ctx
-def next_(c: Ctx, item: int | None) -> None:
-    """The lowest-id ready milestone, or why there is none."""
-    r = c.service.next(item)
+def next_(c: Ctx, item_id: int | None) -> None:
+    """The lowest-id ready milestone, or why there is none (of ITEM_ID, default: the current item)."""
+    r = c.service.next(item_id)
 
     def human(con: Console) -> None:
         if r.milestone is None:
@@ -346,11 +356,13 @@ def next_(c: Ctx, item: int | None) -> None:
 
 
 @cli.command("list")
-@item_option
+@click.argument("item_id", type=ID, required=False)
+@item_synonym()
 @pass_ctx
-def list_(c: Ctx, item: int | None) -> None:
-    """The milestones of the current work item with their statuses, gates (and do: commands, docs/doers.md)."""
-    it, views = c.service.milestone_views(item)
+def list_(c: Ctx, item_id: int | None) -> None:
+    """The milestones of a work item (ITEM_ID, default: the current one) with their statuses, gates (and do:
+    commands, docs/doers.md)."""
+    it, views = c.service.milestone_views(item_id)
     data = {"item": it.id, "revision": it.revision, "milestones": [v.model_dump(mode="json") for v in views]}
     c.emit(data, lambda con: milestone_table(con, views))
 

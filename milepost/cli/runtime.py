@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,11 +21,13 @@ if TYPE_CHECKING:
 
     from milepost.events import DriveSummary, Reporter
     from milepost.flows.early import EarlyStart
+    from milepost.present.live import LiveReporter
     from milepost.service import Service
 
 from milepost.cli._base import (
     ID,
     Ctx,
+    PrefectLost,
     Seconds,
     cli,
     home_of,
@@ -178,7 +181,7 @@ def drive(
         c.emit(plan.model_dump(mode="json"), lambda con: show_dry_run(con, plan))
         return
     require_task_runner(task_runner)  # before a server starts or a gate runs
-    t0 = time.monotonic()
+    t0, began = time.monotonic(), datetime.now(UTC)
     from milepost.service.drive import nothing_to_run
 
     summary = nothing_to_run(svc, item, until)  # answered from the store: no server, no Prefect
@@ -189,37 +192,45 @@ def drive(
         from milepost.flows.early import start_first_gates
         from milepost.flows.server import healthy
 
-        # The first gate starts now, on the other core, while Prefect is imported (flows/early.py); not when
-        # the API PREFECT_API_URL names does not answer (the drive then ends with exit 3, having run nothing).
-        early = None
-        if how != "env" or healthy(api, timeout=5):
-            early = start_first_gates(
-                svc,
-                item,
-                max_parallel=max_parallel,
-                task_runner=task_runner,
-                until=until,
-                expect_revision=expect_revision,
-                use_cache=not no_cache,
-            )
+        reporter, live = _reporter(c, svc, item, began)
         try:
-            summary = _run_drive(
-                c,
-                svc,
-                item,
-                (max_parallel, max_doers),
-                until,
-                task_runner,
-                dask_address,
-                expect_revision,
-                not no_cache,
-                wait_recorded or how == "temporary",
-                early,
-            )
-        except BaseException as e:
-            if early is not None:  # (before the loop took it over: while Prefect was imported, say)
-                early.settle(interrupt=not isinstance(e, Exception))
-            raise
+            # The first gate starts now, on the other core, while Prefect is imported (flows/early.py); not when
+            # the API PREFECT_API_URL names does not answer (the drive then ends with exit 3, having run nothing).
+            early = None
+            if how != "env" or healthy(api, timeout=5):
+                early = start_first_gates(
+                    svc,
+                    item,
+                    max_parallel=max_parallel,
+                    task_runner=task_runner,
+                    until=until,
+                    expect_revision=expect_revision,
+                    use_cache=not no_cache,
+                )
+            if live is not None and early is not None:  # the live table from the first gate on
+                for gate in early.gates:
+                    live.gate_started(gate.claim, gate.started)
+            try:
+                summary = _run_drive(
+                    svc,
+                    item,
+                    (max_parallel, max_doers),
+                    until,
+                    task_runner,
+                    dask_address,
+                    expect_revision,
+                    not no_cache,
+                    wait_recorded or how == "temporary",
+                    early,
+                    reporter,
+                )
+            except BaseException as e:
+                if early is not None:  # (before the loop took it over: while Prefect was imported, say)
+                    early.settle(interrupt=not isinstance(e, Exception))
+                raise
+        finally:
+            if live is not None:
+                live.stop()
     if c.json:
         from milepost.events import JsonLinesReporter
 
@@ -227,11 +238,27 @@ def drive(
     else:
         show_summary(c.console(), summary)  # the verdict, once
     _ci_reports(svc, summary, junit)
-    raise SystemExit(0 if summary.ok else 1)
+    raise (PrefectLost if summary.prefect_lost else SystemExit)(0 if summary.ok else 1)
+
+
+def _reporter(c: Ctx, svc: Service, item: int, began: datetime) -> tuple[Reporter, LiveReporter | None]:
+    """The drive's reporter (JSON lines, the live table on a terminal, else
+    lines), made as the drive starts: the opening stamped with ``began``, the
+    live table shown from then on (its first gates start before Prefect loads)."""
+    from milepost.events import JsonLinesReporter, LineReporter
+
+    if c.json:
+        return JsonLinesReporter(started=began), None
+    if sys.stdout.isatty():
+        from milepost.present.live import LiveReporter
+
+        live = LiveReporter(c.console(), svc.milestone_views(item)[1])
+        live.show()
+        return live, live
+    return LineReporter(started=began), None
 
 
 def _run_drive(
-    c: Ctx,
     svc: Service,
     item: int,
     workers: tuple[int, int],
@@ -242,40 +269,24 @@ def _run_drive(
     use_cache: bool,
     wait_recorded: bool,
     early: EarlyStart | None,
+    reporter: Reporter,
 ) -> DriveSummary:
-    from milepost.events import JsonLinesReporter, LineReporter
-
-    reporter: Reporter
-    live = None
-    if c.json:
-        reporter = JsonLinesReporter()
-    elif sys.stdout.isatty():
-        from milepost.present.live import LiveReporter
-
-        reporter = live = LiveReporter(c.console(), svc.milestone_views(item)[1])
-    else:
-        reporter = LineReporter()
     from milepost.flows.drive import run_drive
 
-    try:
-        summary = run_drive(
-            svc,
-            item,
-            max_parallel=workers[0],
-            max_doers=workers[1],
-            until=until,
-            task_runner=task_runner,
-            dask_address=dask_address,
-            reporter=reporter,
-            expect_revision=expect_revision,
-            use_cache=use_cache,
-            wait_recorded=wait_recorded,  # (always with the temporary server: it stops with this process)
-            early=early,
-        )
-    finally:
-        if live is not None:
-            live.stop()
-    return summary
+    return run_drive(
+        svc,
+        item,
+        max_parallel=workers[0],
+        max_doers=workers[1],
+        until=until,
+        task_runner=task_runner,
+        dask_address=dask_address,
+        reporter=reporter,
+        expect_revision=expect_revision,
+        use_cache=use_cache,
+        wait_recorded=wait_recorded,  # (always with the temporary server: it stops with this process)
+        early=early,
+    )
 
 
 def _ci_reports(svc: Service, summary: Any, junit: Path | None) -> None:
@@ -433,27 +444,32 @@ def server_stop(c: Ctx) -> None:
 def server_status(c: Ctx) -> None:
     """Is the workspace's Prefect server up, who started it, when does it
     stop? (exit 1 when it is not up)"""
-    import time
-
     from milepost.flows.server import server_status as status
 
     info = status(home_of(c))
-    if not info.running:
-        text = "not running"
-    else:
-        text = f"running (pid {info.pid}), UI {info.ui_url}, healthy: {info.healthy}"
-        text += f", started by `milepost {info.started_by}`" if info.started_by else ""
-        if info.users:
-            text += f"; in use by {info.users} milepost command{'s' if info.users != 1 else ''}"
-        elif info.last_use is not None:
-            text += f"; unused for {max(0.0, time.time() - info.last_use):.0f} s"
-        if info.idle is not None:
-            text += f"; stops itself after {_duration(info.idle)} unused"
-        else:
-            text += "; runs until `milepost server stop`"
+    text = status_text(info)
     c.emit(info.__dict__, lambda con: con.print(esc(text)))
     if not (info.running and info.healthy):
         raise SystemExit(1)
+
+
+def status_text(info: Any, now: float | None = None) -> str:
+    """``server status``'s line. "unused for N s" only where its keeper tracks
+    its use (a server that stops itself once unused: --idle); else its use is
+    said to be untracked, not guessed from a stale file."""
+    if not info.running:
+        return "not running"
+    text = f"running (pid {info.pid}), UI {info.ui_url}, healthy: {info.healthy}"
+    text += f", started by `milepost {info.started_by}`" if info.started_by else ""
+    if info.users:
+        text += f"; in use by {info.users} milepost command{'s' if info.users != 1 else ''}"
+    elif info.idle is not None and info.last_use is not None:
+        text += f"; unused for {max(0.0, (now or time.time()) - info.last_use):.0f} s"
+    if info.idle is not None:
+        text += f"; stops itself after {_duration(info.idle)} unused"
+    else:
+        text += "; runs until `milepost server stop` (its use is not tracked: it has no idle stop)"
+    return text
 
 
 @cli.command()

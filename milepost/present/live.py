@@ -31,7 +31,7 @@ class LiveReporter:
 
     def _render(self) -> Group:
         t = Table(box=None, header_style="bold")
-        for col in ("id", "milestone", "status", "tries", "note"):
+        for col in ("id", "milestone", "status", "budget", "note"):
             t.add_column(col)
         for name, (mid, view, attempts, most, note) in sorted(self.rows.items(), key=lambda kv: int(kv[1][0])):
             t.add_row(
@@ -46,8 +46,14 @@ class LiveReporter:
         head = Text(f"elapsed {now - self.t0:.0f} s · running: {running}", style="bold")
         return Group(head, t, *(Text(printable(n), style="dim") for n in self.notes[-3:]))
 
+    def show(self) -> None:
+        """Show the table (from the drive's start: its first gates run before
+        Prefect loads, flows/early.py). Idempotent."""
+        if not self.live.is_started:
+            self.live.start()
+
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
-        self.live.start()
+        self.show()
 
     def gate_started(self, claim: Claim, started: datetime | None = None) -> None:
         before = (datetime.now(UTC) - started).total_seconds() if started is not None else 0.0

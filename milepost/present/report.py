@@ -12,7 +12,12 @@ time spent in this drive. A milestone whose attempt in this drive was
 ``cached`` (a passed run on the same gate and inputs stood in, nothing ran)
 passed, and says so: the properties ``outcome`` (``cached``) and
 ``cached_from_item``, ``cached_from_milestone``, ``cached_from_attempt``
-name the run reused, and its ``system-out`` says it in a sentence.
+name the run reused, and its ``system-out`` says it in a sentence. A
+milestone proven in an earlier drive (done, not run in this one) passed and
+says so too: ``outcome`` ``proven_earlier``, ``proven_in_attempt`` and
+``proven_at`` (its passed run), and a ``system-out`` sentence; the step
+summary's time reads ``earlier (attempt N)``. The suite's time is the
+drive's wall time (its gates ran side by side: their sum is not it).
 
 A milestone with a ``do:`` command (docs/doers.md) carries its doer's
 evidence as properties: ``do_runs``, ``do_cost_usd_total`` and
@@ -31,14 +36,14 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from milepost.events import DriveSummary, MilestoneSummary, cached_text
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.status import DisplayStatus
 from milepost.present.diagram import to_mermaid
 from milepost.present.terminal import do_outcome
-from milepost.results import DoRun
+from milepost.results import DoRun, GateRun
 from milepost.service import Service
 
 __all__ = ["junit_xml", "step_summary"]
@@ -58,21 +63,26 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
     scope = set(summary.scope) if summary.scope is not None else None
     suite_name = _xml_text(f"work item {summary.item}: {summary.objective}")
     failures = skipped = 0
-    total_time = 0.0
+    total_time = summary.duration  # the drive's wall time (see the module)
+    began = datetime.now(UTC) - timedelta(seconds=summary.duration)
     cases = []
     for ms in summary.milestones:
         m = g.get(ms.name)
         case = ET.Element(
             "testcase", classname=f"milepost.item-{summary.item}", name=ms.name, time=f"{ms.duration:.3f}"
         )
-        total_time += ms.duration
         dos = svc.do_runs(ms.name, summary.item) if m.has_doer else []
+        earlier = proven_earlier(svc, summary.item, ms, began)
         props = ET.SubElement(case, "properties")
-        for key, value in _case_props(ms) + _do_props(dos):
+        for key, value in _case_props(ms, earlier) + _do_props(dos):
             ET.SubElement(props, "property", name=str(key), value=_xml_text(str(value)))
         if ms.cached_from is not None:
             said = f"cached: not run; the passed run of {cached_text(ms.cached_from)} on the same gate and inputs"
             said += " stood in"
+            ET.SubElement(case, "system-out").text = _xml_text(said)
+        elif earlier is not None:
+            when = f"{earlier.finished_at:%Y-%m-%d %H:%M:%S} UTC"
+            said = f"proven in an earlier drive: attempt {earlier.attempt}, passed at {when}; not run in this one"
             ET.SubElement(case, "system-out").text = _xml_text(said)
         view = views[ms.name].view if ms.name in views else display_status(g, m)
         if scope is not None and ms.name not in scope and view is not DisplayStatus.DONE:
@@ -130,8 +140,20 @@ def junit_xml(svc: Service, summary: DriveSummary) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def _case_props(ms: MilestoneSummary) -> list[tuple[str, object]]:
-    """A milestone's properties: status, budget, attempts, time (and the run a cached attempt reused)."""
+def proven_earlier(svc: Service, item: int, ms: MilestoneSummary, began: datetime) -> GateRun | None:
+    """The passed run that proved a done milestone before this drive (which
+    ``began`` then), when the drive did not run it; else None."""
+    if ms.view is not DisplayStatus.DONE or ms.cached_from is not None or ms.duration > 0:
+        return None
+    passed = [r for r in svc.runs(ms.name, item) if r.passed]
+    if not passed or passed[-1].finished_at >= began:
+        return None
+    return passed[-1]
+
+
+def _case_props(ms: MilestoneSummary, earlier: GateRun | None = None) -> list[tuple[str, object]]:
+    """A milestone's properties: status, budget, attempts, time (and the run a
+    cached attempt reused, or the earlier drive's run that proved it)."""
     props: list[tuple[str, object]] = [
         ("status", ms.view),
         ("budget", f"{ms.attempts}/{ms.max_attempts}"),
@@ -146,6 +168,12 @@ def _case_props(ms: MilestoneSummary) -> list[tuple[str, object]]:
             ("cached_from_item", src.item),
             ("cached_from_milestone", src.milestone),
             ("cached_from_attempt", src.attempt),
+        ]
+    elif earlier is not None:
+        props += [
+            ("outcome", "proven_earlier"),
+            ("proven_in_attempt", earlier.attempt),
+            ("proven_at", earlier.finished_at.isoformat()),
         ]
     return props
 
@@ -240,10 +268,13 @@ def step_summary(svc: Service, summary: DriveSummary) -> str:
         f"| id | milestone | status | budget | last attempt | time | total |{do_head} last reason |",
         f"|---:|---|---|---|---:|---:|---:|{do_rule}---|",
     ]
+    began = datetime.now(UTC) - timedelta(seconds=summary.duration)
     for m in summary.milestones:
         took, why = f"{m.duration:.1f} s", m.last_reason or ""
         if m.cached_from is not None:
             took, why = "cached", f"cached from {cached_text(m.cached_from)}"
+        elif (earlier := proven_earlier(svc, summary.item, m, began)) is not None:
+            took = f"earlier (attempt {earlier.attempt})"
         reason = why.replace("|", "\\|").replace("\n", " ")
         do = f" {_do_cell(dos.get(m.name, []))} |" if dos else ""
         lines.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from milepost._text import last_lines
 from milepost.events import cached_text
 from milepost.gates.outcome import Outcome
 from milepost.graph.status import MilestoneStatus
@@ -146,15 +147,6 @@ def show_done(con: Console, r: DoneResult) -> None:
         )
     for line in last_lines(run.tail):
         con.print(f"  [dim]{esc(line)}[/]")
-
-
-def last_lines(text: str, n: int = 10) -> list[str]:
-    """The last ``n`` lines of a gate's output, not opening on a line that
-    only marks the one above it (a traceback's ``^^^^`` or ``~~~~``)."""
-    lines = text.rstrip().splitlines()[-n:]
-    while len(lines) > 1 and lines[0].strip() and not lines[0].strip().strip("^~"):
-        lines = lines[1:]
-    return lines
 
 
 def budget(used: int, most: int) -> str:
@@ -345,6 +337,7 @@ def show_summary(con: Console, summary: Any) -> None:
             ]
         )
     columns(con, head, rows, {2: [styled(m.view) for m in summary.milestones]})
+    _show_failures(con, summary)
     verdict = "[green]ok[/]" if summary.ok else "[red]not done[/]"
     runs = count(summary.gate_runs, "gate run")
     cached = f", {summary.cached} cached" if summary.cached else ""
@@ -354,6 +347,20 @@ def show_summary(con: Console, summary: Any) -> None:
         con.print(esc(summary.bring_in))
     if summary.flow_run_url:
         con.print(f"flow run: {summary.flow_run_url}")
+
+
+def _show_failures(con: Console, summary: Any) -> None:
+    """Each failed or stuck milestone: its last attempt's reason, its gate's
+    last lines (as ``done`` shows them) and its log's path."""
+    for m in summary.milestones:
+        f = m.failure
+        if f is None:
+            continue
+        con.print(f"{m.name}: {styled(m.view)} — attempt {f.attempt}: {esc(f.reason)}")
+        for line in f.last_lines:
+            con.print(f"  [dim]{esc(line)}[/]")
+        if f.log:
+            con.print(f"  log: {esc(f.log)}")
 
 
 def show_dry_run(con: Console, plan: DryRun) -> None:

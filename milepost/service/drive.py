@@ -14,8 +14,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from milepost.errors import TransitionError
-from milepost.events import DriveSummary, MilestoneSummary
+from milepost._text import last_lines
+from milepost.errors import NotFoundError, TransitionError
+from milepost.events import DriveSummary, Failure, MilestoneSummary
 from milepost.gates._crash import crash_point
 from milepost.gates.command import GateResult
 from milepost.gates.inputs import Fingerprint, Snapshot
@@ -334,6 +335,7 @@ def summarize(
                 stale=check.stale.get(m.name),
                 waiting_for_change=held.get(m.name),
                 cached_from=cached.get(m.name),
+                failure=_failure(svc, it.id, m) if m.name in in_scope else None,
             )
         )
     left = [s for s in ms if s.name in in_scope and s.view is not DisplayStatus.DONE]
@@ -358,6 +360,17 @@ def summarize(
         until=until,
         scope=sorted(in_scope, key=lambda n: g.get(n).id) if scope is not None else None,
     )
+
+
+def _failure(svc: Service, item: int, m: Milestone) -> Failure | None:
+    """What a failed or stuck milestone's last attempt said (None: it is neither, or it never ran a gate)."""
+    if m.status not in (MilestoneStatus.NEEDS_FIX, MilestoneStatus.STUCK):
+        return None
+    try:
+        run = svc.run(m.name, None, item)
+    except NotFoundError:
+        return None
+    return Failure(attempt=run.attempt, reason=run.reason, last_lines=last_lines(run.tail or ""), log=run.log_path)
 
 
 def _not_done(g: WorkGraph, left: list[MilestoneSummary]) -> str:

@@ -9,9 +9,11 @@ from typing import Any
 from sqlalchemy import select
 
 from milepost.errors import InvalidValueError
-from milepost.graph.dag import display_status
+from milepost.graph.dag import WorkGraph, display_status
+from milepost.graph.item import readiness_view
 from milepost.graph.models import WorkItem
 from milepost.graph.status import ItemFilter, ItemState, Readiness
+from milepost.graph.status import ReadinessState as RS
 from milepost.results import ItemSummary
 from milepost.retry import retried
 from milepost.service._find import focused, head, resolve
@@ -37,7 +39,7 @@ def list_items(ctx: Context, filter: str = "all", limit: int | None = None) -> l
         mine = focused(conn, ctx.agent)
         for row in conn.execute(select(ITEMS).order_by(ITEMS.c.id)).all():
             graph = graph_of(conn, row, ctx.cache).graph
-            item = work_item(conn, row, graph)
+            item = _proven(ctx, work_item(conn, row, graph), graph)
             current = item.id == mine
             if not _matches(kept, item, current):
                 continue
@@ -53,6 +55,21 @@ def list_items(ctx: Context, filter: str = "all", limit: int | None = None) -> l
             if limit and len(out) >= limit:
                 break
     return out
+
+
+def _proven(ctx: Context, item: WorkItem, graph: WorkGraph) -> WorkItem:
+    """An item whose milestones are all done awaits its report only when none
+    is stale: its proofs are checked (only then: one pass over its inputs), and
+    a stale one makes it runnable again, to re-prove (as ``item show`` says)."""
+    if item.readiness_state is not RS.AWAITING_REPORT:
+        return item
+    from milepost.service import proofs
+
+    proofs.check(ctx, item.id, graph)  # (marks the graph's stale milestones)
+    view = readiness_view(item, graph)
+    return item.model_copy(
+        update={"readiness": view.readiness, "readiness_state": view.state, "readiness_reason": view.reason}
+    )
 
 
 def _matches(kept: ItemFilter, item: WorkItem, current: bool) -> bool:

@@ -21,7 +21,7 @@ from milepost.flows.drive import run_drive
 from milepost.graph import MilestoneStatus
 from milepost.planfile import parse_plan
 from milepost.service import Service
-from tests.conftest import CLI, EXAMPLES, MovableClock, wait_until
+from tests.conftest import CLI, EXAMPLES, MovableClock, runs_program, wait_until
 from tests.flows.conftest import api_get, api_post, flow_run_edges
 from tests.recording import RecordingReporter
 
@@ -350,8 +350,8 @@ def test_a_stop_signal_exits_130_and_the_milestone_is_ready_again(
     # (The first gate starts before the flow run does, while Prefect is imported: tests/flows/test_early_start.py
     # stops a drive then; here its task run is running.)
     wait_until(lambda: task_run_states() == ["Running"], 60, f"{name}'s task run to run", step=0.1)
-    time.sleep(0.3)
     gate_pid = int(marker.read_text())
+    wait_until(lambda: runs_program(gate_pid, "sleep"), 30, "the gate running sleep")  # (its pid is written first)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
@@ -533,9 +533,12 @@ def test_expect_revision_guards_the_drives_first_claim(prefect_api: str, service
     assert run_drive(service, item, expect_revision=rev + 1).ok and marker.read_text() == "a\n"
 
 
-def _drive_on_a_terminal(cli: CLI, stop_after: Path | None = None, sig: int = signal.SIGINT) -> tuple[int, str]:
+def _drive_on_a_terminal(
+    cli: CLI, stop_after: Path | None = None, sig: int = signal.SIGINT, release: tuple[str, Path] | None = None
+) -> tuple[int, str]:
     """``milepost drive`` with a pseudo-terminal as its stdout (so it shows the live table); with
-    ``stop_after``, send ``sig`` once that file appears. Returns the exit code and everything shown."""
+    ``stop_after``, send ``sig`` once that file appears and the table shows a gate running; with
+    ``release`` (text, file), make the file once the text is shown. Returns the exit code and everything shown."""
     import pty
     import subprocess
     import sys
@@ -561,11 +564,14 @@ def _drive_on_a_terminal(cli: CLI, stop_after: Path | None = None, sig: int = si
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    shown = lambda: b"".join(chunks).decode(errors="replace")  # noqa: E731
+    if release is not None:
+        wait_until(lambda: release[0] in shown(), 120, f"{release[0]!r} shown", step=0.1)
+        release[1].touch()
     if stop_after is not None:
         wait_until(stop_after.exists, 60, f"{stop_after} to appear", step=0.1)
-        # (The first gate starts while Prefect is imported, before the live table: wait for the table.)
-        wait_until(lambda: HIDE_CURSOR.encode() in b"".join(chunks), 60, "the live table", step=0.1)
-        time.sleep(0.5)
+        # (The first gate starts while Prefect is imported, before the live table: wait for the table to show it.)
+        wait_until(lambda: HIDE_CURSOR in shown() and "running: " in shown(), 60, "the live table", step=0.1)
         proc.send_signal(sig)
     code = proc.wait(timeout=120)
     reader.join(timeout=10)
@@ -577,15 +583,18 @@ HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 
 
 def test_a_terminal_gets_the_live_table_and_its_cursor_back(prefect_api: str, cli: CLI, workspace: Path) -> None:
+    # The second gate runs until the test has seen the table show it running (at most a minute).
+    release = workspace / "release"
+    wait = f"for i in $(seq 600); do [ -e {release} ] && exit 0; sleep 0.1; done; exit 1"
     (workspace / "plan.yaml").write_text(
-        "objective: live\nmilestones:\n  - {name: first, gate: 'sleep 1'}\n"
-        "  - {name: second, deps: [first], gate: 'sleep 5'}\n"
+        f"objective: live\nmilestones:\n  - {{name: first, gate: 'sleep 1'}}\n"
+        f"  - {{name: second, deps: [first], gate: '{wait}'}}\n"
     )
     cli("plan", "apply", "plan.yaml", check=True)
-    code, shown = _drive_on_a_terminal(cli)
+    code, shown = _drive_on_a_terminal(cli, release=("running: second", release))
     assert code == 0, shown
     # The live view, updated while a gate ran (the first, and the start of the second, may come while Prefect is
-    # imported, before the view: the second lasts long enough to be seen running).
+    # imported, before the view: the second runs until the view has shown it).
     assert "elapsed" in shown and "running: second" in shown
     assert "all 2 milestones are done" in shown and "first" in shown and "second" in shown  # then the summary
     assert shown.rfind(SHOW_CURSOR) > shown.rfind(HIDE_CURSOR) >= 0

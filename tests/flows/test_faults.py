@@ -29,15 +29,18 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from milepost.flows.server import server_status
 from tests.conftest import CLI, PgCluster, wait_until
-from tests.flows.conftest import _free_port
+from tests.flows.conftest import _free_port, run_script
 from tests.flows.faults import NAMES, Driver, Server, check_exactly_once, errors, figure, passed_runs, plan
+from tests.ledger import Ledger
 
 # One worker runs them all, one after the other (they own a server each).
 pytestmark = [pytest.mark.xdist_group("faults"), pytest.mark.timeout(600)]
@@ -347,39 +350,132 @@ def test_a_drive_whose_prefect_api_is_gone_from_the_start_is_exit_3_and_runs_not
 # -- the Prefect API killed (last: it kills this module's server) ---------------------------
 
 
+# One process: a drive whose API is killed under it, then a normal drive, then the MCP server's drive
+# (milepost.agent.tools.drive). Prefect's settings and logging are checked before, between and after,
+# and read during the second drive (at its gate's start): it has its retries and its logs.
+ONE_PROCESS = textwrap.dedent(
+    """
+    import json, logging, os, signal, sys, time, urllib.request
+    from pathlib import Path
+    from milepost.agent.args import DriveArgs
+    from milepost.agent.tools import drive as mcp_drive
+    from milepost.errors import PrefectUnreachableError
+    from milepost.events import NullReporter
+    from milepost.flows.drive import run_drive
+    from milepost.flows.prefect_guard import SILENCED
+    from milepost.flows.server import server_start, server_status
+    from milepost.service import Service
+    from prefect.settings import get_current_settings
+
+    home, port, api = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+    def state():
+        s = get_current_settings()
+        return {
+            "settings": s.model_dump(mode="json"),
+            "max_retries": s.client.max_retries,
+            "raiseExceptions": logging.raiseExceptions,
+            "disabled": {n: logging.getLogger(n).disabled for n in SILENCED},
+        }
+
+    class Kill(NullReporter):
+        def gate_started(self, claim, started=None):
+            os.killpg(server_status(home).pid, signal.SIGKILL)
+
+    class Look(NullReporter):
+        seen = None
+        def gate_started(self, claim, started=None):
+            Look.seen = state()
+
+    before, out = state(), {}
+    try:
+        run_drive(Service.open(), 1, reporter=Kill())
+        out["outage"] = "no error"
+    except PrefectUnreachableError as e:
+        out["outage"] = e.message
+    out["after_outage"] = state() == before
+    server_start(home, port=port, timeout=240)
+    second = run_drive(Service.open(), 1, reporter=Look())
+    out["second_ok"], out["during_second"] = second.ok, Look.seen
+    out["after_second"] = state() == before
+    body = json.dumps({"logs": {"flow_run_id": {"any_": [second.flow_run_id]}}}).encode()
+    deadline, logs = time.monotonic() + 60, []
+    while not logs and time.monotonic() < deadline:
+        req = urllib.request.Request(api + "/logs/filter", body, {"Content-Type": "application/json"})
+        logs = json.load(urllib.request.urlopen(req, timeout=10))
+        time.sleep(0.25)
+    out["second_logs"] = len(logs)
+    out["mcp_ok"] = mcp_drive(Service.open(), DriveArgs(item=2))["ok"]
+    out["after_mcp"] = state() == before
+    out["before"] = before
+    print(json.dumps(out))
+    """
+)
+
+
+def test_one_process_outage_then_normal_then_mcp_drive_leaves_prefect_as_it_found_it(
+    cli_of: Callable[..., CLI], prefect_server: Server
+) -> None:
+    cli = cli_of(PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL="CRITICAL", MILEPOST_PREFECT_GRACE="2")
+    cli("init", check=True)
+    (cli.cwd / "one.yaml").write_text(
+        "objective: outage\nmilestones:\n  - {name: a, gate: 'sleep 4'}\n  - {name: b, deps: [a], gate: 'true'}\n"
+    )
+    (cli.cwd / "two.yaml").write_text("objective: mcp\nmilestones:\n  - {name: c, gate: 'echo hello'}\n")
+    assert cli.json("plan", "apply", "one.yaml")["id"] == 1
+    assert cli.json("plan", "apply", "two.yaml")["id"] == 2
+    args = (str(prefect_server.home), str(prefect_server.port), prefect_server.api_url)
+    out = run_script(cli, cli.cwd, ONE_PROCESS, *args, timeout=400)
+    assert "stopped answering" in out["outage"], out
+    assert out["before"]["max_retries"] > 0 and out["before"]["raiseExceptions"] is True, out
+    assert not any(out["before"]["disabled"].values()), out
+    # The second drive ran with the client's retries it found at the start (the outage had set them to 0),
+    # and its logs reached the API.
+    assert out["during_second"]["max_retries"] == out["before"]["max_retries"], out
+    assert out["second_ok"] is True and out["second_logs"] > 0, out
+    assert out["after_outage"] is True and out["after_second"] is True and out["after_mcp"] is True, out
+    assert out["mcp_ok"] is True, out
+
+
 @pytest.mark.parametrize(
-    ("seconds", "grace", "ending"),
+    ("seconds", "grace", "when"),
     [
-        # Gates of 8 s, two at once: the loss (10 s grace) is seen while the
-        # third pair waits: no new claim, exit 3.
-        (8, "10", "stops"),
-        # Gates of 3 s and a grace longer than the drive: the loss is seen
-        # only at the end (the flow run's final state): the work is done and
-        # recorded, exit 0, the flow run's record said to be incomplete.
-        (3, "120", "finishes"),
+        # Gates of 8 s, two at once, killed while the first pair runs: the
+        # successors wait for an answer (none is claimed while the API does
+        # not answer), the loss (10 s grace) ends the drive: exit 3.
+        (8, "10", "first pair running"),
+        # Killed while a claim is in flight (committed, its gate not started:
+        # the loop stalls there until the kill): given back unstarted, exit 3.
+        (4, "3", "claim in flight"),
+        # Gates of 3 s and a grace longer than the drive, killed while the last
+        # gate runs: the loss is seen only at the end (the flow run's final
+        # state): the work is done and recorded, exit 0, the flow run's record
+        # said to be incomplete.
+        (3, "120", "last gate running"),
     ],
 )
 def test_a_killed_prefect_server_ends_the_drive_within_a_minute_and_costs_no_result(
-    cli_of: Callable[..., CLI], prefect_server: Server, seconds: float, grace: str, ending: str
+    cli_of: Callable[..., CLI], prefect_server: Server, seconds: float, grace: str, when: str
 ) -> None:
     cli = cli_of()
     cli("init", check=True)
     item, ledger = plan(cli, seconds)
-    driver = Driver(cli, item, "--max-parallel", "2", MILEPOST_PREFECT_GRACE=grace)
+    go = cli.cwd.parent / "go"
+    stall = {"MILEPOST_STALL_AT": f"flow-claimed:{go}"} if when == "claim in flight" else {}
+    driver = Driver(cli, item, "--max-parallel", "2", MILEPOST_PREFECT_GRACE=grace, **stall)
     try:
-        # (The first two gates start before Prefect is imported: the flow run must have begun too.)
-        wait_until(
-            lambda: len(ledger.executions()) >= 2 and "drive work item" in driver.log.read_text(),
-            60,
-            what="two gates running in the flow run",
-        )
+        stalled = _wait_for(when, cli, item, ledger, driver)
         prefect_server.kill()
         killed = time.monotonic()
+        if stalled is not None:  # the stalled claim goes on once the server is gone: it finds the API gone
+            wait_until(lambda: not server_status(prefect_server.home).healthy, 30, what="the server gone")
+            go.touch()
         code, out = driver.finish(300)
         lost_to_exit = time.monotonic() - killed
     finally:
         driver.stop()
-    figure(f"prefect server killed, gates of {seconds} s: the drive ended after (s)", lost_to_exit)
+    figure(f"prefect server killed ({when}), gates of {seconds} s: the drive ended after (s)", lost_to_exit)
+    ending = "finishes" if when == "last gate running" else "stops"
     assert lost_to_exit < 60, out
     if ending == "stops":
         assert code == 3, out
@@ -399,11 +495,33 @@ def test_a_killed_prefect_server_ends_the_drive_within_a_minute_and_costs_no_res
             assert passed_runs(cli, item, name), (name, ledger.lines())
     listed = cli.json("list", "--item", item)["milestones"]
     assert "in_progress" not in {m["status"] for m in listed}, listed
+    if stalled is not None:  # the claim in flight was given back, its gate never started
+        assert not ledger.has("start", stalled), ledger.lines()
+        attempts = json.dumps(cli.json("runs", "--item", item, stalled))
+        assert "not started, the Prefect API stopped answering when it was claimed" in attempts, attempts
     # The server back: the next drive finishes.
     prefect_server.up()
     again = cli("drive", item, "--max-parallel", "2", timeout=300)
     assert again.code == 0, again.err
     check_exactly_once(cli, item, ledger, NAMES)
+
+
+def _wait_for(when: str, cli: CLI, item: str, ledger: Ledger, driver: Driver) -> str | None:
+    """Until the moment of the kill: ``when``, in the flow run (the first two
+    gates start before Prefect is imported: the flow run must have begun too);
+    the milestone whose claim is in flight, if that is the moment."""
+    in_flow = lambda: "drive work item" in driver.log.read_text()  # noqa: E731
+    if when == "first pair running":
+        wait_until(lambda: len(ledger.executions()) >= 2 and in_flow(), 60, what="two gates running in the flow run")
+    elif when == "last gate running":
+        wait_until(lambda: ledger.has("start", "c") and in_flow(), 120, what="the last gate running")
+    else:  # (the stall point writes go.waiting)
+        wait_until((cli.cwd.parent / "go.waiting").exists, 120, what="a claim of the flow run's loop in flight")
+        listed = cli.json("list", "--item", item)["milestones"]
+        stalled = [m["name"] for m in listed if m["status"] == "in_progress" and not ledger.has("start", m["name"])]
+        assert len(stalled) == 1, (listed, ledger.lines())
+        return stalled[0]
+    return None
 
 
 # -- a gate task that dies before it reports, again and again ------------------------------

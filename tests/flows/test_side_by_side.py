@@ -19,7 +19,7 @@ from milepost.events import DriveSummary
 from milepost.flows.drive import run_drive
 from milepost.planfile import parse_plan
 from milepost.service import Service
-from tests.conftest import CLI
+from tests.conftest import CLI, wait_until
 from tests.flows.conftest import api_post
 from tests.test_mcp import call, server
 
@@ -132,9 +132,11 @@ def test_two_parallel_mcp_drives_return_their_own_summaries(prefect_api: str, tm
     assert sorted((ws / "ran.txt").read_text().split()) == ["a0", "a1", "a2", "b0", "b1", "b2"]
     if kind == "temporary":  # the temporary server stopped with the MCP server's process
         home = str(tmp_path / "prefect-home")
-        time.sleep(1)
-        left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _environ_has(p, home)]
-        assert not left, left
+
+        def left() -> list[Path]:
+            return [p for p in Path("/proc").iterdir() if p.name.isdigit() and _environ_has(p, home)]
+
+        wait_until(lambda: not left(), 30, "the temporary server's processes gone", output=lambda: str(left()))
 
 
 def _environ_has(proc: Path, text: str) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from milepost.gates import TAIL_BYTES, Outcome, run_gate
 from milepost.graph import GateCommand
+from tests.conftest import wait_until
 
 
 def gate(tmp_path: Path, *cmds: GateCommand, timeout: float | None = None, env: dict[str, str] | None = None):
@@ -53,10 +54,15 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 15
     assert r.outcome is Outcome.FAILED and r.reason == "timed out after 1 s"
     child = int(pidfile.read_text())
-    time.sleep(0.2)
-    # The background grandchild is gone too (or a zombie reaped by init).
-    alive = Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]
-    assert not alive
+
+    def alive() -> bool:
+        try:
+            return "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]
+        except OSError:
+            return False
+
+    # The background grandchild is gone too (or a zombie reaped by init): killed with the group, gone within seconds.
+    wait_until(lambda: not alive(), 10, "the background grandchild gone")
     assert "timed out after 1 s" in Path(r.log_path or "").read_text()
 
 
