@@ -66,6 +66,7 @@ from milepost.gates.git import GitError, _common_dir, _git, _locked, _names, _ou
 from milepost.gates.imports import DEFAULT_ROOTS
 from milepost.gates.listing import FileIndex
 from milepost.gates.outcome import GateResult, Outcome
+from milepost.gates.pyenv import shebang
 from milepost.gates.worktrees import protected_changes
 from milepost.graph.models import MODULE_PREFIX, GateCommand
 
@@ -434,17 +435,6 @@ def _which(program: str, cwd: Path, env: Mapping[str, str]) -> Path | None:
     return Path(found) if found else None
 
 
-def _shebang(script: Path) -> list[str]:
-    try:
-        with open(script, "rb") as f:
-            first = f.readline(512)
-    except OSError:
-        return []
-    if not first.startswith(b"#!"):
-        return []
-    return first[2:].decode(errors="replace").split()
-
-
 def gate_interpreter(run: str, cwd: Path, env: Mapping[str, str]) -> Interpreter | None:
     """The python a gate command runs (see the module's docstring), or None."""
     for words in _simple_commands(run):
@@ -463,14 +453,10 @@ def gate_interpreter(run: str, cwd: Path, env: Mapping[str, str]) -> Interpreter
             continue
         if _PYTHON.match(Path(words[i]).name):
             return Interpreter(program, False, assigned, _path_flags(words[i + 1 :]))
-        bang = _shebang(program)
-        if bang and Path(bang[0]).name == "env":
-            bang = [w for w in bang[1:] if not w.startswith("-")]
-            target = _which(bang[0], cwd, path_env) if bang else None
-        else:
-            target = Path(bang[0]) if bang else None
+        named, options = shebang(str(program), path_env.get("PATH", os.defpath))
+        target = Path(named) if named else None
         if target is not None and _PYTHON.match(target.name):
-            return Interpreter(target, True, assigned, _path_flags(bang[1:]))
+            return Interpreter(target, True, assigned, _path_flags(options))
     return None
 
 

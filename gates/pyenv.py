@@ -85,23 +85,25 @@ def _read_head(path: str) -> bytes:
         return b""
 
 
-def _shebang(path: str, path_env: str | None) -> str | None:
-    """The interpreter a script's shebang names (pip's ``/bin/sh`` trampoline for long paths too)."""
+def shebang(path: str, path_env: str | None) -> tuple[str | None, list[str]]:
+    """The interpreter a script's shebang names, and the options it gives it
+    (``#!/usr/bin/env python3 -I``: found on ``path_env``; pip's ``/bin/sh``
+    trampoline for long paths too); (None, []) for no shebang or no word."""
     head = _read_head(path)
     if not head.startswith(b"#!"):
-        return None
+        return None, []
     lines = head.decode("utf-8", "replace").splitlines()
     words = lines[0][2:].split()
     if not words:
-        return None
+        return None, []
     if os.path.basename(words[0]) == "env" and len(words) > 1:
-        word = next((w for w in words[1:] if not w.startswith("-") and "=" not in w), None)
-        return shutil.which(word, path=path_env) if word else None
+        rest = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        return (shutil.which(rest[0], path=path_env), rest[1:]) if rest else (None, [])
     if os.path.basename(words[0]) == "sh" and len(lines) > 1 and lines[1].startswith("'''exec' "):
         with contextlib.suppress(ValueError):
-            return shlex.split(lines[1][len("'''exec' ") :])[0]
-        return None
-    return words[0]
+            return shlex.split(lines[1][len("'''exec' ") :])[0], []
+        return None, []
+    return words[0], words[1:]
 
 
 def interpreter_of(name: str, root: Path, path_env: str | None) -> tuple[str | None, str]:
@@ -117,7 +119,7 @@ def interpreter_of(name: str, root: Path, path_env: str | None) -> tuple[str | N
         where = found
     if _PYTHON_NAME.fullmatch(os.path.basename(where)):
         return where, ""
-    target = _shebang(where, path_env)
+    target = shebang(where, path_env)[0]
     if target is None or not _PYTHON_NAME.fullmatch(os.path.basename(target)):
         return None, f"{name}: neither a Python interpreter nor a script whose shebang names one"
     if not os.path.isfile(target):

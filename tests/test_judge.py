@@ -66,6 +66,11 @@ def test_a_gates_python_is_its_program_or_its_scripts_shebang(tmp_path: Path) ->
     assert J.gate_interpreter("./run.sh", tmp_path, env) is None
     assert J.gate_interpreter("test -f src/a.py && make test", tmp_path, env) is None
     assert J.gate_interpreter("'unclosed", tmp_path, env) is None
+    # pip's trampoline for a python whose path is too long for a shebang line (127 bytes)
+    long = tmp_path / "bin" / "long-pytest"
+    long.write_text(f"#!/bin/sh\n'''exec' '{sys.executable}' \"$0\" \"$@\"\n' '''\nprint('hi')\n")
+    long.chmod(0o755)
+    assert J.gate_interpreter("long-pytest -q", tmp_path, env) == J.Interpreter(Path(sys.executable), True, {})
 
 
 def test_the_packages_module_entries_name_and_their_source_roots(tmp_path: Path) -> None:
