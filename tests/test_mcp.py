@@ -222,7 +222,8 @@ def test_prime_and_plan_schema_from_the_cli(refactor: Path) -> None:
         "do_usage",
     }
     doer = schema["$defs"]["PlanDoer"]["properties"]
-    assert set(doer) == {"isolate", "base", "setup", "protect", "env", "budget_usd", "usage"}
+    judge = {"judge_setup", "judge_key"}
+    assert set(doer) == {"isolate", "base", "setup", *judge, "protect", "env", "budget_usd", "usage"}
     assert "doer" in schema["properties"]
     assert "gitignore-style" in milestone["inputs"]["description"]
     assert "inputs" in schema["$defs"]["PlanDefaults"]["properties"]
