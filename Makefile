@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_exact.py
 	$(BIN)/python benchmarks/bench_startup.py
 	$(BIN)/python benchmarks/bench_vs_doit.py
+	$(BIN)/python benchmarks/bench_judge.py --rounds 3
 	$(BIN)/pip install -q pytest-testmon
 	$(BIN)/python benchmarks/bench_blocks.py
 

@@ -23,7 +23,7 @@ Printed: the medians per attempt, side by side, and each attempt's verdicts.
 Needs ``flit_core`` and ``freezegun`` (installed into the shared venv from the
 configured package index) and git.
 
-    python benchmarks/bench_judge.py --repo /tmp/itsdangerous [--rounds 5]
+    python benchmarks/bench_judge.py [--repo /tmp/itsdangerous] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -122,12 +122,26 @@ class Bench:
         )
 
 
+def _from_sdist(base: Path) -> Path:
+    """itsdangerous's sdist from the package index (it ships its tests), as a git repository."""
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "itsdangerous"]
+    sh(*pip, "-d", str(base))
+    shutil.unpack_archive(next(base.glob("itsdangerous-*.tar.gz")), base)
+    repo = next(d for d in base.glob("itsdangerous-*") if d.is_dir())
+    sh("git", "-C", str(repo), "init", "-q", "-b", "main")
+    sh("git", "-C", str(repo), "add", "-A")
+    sh("git", "-C", str(repo), "-c", "user.email=b@b", "-c", "user.name=b", "commit", "-qm", "itsdangerous")
+    return repo
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repo", type=Path, required=True, help="a clone of pallets/itsdangerous")
+    p.add_argument("--repo", type=Path, help="a clone of pallets/itsdangerous (default: its sdist from PyPI)")
     p.add_argument("--rounds", type=int, default=5)
     a = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-judge-"))
+    if a.repo is None:
+        a.repo = _from_sdist(tmp / "sdist")
     ws = tmp / "ws"
     sh("git", "clone", "-q", str(a.repo), str(ws))
     sh("git", "-C", str(ws), "config", "user.email", "bench@example.com")
