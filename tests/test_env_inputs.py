@@ -27,6 +27,7 @@ from milepost.graph.models import GateCommand
 from milepost.planfile import parse_plan
 from milepost.service import Service
 from tests.conftest import CLI
+from tests.venvs import bare_venv
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -311,27 +312,6 @@ def tiny_dist(folder: Path, version: str) -> Path:
     return folder
 
 
-def make_venv(where: Path) -> Path:
-    """A real virtualenv (``python3 -m venv``); pytest and pip reach it from this test run's own
-    site-packages through a .pth file, so nothing is downloaded."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-    python = where / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    ours = subprocess.run(
-        [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    Path(site, "outer.pth").write_text(ours + "\n")
-    return python
-
-
 def pip(python: Path, *args: str) -> None:
     subprocess.run(
         [str(python), "-m", "pip", "-q", "--disable-pip-version-check", *args],
@@ -346,7 +326,7 @@ def install(python: Path, dist: Path) -> None:
 
 
 def test_the_probe_reads_a_folder_again_only_when_its_stat_changed(pkg: Path, tmp_path: Path) -> None:
-    python = make_venv(pkg / ".venv")
+    python = bare_venv(pkg / ".venv")
     probe = EnvProbe(pkg, pkg / ".milepost" / "cache" / "envs.json", racy_ns=0)
     first = probe.facts(str(python), os.environ)
     assert "tinydep" not in first.distributions and "pytest" in first.distributions
@@ -369,7 +349,7 @@ def test_the_probe_reads_a_folder_again_only_when_its_stat_changed(pkg: Path, tm
 def test_uninstalling_a_dependency_makes_the_proofs_stale_and_reinstalling_serves_the_cache(
     cli: CLI, pkg: Path, tmp_path: Path
 ) -> None:
-    python = make_venv(pkg / ".venv")
+    python = bare_venv(pkg / ".venv")
     dist = tiny_dist(tmp_path / "tiny", "1.0")
     install(python, dist)
     write(
@@ -419,7 +399,7 @@ milestones:
 
 
 def test_a_units_digest_follows_the_environment_its_command_runs(pkg: Path, tmp_path: Path) -> None:
-    python = make_venv(pkg / ".venv")
+    python = bare_venv(pkg / ".venv")
     cmd = GateCommand(name="t", run=".venv/bin/python -m pytest -q {file}", each=["tests/test_prices.py"])
     other = GateCommand(name="t", run="grep -q def {file}", each=["tests/test_prices.py"])
 

@@ -19,8 +19,10 @@ def git(ws: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=ws, check=True, capture_output=True, text=True).stdout
 
 
-def shared_venv(where: Path) -> Path:
-    """A virtualenv at ``where`` that sees this interpreter's packages; its python."""
+def bare_venv(where: Path) -> Path:
+    """A real virtualenv at ``where`` (``python -m venv``, no pip of its own) that
+    sees this interpreter's packages (pytest, pip) through a .pth file: nothing
+    is downloaded. Its python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     python = where / "bin" / "python"
     site = subprocess.run(
@@ -30,6 +32,12 @@ def shared_venv(where: Path) -> Path:
         text=True,
     ).stdout.strip()
     (Path(site) / "_outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def shared_venv(where: Path) -> Path:
+    """:func:`bare_venv`, with ``wheel`` for setuptools' editable installs; its python."""
+    python = bare_venv(where)
     # setuptools builds an editable install as a wheel: ``wheel`` (from the local package index) where it builds
     subprocess.run([str(python), "-m", "pip", "install", "-q", "wheel"], check=True, capture_output=True)
     return python
