@@ -233,7 +233,7 @@ class UnitRuns:
         later: list[int] = []  # another gate runs them now
         for n, path in enumerate(cmd.each):
             d = digests[n]
-            before = book.begin_now(d) if book is not None and d is not None else None
+            before = book.begin_now(d) if self.reuse and book is not None and d is not None else None
             if before is False:
                 later.append(n)
             elif isinstance(before, tuple):
@@ -247,7 +247,7 @@ class UnitRuns:
             self._alone(cmd, [n for n in mine if n not in ran], ran, run_one, first, stop, write)
         except BaseException:
             for n in mine:
-                if n not in out and book is not None and digests[n] is not None:
+                if n not in out and self.reuse and book is not None and digests[n] is not None:
                     book.end(digests[n], None, None)  # type: ignore[arg-type]
             raise
         for n in mine:
@@ -288,7 +288,7 @@ class UnitRuns:
     def _ended(self, n: int, path: str, digest: str | None, r: CommandResult) -> CommandResult:
         """A unit begun here ended with ``r``: told to the book (under its record's digest too)."""
         r = r.model_copy(update={"file": path, "unit": r.unit or digest})
-        if self.book is not None and digest is not None:
+        if self.reuse and self.book is not None and digest is not None:  # (cache: false: nothing offered)
             self.book.end(digest, r, self.origin)
             if r.unit is not None and r.unit != digest:
                 self.book.also(r.unit, r, self.origin)

@@ -245,8 +245,10 @@ def test_a_data_file_the_unit_read_is_an_input_by_content(gates: Gates, pkg: Pat
 
 
 @pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
-def test_cache_false_runs_every_unit_every_time(service: Service, pkg: Path) -> None:
-    step = f"    gate:\n      - {{name: t, run: '{PYTEST}', each: [tests/test_a.py]}}\n"
+@pytest.mark.parametrize("files", [["tests/test_a.py"], ["tests/test_a.py", "tests/test_b.py"]])
+def test_cache_false_runs_every_unit_every_time(service: Service, pkg: Path, files: list[str]) -> None:
+    """(Two files run in one pytest session: that path must not look up nor offer either.)"""
+    step = f"    gate:\n      - {{name: t, run: '{PYTEST}', each: [{', '.join(files)}]}}\n"
     service.apply_plan(
         parse_plan(
             "objective: o\nmilestones:\n"
@@ -264,7 +266,7 @@ def test_cache_false_runs_every_unit_every_time(service: Service, pkg: Path) -> 
     for name, outcome in outcomes:
         service.start(name)
         assert service.done(name).passed
-        assert [c.outcome for c in service.runs(name)[-1].commands] == [outcome], name
+        assert [c.outcome for c in service.runs(name)[-1].commands] == [outcome] * len(files), name
 
 
 @pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
