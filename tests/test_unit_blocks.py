@@ -353,3 +353,25 @@ def test_tests_run_in_other_processes_leave_no_record_and_keep_import_inputs(pkg
     assert not (pkg / ".milepost" / "cache" / "units").exists()  # what ran is not all in this process: no record
     edit(pkg, "pkg/c.py", "    return x - 1\n", "    return x - 1  # c\n")
     assert g.ran() == dict.fromkeys(TESTS, "passed")  # the import-derived inputs decide: pkg.c is everyone's
+
+
+def test_a_unit_run_ahead_keeps_its_record_where_its_gate_looks(service: Service, pkg: Path) -> None:
+    """A unit a drive runs ahead of its gate records the code it ran under the
+    same key (its environment's) as the gate reads: its pass then stands for
+    the gate's state after a comment edit too."""
+    import threading
+
+    from milepost.gates.units import AheadJob
+    from milepost.service.ahead import Ahead
+
+    cmd = GateCommand(name="pytest", run=PYTEST, each=["tests/test_a.py"])
+    ahead = Ahead(service.ctx, 1, pkg / ".milepost" / "ahead-test")
+    job = AheadJob(cmd=cmd, path="tests/test_a.py", milestone="m", timeout=None)
+    digest = ahead.digest(job)
+    assert digest is not None
+    done, _ = ahead.run(job, digest, threading.Event())
+    assert done.outcome is Outcome.PASSED and done.unit is not None
+    key = unit_key(cmd, "tests/test_a.py", None, env_tag(Snapshot(pkg), cmd))
+    assert records_path(pkg, key).is_file()  # where unit_state looks for the gate
+    edit(pkg, "pkg/a.py", "    return x + 1\n", "    return x + 1  # a comment\n")
+    assert ahead.digest(job) == done.unit  # the record stands: the gate would find the pass run ahead

@@ -22,7 +22,7 @@ from pathlib import Path
 from milepost.gates.command import run_gate
 from milepost.gates.inputs import Snapshot
 from milepost.gates.outcome import CommandResult
-from milepost.gates.unit_blocks import unit_state, watched
+from milepost.gates.unit_blocks import env_tag, unit_state, watched
 from milepost.gates.units import AheadJob, unit_command
 from milepost.graph.dag import WorkGraph
 from milepost.graph.status import MilestoneStatus
@@ -78,7 +78,10 @@ class Ahead:
         }
         root = Path(self.ctx.store.root)
         one = unit_command(job.cmd, job.path)
-        watch = watched(root, job.cmd, job.path, job.timeout)  # under coverage, as its gate would run it
+        # Under coverage, as its gate would run it, its record kept under its environment's key as the gate's.
+        snap = Snapshot(root)
+        watch = watched(root, job.cmd, job.path, job.timeout, env_tag(snap, job.cmd))
+        snap.save()
         if watch is not None:
             env = watch.env({**os.environ, **env, **one.env})
             one = one.model_copy(update={"env": {}})  # (in env already: coverage's PYTHONPATH comes after it)
