@@ -42,6 +42,7 @@ from milepost.graph.status import Isolation
 from milepost.results import Claim, DoRun
 from milepost.service import Service
 from milepost.service import do_evidence as evidence
+from milepost.service.claims import interrupted_result
 from milepost.settings import load_settings
 
 __all__ = ["DoStart", "Doing", "JudgeStart", "NotStarted", "check_doers", "do_files"]
@@ -488,6 +489,23 @@ class Doing:
             claim, result, **facts, outcome=Outcome.INTERRUPTED.value, reason=why, duration=duration
         )
         evidence.record_do_run(self.service.ctx, claim, run)
+
+    def ended_without_merge(self, claim: Claim, result: GateResult, why: str, *, doer_task: bool) -> GateResult:
+        """What ``claim``'s attempt ends as when its drive ends it (``why``: it
+        stopped, it lost a part) before its merge, its doer's task
+        (``doer_task``) or its gate's having ended with ``result``: a doer's own
+        end is never the attempt's verdict (its gate never ran: nothing proven;
+        its do run says how long it ran), nor is a passed gate whose work was
+        never merged (the next attempt's gate judges the branch again, then
+        merges it); a failed gate stands."""
+        if doer_task:
+            self.interrupted(claim, result)
+        else:
+            self.forget(claim)
+        if result.outcome is Outcome.INTERRUPTED or (not doer_task and not result.passed):
+            return result
+        where = "before its gate ran" if doer_task else "after its gate passed, before its merge"
+        return interrupted_result(claim, result.started_at, reason=f"interrupted: {why} {where}")
 
     def forget(self, claim: Claim) -> None:
         """The attempt ended another way (interrupted, its gate failed)."""

@@ -720,15 +720,16 @@ class Loop:
         result = read_result(r.box, r.future, self.crashes) if ended else None
         if result is None:
             result = interrupted_result(r.claim, datetime.now(UTC), reason="interrupted: the drive stopped")
-        if self.doing is not None and r.kind is TaskKind.DO:
-            self.doing.interrupted(r.claim, result)  # (its do run says how long the doer ran)
-            if result.outcome is not Outcome.INTERRUPTED:  # its doer ended, its gate never ran: nothing proven
-                why = "interrupted: the drive stopped before its gate ran"
-                result = interrupted_result(r.claim, result.started_at, reason=why)
-        elif self.doing is not None:
-            self.doing.forget(r.claim)
-        done = self._record(r.claim, result)
+        done = self._record(r.claim, self.without_merge(r, result, "the drive stopped"))
         self.reporter.gate_finished(r.claim, done)
+
+    def without_merge(self, r: _Running, result: GateResult, why: str) -> GateResult:
+        """What an attempt ends as when the drive ends it (``why``) before its
+        merge (see :meth:`Doing.ended_without_merge`); any attempt of a
+        milestone without a doer, or a re-proof: ``result`` as it is."""
+        if self.doing is None or not r.claim.milestone.has_doer or r.claim.reproof:
+            return result
+        return self.doing.ended_without_merge(r.claim, result, why, doer_task=r.kind is TaskKind.DO)
 
 
 def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
@@ -754,6 +755,7 @@ def finish_running(loop: Loop, fault: EnvironmentProblem) -> None:
         if r is None or r.kind is TaskKind.FIX:
             continue
         result = loop._early_result(r, read_result(r.box, r.future, loop.crashes))
+        result = loop.without_merge(r, result, f"the drive ended ({fault.kind})")
         try:
             done = loop._record(r.claim, result)
         except EnvironmentProblem:

@@ -76,3 +76,19 @@ def test_a_protected_path_the_doer_committed_itself_is_refused_before_any_gate(
     assert "protected paths (tests/test_a.py)" in outcome.reason and run.outcome == "refused"
     assert "assert A == 1" in (workspace / "tests" / "test_a.py").read_text()
     assert git(workspace, "log", "--format=%s", "main").splitlines() == ["start"]  # nothing merged
+
+
+def test_an_attempt_the_drive_ends_before_its_merge_is_never_done(attempt: tuple[Doing, DoStart, Claim]) -> None:
+    """A drive that stops, or loses the store or the Prefect API, with a doer's
+    task or its gate ended: the doer's own exit 0 is no verdict, and a passed
+    gate whose work was never merged is interrupted (the next attempt's gate
+    judges the branch again, then merges it); a failed gate stands."""
+    doing, _, claim = attempt
+    now = datetime.now(UTC)
+    passed = GateResult(outcome=Outcome.PASSED, reason="exit 0", exit_code=0, started_at=now, finished_at=now)
+    failed = passed.model_copy(update={"outcome": Outcome.FAILED, "reason": "exit 1", "exit_code": 1})
+    doer = doing.ended_without_merge(claim, passed, "the drive stopped", doer_task=True)
+    assert doer.outcome is Outcome.INTERRUPTED and doer.reason.endswith("before its gate ran"), doer
+    gate = doing.ended_without_merge(claim, passed, "the drive ended (prefect_unreachable)", doer_task=False)
+    assert gate.outcome is Outcome.INTERRUPTED and "after its gate passed, before its merge" in gate.reason
+    assert doing.ended_without_merge(claim, failed, "the drive stopped", doer_task=False) == failed
