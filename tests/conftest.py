@@ -100,6 +100,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # A drive with no Prefect server up starts one per drive, as before: a test's
     # workspace must not leave a background server running for its idle time.
     os.environ.setdefault("MILEPOST_SERVER", "temporary")
+    # pytest-xdist's workers run with COLUMNS=80, and milepost's tables off a
+    # terminal honour COLUMNS (else 200 columns): without this the same test
+    # would see other tables under `-n 2` than alone. A test that is about
+    # COLUMNS sets it itself.
+    os.environ.pop("COLUMNS", None)
 
 
 @dataclass
