@@ -106,6 +106,7 @@ class _Attempt:
     started_at: datetime
     worktree: worktrees.Worktree | None = None
     run: DoRun | None = None
+    judged: str | None = None  # the commit its judge checked out: the one its merge may bring in
 
 
 @dataclass
@@ -404,10 +405,11 @@ class Doing:
         if a.worktree is None or self.repo is None:
             return None
         s = self.settings
+        a.judged = a.worktree.head()
         order = judge.JudgeOrder(
             repo_root=str(self.repo.root),
             folder=str(judge.judge_folder(a.worktree.path)),
-            commit=a.worktree.head(),
+            commit=a.judged,
             tip=self._tip(),
             protect=tuple(s.protect),
             setup=s.judge_setup or s.setup,
@@ -432,7 +434,7 @@ class Doing:
         m = claim.milestone
         crash_point("merging")  # (its gate passed, nothing merged: a driver taking over records it interrupted)
         try:
-            merged = self._merge(claim)
+            merged = self._merge(claim, a.judged)
         except git.GitError as e:
             return self._merge_failed(claim, result, f"merge of {self._branch(m)} failed: {e}", str(e))
         if merged.ok:
@@ -447,10 +449,18 @@ class Doing:
         why = f"merge conflict with {self._into()}: {merged.conflict.splitlines()[0] if merged.conflict else ''}"
         return self._merge_failed(claim, result, why.rstrip(": "), f"conflict\n{merged.conflict}")
 
-    def _merge(self, claim: Claim) -> MergeResult:
+    def _merge(self, claim: Claim, judged: str | None) -> MergeResult:
         """Merge ``claim``'s branch where the drive integrates (the workspace
-        is looked at again first: a person may have started editing it)."""
+        is looked at again first: a person may have started editing it), only
+        while it holds the commit its gate judged (``judged``): what is proven
+        is what is merged, never commits made on the branch since."""
         assert self.integration is not None and self.repo is not None and self.base is not None
+        branch = self._branch(claim.milestone)
+        if judged is not None and self.repo.tip(branch) != judged:
+            raise git.GitError(
+                f"{branch} moved after its gate judged {judged[:10]} (now {self.repo.tip(branch)[:10]}):"
+                " its new commits were never judged; the next attempt's gate judges them"
+            )
         if self._look_again(self.integration):
             assert self.folder is not None
             self.integration = integration_checkout(self.repo, self.base, self.folder, self.item)

@@ -92,3 +92,21 @@ def test_an_attempt_the_drive_ends_before_its_merge_is_never_done(attempt: tuple
     gate = doing.ended_without_merge(claim, passed, "the drive ended (prefect_unreachable)", doer_task=False)
     assert gate.outcome is Outcome.INTERRUPTED and "after its gate passed, before its merge" in gate.reason
     assert doing.ended_without_merge(claim, failed, "the drive stopped", doer_task=False) == failed
+
+
+def test_only_the_commit_its_gate_judged_is_merged(attempt: tuple[Doing, DoStart, Claim], workspace: Path) -> None:
+    """A doer process that outlives its task (or anyone) committing on the
+    branch after the judge checked it out: the merge is refused, not made of
+    unjudged commits."""
+    doing, start, claim = attempt
+    (start.cwd / "src" / "a.py").write_text("A = 2\n")
+    now = datetime.now(UTC)
+    ran = GateResult(outcome=Outcome.PASSED, reason="exit 0", exit_code=0, started_at=now, finished_at=now)
+    outcome, _ = doing.after_do(claim, ran)
+    assert outcome == start.cwd  # its change committed: its gate runs next
+    assert doing.judge_order(claim, []) is not None  # the judge takes the branch's tip
+    (start.cwd / "src" / "a.py").write_text("A = 'never judged'\n")
+    git(start.cwd, "-c", "user.name=doer", "-c", "user.email=d@d", "commit", "-qam", "after the judge")
+    merged = doing.after_gate(claim, ran)
+    assert merged.outcome is Outcome.FAILED and "moved after its gate judged" in merged.reason, merged
+    assert git(workspace, "log", "--format=%s", "main").splitlines() == ["start"]  # nothing merged
