@@ -416,6 +416,7 @@ class Doing:
             key_files=tuple(s.judge_key) or judge.DEFAULT_KEY_FILES,
             packages=tuple(packages),
             log=str(claim.log_path).removesuffix(".log") + ".judge.log",
+            setup_timeout=claim.milestone.timeout,  # (a hung set-up ends as a timed-out gate would)
         )
         return JudgeStart(order, judge.judge_env(os.environ, s.env, {}))
 
@@ -496,7 +497,13 @@ class Doing:
             why = f"interrupted: the drive stopped ({result.reason})"
         facts = {"host": host_identity()["host"], "worktree": str(a.cwd), "base_commit": a.base}
         run = evidence.do_run_of(
-            claim, result, **facts, outcome=Outcome.INTERRUPTED.value, reason=why, duration=duration
+            claim,
+            result,
+            self._usage(claim.milestone),
+            **facts,
+            outcome=Outcome.INTERRUPTED.value,
+            reason=why,
+            duration=duration,
         )
         evidence.record_do_run(self.service.ctx, claim, run)
 

@@ -353,6 +353,12 @@ class Loop:
         if isinstance(after, GateResult):
             self._end_attempt(r.claim, after)
             return
+        if self.ctx.fault is not None or not self._api_answers():
+            # (no new gate once a part is lost: its committed change waits on its branch for the next attempt)
+            self.doing.forget(r.claim)
+            why = "interrupted: its gate not started, the drive lost a part (its change waits on its branch)"
+            self._end_attempt(r.claim, interrupted_result(r.claim, datetime.now(UTC), reason=why))
+            return
         self._judge(r.claim, after)
 
     def _judge(self, claim: Claim, worktree: Path) -> None:

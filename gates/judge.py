@@ -572,6 +572,7 @@ class JudgeOrder:
     key_files: tuple[str, ...] = DEFAULT_KEY_FILES
     packages: tuple[str, ...] = ()  # what the plan's module: entries name
     log: str = ""  # the set-up's own log (attempt-N.judge.log)
+    setup_timeout: float | None = None  # seconds its set-up may take (the milestone's timeout)
 
 
 def make_judge(
@@ -586,7 +587,7 @@ def make_judge(
     it once the gate ended) and what the gate's environment adds; or the
     attempt's failure (git refused, the set-up failed, a package resolves
     outside), its reason in ``attempt_log`` too."""
-    setup = SetupSpec(order.setup, order.key_files)
+    setup = SetupSpec(order.setup, order.key_files, order.setup_timeout)
     try:
         j = open_judge(
             Path(order.repo_root), Path(order.folder), order.commit, order.tip, order.protect, setup, env,
