@@ -66,7 +66,7 @@ from milepost.gates.git import GitError, _common_dir, _git, _locked, _names, _ou
 from milepost.gates.imports import DEFAULT_ROOTS
 from milepost.gates.listing import FileIndex
 from milepost.gates.outcome import GateResult, Outcome
-from milepost.gates.pyenv import shebang
+from milepost.gates.pyenv import PYTHON_NAME, SHELL_OPERATORS, shebang
 from milepost.gates.worktrees import protected_changes
 from milepost.graph.models import MODULE_PREFIX, GateCommand
 
@@ -101,9 +101,8 @@ DEFAULT_KEY_FILES = (
 )
 _NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
-_PYTHON = re.compile(r"python(\d+(\.\d+)*)?$")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_OPERATORS = frozenset({"&&", "||", ";", "|", "&"})
+_PREFIXES = ("env", "exec", "command")  # words before a program that leave it the program
 _PROBE = """import importlib.util, json, sys
 if sys.argv[1] == "script" and sys.path and sys.path[0] in ("", "."):
     del sys.path[0]
@@ -413,14 +412,14 @@ class Interpreter:
 
 def _simple_commands(run: str) -> list[list[str]]:
     try:
-        lexer = shlex.shlex(run, posix=True, punctuation_chars="&|;")
+        lexer = shlex.shlex(run, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         words = list(lexer)
     except ValueError:
         return []
     out: list[list[str]] = [[]]
     for w in words:
-        if w in _OPERATORS:
+        if w in SHELL_OPERATORS:
             out.append([])
         else:
             out[-1].append(w)
@@ -440,8 +439,8 @@ def gate_interpreter(run: str, cwd: Path, env: Mapping[str, str]) -> Interpreter
     for words in _simple_commands(run):
         assigned: dict[str, str] = {}
         i = 0
-        while i < len(words) and (_ASSIGNMENT.match(words[i]) or words[i] == "env"):
-            if words[i] != "env":
+        while i < len(words) and (_ASSIGNMENT.match(words[i]) or words[i] in _PREFIXES):
+            if words[i] not in _PREFIXES:
                 k, _, v = words[i].partition("=")
                 assigned[k] = v
             i += 1
@@ -451,11 +450,11 @@ def gate_interpreter(run: str, cwd: Path, env: Mapping[str, str]) -> Interpreter
         program = _which(words[i], cwd, path_env)
         if program is None:
             continue
-        if _PYTHON.match(Path(words[i]).name):
+        if PYTHON_NAME.fullmatch(Path(words[i]).name):
             return Interpreter(program, False, assigned, _path_flags(words[i + 1 :]))
         named, options = shebang(str(program), path_env.get("PATH", os.defpath))
         target = Path(named) if named else None
-        if target is not None and _PYTHON.match(target.name):
+        if target is not None and PYTHON_NAME.fullmatch(target.name):
             return Interpreter(target, True, assigned, _path_flags(options))
     return None
 

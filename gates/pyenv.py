@@ -62,7 +62,7 @@ RACY_SECONDS = 2.0
 PROBE_TIMEOUT = 60.0
 # The variables that move an interpreter's sys.path (part of the probe's key).
 PATH_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE")
-_PYTHON_NAME = re.compile(r"(?:python|pypy)[0-9.]*(?:[dmt]*)(?:\.exe)?")
+PYTHON_NAME = re.compile(r"(?:python|pypy)[0-9.]*(?:[dmt]*)(?:\.exe)?")  # fullmatch a file name
 _ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=.*", re.S)
 _PROBE = (
     "import json, os, site, sys\n"
@@ -117,17 +117,17 @@ def interpreter_of(name: str, root: Path, path_env: str | None) -> tuple[str | N
         if found is None:
             return None, f"{name}: not found on PATH"
         where = found
-    if _PYTHON_NAME.fullmatch(os.path.basename(where)):
+    if PYTHON_NAME.fullmatch(os.path.basename(where)):
         return where, ""
     target = shebang(where, path_env)[0]
-    if target is None or not _PYTHON_NAME.fullmatch(os.path.basename(target)):
+    if target is None or not PYTHON_NAME.fullmatch(os.path.basename(target)):
         return None, f"{name}: neither a Python interpreter nor a script whose shebang names one"
     if not os.path.isfile(target):
         return None, f"{name}: its interpreter {target} does not exist"
     return target, ""
 
 
-_OPERATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&"})
+SHELL_OPERATORS = frozenset({"&&", "||", ";", "|", "&", "(", ")", ";;", "|&"})  # what ends a simple command
 
 
 def _programs(run: str) -> list[str]:
@@ -143,7 +143,7 @@ def _programs(run: str) -> list[str]:
     out: list[str] = []
     start = True
     for w in words:
-        if w in _OPERATORS:
+        if w in SHELL_OPERATORS:
             start = True
             continue
         if set(w) <= set("&|;()<>"):
@@ -180,7 +180,7 @@ def _entry(prog: str, cwd: str | None, root: Path, path_env: str | None) -> str 
             inside = os.path.relpath(prog, root)
             if not inside.startswith(".."):
                 prog = inside if "/" in inside else f"./{inside}"
-    if _PYTHON_NAME.fullmatch(os.path.basename(prog)):
+    if PYTHON_NAME.fullmatch(os.path.basename(prog)):
         return ENV_PREFIX + prog
     found, _ = interpreter_of(prog, root, path_env)
     return ENV_PREFIX + prog if found is not None else None

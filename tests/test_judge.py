@@ -66,6 +66,14 @@ def test_a_gates_python_is_its_program_or_its_scripts_shebang(tmp_path: Path) ->
     assert J.gate_interpreter("./run.sh", tmp_path, env) is None
     assert J.gate_interpreter("test -f src/a.py && make test", tmp_path, env) is None
     assert J.gate_interpreter("'unclosed", tmp_path, env) is None
+    # the same words as the env: entries' rule (gates/pyenv.py): exec/command prefixes, subshells, pypy
+    for run in ("exec python3 -m pytest", "command python3 -m pytest", "(cd sub && python3 -m pytest)"):
+        found = J.gate_interpreter(run, tmp_path, env)
+        assert found is not None and found.python.name.startswith("python3") and not found.script, run
+    (tmp_path / "bin" / "pypy3").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "pypy3").chmod(0o755)
+    pypy = J.gate_interpreter("pypy3 -m pytest", tmp_path, env)
+    assert pypy is not None and pypy.python == tmp_path / "bin" / "pypy3"
     # pip's trampoline for a python whose path is too long for a shebang line (127 bytes)
     long = tmp_path / "bin" / "long-pytest"
     long.write_text(f"#!/bin/sh\n'''exec' '{sys.executable}' \"$0\" \"$@\"\n' '''\nprint('hi')\n")
