@@ -627,6 +627,9 @@ class Loop:
         if into is None or into.path.resolve() == Path(root).resolve():
             return
         self.session.work_in(into.path)
+        if into.path.resolve() == Path(self.ctx.service.store.root).resolve():  # (back in the workspace)
+            self.reporter.warning(f"the workspace is clean on {into.base}: doers merge, and gates run, in it again")
+            return
         if into.aside:
             said = (
                 f"{into.why}: doers merge into {into.branch}, and gates run, in {into.path} (never in your"
