@@ -271,6 +271,9 @@ def _run_drive(
     early: EarlyStart | None,
     reporter: Reporter,
 ) -> DriveSummary:
+    from milepost.cli._interrupts import import_keeping_interrupts
+
+    import_keeping_interrupts("milepost.flows.drive")  # (and so Prefect, a Ctrl-C during it kept)
     from milepost.flows.drive import run_drive
 
     return run_drive(
