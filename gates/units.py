@@ -22,8 +22,13 @@ runs and is never shared.
 
 **Ahead.** With two or more workers, a drive gives its book the units of
 the milestones it has yet to run (:meth:`UnitBook.ahead`): while a worker
-is idle and no gate's unit waits for one, the book runs the next of them,
-one at a time, ahead of its gate. A pass is kept for the first gate that
+is idle and no gate's unit waits for one, the book runs the next of them
+ahead of its gate. Units that can share one process (the drive's
+``together`` says which: pytest on ``.py`` files with the same step and
+timeout) run as one batch of up to :data:`AHEAD_BATCH`, split over the
+workers idle at that moment, each part one run (one pytest session): a
+first drive pays pytest's start-up, coverage's and the package's import a
+few times, not once per milestone. A pass is kept for the first gate that
 asks for that unit in the same state, which takes it as its own run (its
 output goes into that attempt's log; later gates find it cached from that
 attempt). A run ahead that fails or is interrupted is dropped: the gate
@@ -38,7 +43,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -49,9 +54,21 @@ from milepost.gates.pyenv import gate_entries
 from milepost.gates.unit_locks import UnitLocks
 from milepost.graph.models import GateCommand
 
-__all__ = ["Adopted", "AheadJob", "UnitBook", "unit_command", "unit_digest", "unit_env_inputs"]
+__all__ = [
+    "AHEAD_BATCH",
+    "Adopted",
+    "AheadJob",
+    "AheadRun",
+    "Together",
+    "UnitBook",
+    "unit_command",
+    "unit_digest",
+    "unit_env_inputs",
+]
 
 FORMAT = "milepost-unit-1"
+
+AHEAD_BATCH = 32  # units run ahead in one run at most: a gate waiting on one of them waits for the whole run
 
 
 def unit_command(cmd: GateCommand, path: str) -> GateCommand:
@@ -94,6 +111,7 @@ class _Slot:
     origin: CachedFrom | None = None
     ahead: bool = False  # a pass run ahead, not yet taken by a gate
     ahead_log: Path | None = None  # its output
+    claimed: str | None = None  # the digest it was run ahead under, when its record's differs (a second key)
 
 
 @dataclass(frozen=True)
@@ -114,8 +132,13 @@ class Adopted:
     log: Path | None
 
 
-# How a drive runs a unit ahead: (job, digest, stop) -> its result and its log file.
-AheadRun = Callable[[AheadJob, str, threading.Event], tuple[CommandResult, Path | None]]
+# How a drive runs units ahead, in one run: (jobs, their digests, stop) -> each one's result (None: the run said
+# nothing of it) and its log file.
+AheadRun = Callable[
+    [Sequence[AheadJob], Sequence[str], threading.Event], Sequence[tuple[CommandResult | None, Path | None]]
+]
+# Which units run ahead may share one run: units with the same key do; None: it runs alone.
+Together = Callable[[AheadJob], Hashable | None]
 
 
 class UnitBook:
@@ -249,14 +272,16 @@ class UnitBook:
             if slot is None:
                 return
             if result is None or origin is None or result.outcome not in (Outcome.PASSED, Outcome.FAILED):
-                del self._slots[digest]  # nothing another gate may take (interrupted, or no origin to name)
+                for key in [k for k, v in self._slots.items() if v is slot]:  # (its second key too)
+                    del self._slots[key]  # nothing another gate may take (interrupted, or no origin to name)
             else:
                 slot.result, slot.origin = result, origin
                 self.ran += 1
         if self.shared is not None:
-            if result is not None and origin is not None and result.outcome is Outcome.PASSED:
-                self.shared.keep(digest, origin)
-            self.shared.release(digest)
+            for d in {digest, slot.claimed or digest}:  # (run ahead under another digest: that lock too)
+                if result is not None and origin is not None and result.outcome is Outcome.PASSED:
+                    self.shared.keep(d, origin)
+                self.shared.release(d)
         slot.done.set()
 
     def also(self, digest: str, result: CommandResult, origin: CachedFrom | None) -> None:
@@ -275,17 +300,24 @@ class UnitBook:
 
     @contextlib.contextmanager
     def ahead(
-        self, jobs: Sequence[AheadJob], digest: Callable[[AheadJob], str | None], run: AheadRun
+        self,
+        jobs: Sequence[AheadJob],
+        digest: Callable[[AheadJob], str | None],
+        run: AheadRun,
+        together: Together | None = None,
     ) -> Iterator[None]:
         """While the block runs, run ``jobs`` in order whenever a worker is idle
-        (see the module's doc); at its end, stop (a unit running ahead is
+        (see the module's doc); at its end, stop (units running ahead are
         stopped and dropped)."""
         if self.workers < 2 or not jobs:
             yield
             return
         stop = threading.Event()
         thread = threading.Thread(
-            target=self._ahead, args=(list(jobs), digest, run, stop), name="milepost-units-ahead", daemon=True
+            target=self._ahead,
+            args=(list(jobs), digest, run, together or (lambda job: None), stop),
+            name="milepost-units-ahead",
+            daemon=True,
         )
         thread.start()
         try:
@@ -297,21 +329,52 @@ class UnitBook:
             thread.join(timeout=5)
 
     def _ahead(
-        self, jobs: list[AheadJob], digest: Callable[[AheadJob], str | None], run: AheadRun, stop: threading.Event
+        self,
+        jobs: list[AheadJob],
+        digest: Callable[[AheadJob], str | None],
+        run: AheadRun,
+        together: Together,
+        stop: threading.Event,
     ) -> None:
-        for job in jobs:
+        while jobs:
             with self._idle:  # a worker idle and no gate's unit waiting for one
                 while not stop.is_set() and (self._queued or self._busy >= self.workers):
                     self._idle.wait(0.5)
+                idle = self.workers - self._busy
             if stop.is_set():
                 return
+            batch = self._batch(jobs, digest, together)
+            if batch:
+                parts = [batch[k::idle] for k in range(min(idle, len(batch)))]
+                runs = [threading.Thread(target=self._run_ahead, args=(part, run, stop), daemon=True) for part in parts]
+                for t in runs:
+                    t.start()
+                for t in runs:
+                    t.join()
+
+    def _batch(
+        self, jobs: list[AheadJob], digest: Callable[[AheadJob], str | None], together: Together
+    ) -> list[tuple[AheadJob, str]]:
+        """The next units to run ahead, claimed (taken off ``jobs``): the first free one, and with it
+        the free ones that may share its run, up to :data:`AHEAD_BATCH`."""
+        batch: list[tuple[AheadJob, str]] = []
+        key: Hashable | None = None
+        rest: list[AheadJob] = []
+        for job in jobs:
+            if batch and (key is None or len(batch) >= AHEAD_BATCH or together(job) != key):
+                rest.append(job)
+                continue
             try:
                 d = digest(job)
                 if d is None or not self._claim_ahead(d):
                     continue
             except Exception:  # its inputs could not be read: its gate will say so
                 continue
-            self._run_ahead(job, d, run, stop)
+            if not batch:
+                key = together(job)
+            batch.append((job, d))
+        jobs[:] = rest
+        return batch
 
     def _claim_ahead(self, digest: str) -> bool:
         """Whether ``digest`` is free to run ahead (nobody ran or runs it, the store has no pass)."""
@@ -336,28 +399,37 @@ class UnitBook:
             return False
         return True
 
-    def _run_ahead(self, job: AheadJob, digest: str, run: AheadRun, stop: threading.Event) -> None:
-        result: CommandResult | None = None
-        log: Path | None = None
+    def _run_ahead(self, part: list[tuple[AheadJob, str]], run: AheadRun, stop: threading.Event) -> None:
+        """One run of ``part`` in a worker; each pass is kept for its gate, the rest dropped."""
+        found: Sequence[tuple[CommandResult | None, Path | None]] = []
         sem = self.slots
         sem.acquire()
         self._took()
         try:
-            result, log = run(job, digest, stop)
+            found = run([job for job, _ in part], [d for _, d in part], stop)
         except Exception:
-            result = None
+            found = []
         finally:
             self._freed(sem)
-            with self._lock:
-                slot = self._slots[digest]
-                self.ran_ahead += 1
-                if result is not None and result.outcome is Outcome.PASSED:
-                    slot.result, slot.ahead, slot.ahead_log = result, True, log
-                else:  # dropped: the gate runs it itself
-                    del self._slots[digest]
-            if self.shared is not None and (result is None or result.outcome is not Outcome.PASSED):
-                self.shared.release(digest)  # (a pass keeps it until its gate takes it: end())
-            slot.done.set()
+            for n, (_, d) in enumerate(part):
+                result, log = found[n] if n < len(found) else (None, None)
+                self._ran_ahead(d, result, log)
+
+    def _ran_ahead(self, digest: str, result: CommandResult | None, log: Path | None) -> None:
+        with self._lock:
+            slot = self._slots[digest]
+            self.ran_ahead += 1
+            if result is not None and result.outcome is Outcome.PASSED:
+                slot.result, slot.ahead, slot.ahead_log = result, True, log
+                if result.unit is not None and result.unit != digest and result.unit not in self._slots:
+                    # It ran under coverage: its gate asks under its record's digest now (gates/unit_blocks.py).
+                    slot.claimed = digest
+                    self._slots[result.unit] = slot
+            else:  # dropped: the gate runs it itself
+                del self._slots[digest]
+        if self.shared is not None and (result is None or result.outcome is not Outcome.PASSED):
+            self.shared.release(digest)  # (a pass keeps it until its gate takes it: end())
+        slot.done.set()
 
 
 def _passed() -> CommandResult:

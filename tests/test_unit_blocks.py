@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -369,9 +370,68 @@ def test_a_unit_run_ahead_keeps_its_record_where_its_gate_looks(service: Service
     job = AheadJob(cmd=cmd, path="tests/test_a.py", milestone="m", timeout=None)
     digest = ahead.digest(job)
     assert digest is not None
-    done, _ = ahead.run(job, digest, threading.Event())
+    [(done, _)] = ahead.run([job], [digest], threading.Event())
+    assert done is not None
     assert done.outcome is Outcome.PASSED and done.unit is not None
     key = unit_key(cmd, "tests/test_a.py", None, env_tag(Snapshot(pkg), cmd))
     assert records_path(pkg, key).is_file()  # where unit_state looks for the gate
     edit(pkg, "pkg/a.py", "    return x + 1\n", "    return x + 1  # a comment\n")
     assert ahead.digest(job) == done.unit  # the record stands: the gate would find the pass run ahead
+
+
+SESSIONS = """\
+import os
+
+
+def pytest_sessionstart(session):
+    with open(os.environ["SESSIONS_LEDGER"], "a") as f:
+        f.write(" ".join(session.config.args) + "\\n")
+"""
+
+
+def test_units_run_ahead_together_share_one_pytest_session_and_each_gate_takes_its_own(
+    service: Service, pkg: Path, tmp_path: Path
+) -> None:
+    """Units of several milestones' gates, run ahead while a worker is idle, run
+    in one pytest session (one start-up, one import of the package), each
+    file still its own unit: each gate takes its pass, a failing file is
+    dropped and its gate runs it again, and each record stands for its gate."""
+    from milepost.gates.units import AheadJob
+    from milepost.service.ahead import Ahead
+
+    sessions = tmp_path / "sessions"
+    write(
+        pkg,
+        {"conftest.py": SESSIONS, "tests/test_c.py": "from pkg import fc\n\n\ndef test_fc():\n    assert fc(1) == 5\n"},
+    )
+    env = {"SESSIONS_LEDGER": str(sessions)}
+    files = [*TESTS, "tests/test_c.py"]
+    cmds = {f: GateCommand(name="pytest", run=PYTEST, each=[f], env=env) for f in files}
+    ahead = Ahead(service.ctx, 1, pkg / ".milepost" / "ahead-test")
+    jobs = [AheadJob(cmd=cmds[f], path=f, milestone=f"m{n}", timeout=None) for n, f in enumerate(files)]
+    assert len({Ahead.together(j) for j in jobs}) == 1  # one step, one timeout: they may share a run
+    book = UnitBook(workers=2)
+    # One worker busy (a gate's unit): the other is the one idle.
+    with book.worker(), book.ahead(jobs, ahead.digest, ahead.run, ahead.together):
+        deadline = time.monotonic() + 120
+        while book.ran_ahead < len(files) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert book.ran_ahead == len(files)
+        ran = sessions.read_text().splitlines()
+        assert len(ran) == 1 and sorted(ran[0].split()) == sorted(files)  # one session for all four
+        got = {}
+        for n, f in enumerate(files):
+            origin = CachedFrom(item=1, milestone=f"m{n}", attempt=1)
+            r = run_gate([cmds[f]], tmp_path / f"{n}.log", default_cwd=pkg, units=book, origin=origin)
+            got[f] = r.commands[0]
+    for f in TESTS:
+        assert got[f].outcome is Outcome.PASSED and "ran ahead of its gate" in got[f].reason, got[f]
+        assert "one pytest session of 4 test files" in got[f].reason
+    assert got["tests/test_c.py"].outcome is Outcome.FAILED and "ran ahead" not in got["tests/test_c.py"].reason
+    assert len(sessions.read_text().splitlines()) == 2  # the failing file alone, by its own gate
+    log = (tmp_path / "0.log").read_text()
+    assert "ran in one pytest session of 4 test files" in log and "ran ahead of this gate" in log
+    assert not list((pkg / ".milepost" / "ahead-test").glob("*session*"))  # the session's own log: gone
+    edit(pkg, "pkg/a.py", "    return x + 1\n", "    return x + 1  # a comment\n")
+    for n, f in enumerate(TESTS):  # each record, kept per file, stands for its gate after a comment
+        assert ahead.digest(jobs[n]) == got[f].unit

@@ -414,3 +414,89 @@ def test_a_drives_jobs_are_its_milestones_yet_to_run_with_their_cache_on(
         ("all", "tests/test_cart.py"),
         ("all", "tests/test_prices.py"),
     ]
+
+
+class Recorded:
+    """An ``AheadRun`` that records the runs it was given (the book's scheduling, not a command: the real
+    session is tests/test_unit_blocks.py's); each unit passes, under a record digest of its own when
+    ``records``, unless its path says fail."""
+
+    def __init__(self, records: bool = False) -> None:
+        self.runs: list[list[str]] = []
+        self.lock = threading.Lock()
+        self.records = records
+
+    def __call__(self, jobs, digests, stop):  # type: ignore[no-untyped-def]
+        from milepost.gates.outcome import CommandResult
+
+        with self.lock:
+            self.runs.append([j.path for j in jobs])
+        return [
+            (
+                CommandResult(
+                    name="t",
+                    run=j.path,
+                    outcome=Outcome.FAILED if "fail" in j.path else Outcome.PASSED,
+                    reason="exit 0",
+                    unit=("r" + d[1:]) if self.records else d,
+                ),
+                None,
+            )
+            for j, d in zip(jobs, digests, strict=True)
+        ]
+
+
+def batch_jobs(*paths: str) -> list[AheadJob]:
+    cmd = GateCommand(name="t", run="pytest {file}", each=list(paths))
+    return [AheadJob(cmd=cmd, path=p, milestone=f"m{n}", timeout=None) for n, p in enumerate(paths)]
+
+
+def run_ahead_until(book: UnitBook, jobs: list[AheadJob], run: Recorded, n: int, together=None) -> None:  # type: ignore[no-untyped-def]
+    digest = lambda j: j.path.ljust(64, "x")  # noqa: E731
+    with book.ahead(jobs, digest, run, together or (lambda j: "py" if j.path.endswith(".py") else None)):
+        deadline = time.monotonic() + 30
+        while book.ran_ahead < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert book.ran_ahead == n
+
+
+def test_units_that_may_share_a_run_run_ahead_together_split_over_the_idle_workers() -> None:
+    from milepost.gates.units import AHEAD_BATCH
+
+    files = [f"t{n}.py" for n in range(5)]
+    run = Recorded()
+    book = UnitBook(workers=2)
+    with book.worker():  # one worker busy: one run of all five
+        run_ahead_until(book, batch_jobs(*files), run, 5)
+    assert run.runs == [files]
+    run = Recorded()
+    run_ahead_until(UnitBook(workers=2), batch_jobs(*files), run, 5)  # both idle: two runs side by side
+    assert sorted(map(sorted, run.runs)) == [["t0.py", "t2.py", "t4.py"], ["t1.py", "t3.py"]]
+    run = Recorded()
+    book = UnitBook(workers=2)
+    with book.worker():
+        run_ahead_until(book, batch_jobs("a.py", "data.csv", "b.py"), run, 3)
+    assert run.runs == [["a.py", "b.py"], ["data.csv"]]  # one that may not share a run runs alone
+    many = [f"t{n}.py" for n in range(AHEAD_BATCH + 3)]
+    run = Recorded()
+    book = UnitBook(workers=2)
+    with book.worker():
+        run_ahead_until(book, batch_jobs(*many), run, len(many))
+    assert [len(r) for r in run.runs] == [AHEAD_BATCH, 3]  # at most AHEAD_BATCH in one run
+
+
+def test_a_pass_run_ahead_is_found_under_its_record_digest_and_a_failure_is_dropped() -> None:
+    run = Recorded(records=True)
+    book = UnitBook(workers=2)
+    with book.worker():
+        run_ahead_until(book, batch_jobs("a.py", "fail.py"), run, 2)
+    a, fail = "a.py".ljust(64, "x"), "fail.py".ljust(64, "x")
+    assert book.begin(fail) is None  # dropped: its gate runs it
+    book.end(fail, None, None)
+    adopted = book.begin("r" + a[1:])  # the gate computes its digest from the record the run left
+    assert adopted.__class__.__name__ == "Adopted"
+    book.end("r" + a[1:], None, None)  # that gate was interrupted: the unit is nobody's
+    done = threading.Event()
+    asked: list[object] = []
+    threading.Thread(target=lambda: (asked.append(book.begin(a)), done.set()), daemon=True).start()
+    assert done.wait(5) and asked == [None]  # under its first digest too: run it (no waiting for ever)

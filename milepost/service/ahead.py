@@ -10,19 +10,28 @@ process's gate supervisor, in the workspace root, with the milestone's
 ``MILEPOST_ITEM``, ``MILEPOST_MILESTONE`` and ``MILEPOST_WORKSPACE`` (no
 ``MILEPOST_ATTEMPT``: no attempt has begun), its log in the drive's folder
 ``.milepost/ahead/<store id>/<owner>/`` until a gate takes it (or the drive ends).
+Units of pytest on ``.py`` files with the same step and timeout run
+together (:meth:`Ahead.together`), as one pytest session
+(:mod:`milepost.gates.unit_session`), whatever milestones they are for: a
+unit's result does not depend on the milestone whose gate runs it, so such a
+session has no ``MILEPOST_MILESTONE`` when its units are of several. Each
+unit's log is the session's output, with a line saying so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 from milepost.gates.command import run_gate
 from milepost.gates.inputs import Snapshot
 from milepost.gates.outcome import CommandResult
-from milepost.gates.unit_blocks import env_tag, unit_state, watched
+from milepost.gates.unit_blocks import coverable, env_tag, unit_state, watched
+from milepost.gates.unit_session import Session
 from milepost.gates.units import AheadJob, unit_command
 from milepost.graph.dag import WorkGraph
 from milepost.graph.status import MilestoneStatus
@@ -68,14 +77,31 @@ class Ahead:
         finally:
             snap.save()
 
-    def run(self, job: AheadJob, digest: str, stop: threading.Event) -> tuple[CommandResult, Path | None]:
+    @staticmethod
+    def together(job: AheadJob) -> Hashable | None:
+        """Units with the same key may run ahead in one pytest session; None: alone."""
+        if not coverable(job.cmd, job.path):
+            return None
+        return (job.cmd.model_dump_json(exclude={"each"}), job.timeout)
+
+    def run(
+        self, jobs: Sequence[AheadJob], digests: Sequence[str], stop: threading.Event
+    ) -> list[tuple[CommandResult | None, Path | None]]:
+        """``jobs`` run ahead in one run: one command, or several pytest units in one session."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        if len(jobs) == 1:
+            return [self._one(jobs[0], digests[0], stop)]
+        return self._session(jobs, digests, stop)
+
+    def _env(self, jobs: Sequence[AheadJob]) -> dict[str, str]:
+        env = {"MILEPOST_ITEM": str(self.item), "MILEPOST_WORKSPACE": str(self.ctx.store.root)}
+        if len({job.milestone for job in jobs}) == 1:
+            env["MILEPOST_MILESTONE"] = jobs[0].milestone
+        return env
+
+    def _one(self, job: AheadJob, digest: str, stop: threading.Event) -> tuple[CommandResult, Path | None]:
         log = self.folder / f"{digest[:16]}.log"
-        env = {
-            "MILEPOST_ITEM": str(self.item),
-            "MILEPOST_MILESTONE": job.milestone,
-            "MILEPOST_WORKSPACE": str(self.ctx.store.root),
-        }
+        env = self._env([job])
         root = Path(self.ctx.store.root)
         one = unit_command(job.cmd, job.path)
         # Under coverage, as its gate would run it, its record kept under its environment's key as the gate's.
@@ -89,6 +115,38 @@ class Ahead:
         done = result.commands[0]
         return (watch.finish(done) if watch is not None else done), log
 
+    def _session(
+        self, jobs: Sequence[AheadJob], digests: Sequence[str], stop: threading.Event
+    ) -> list[tuple[CommandResult | None, Path | None]]:
+        root = Path(self.ctx.store.root)
+        snap = Snapshot(root)
+        tag = env_tag(snap, jobs[0].cmd)
+        snap.save()
+        session = Session(root, jobs[0].cmd, [job.path for job in jobs], jobs[0].timeout, tag)
+        log = self.folder / f"{digests[0][:16]}-session.log"
+        env = session.env({**os.environ, **self._env(jobs)})
+        result = run_gate(
+            [session.command()], log, default_cwd=root, env=env, default_timeout=session.timeout(), stop=stop
+        )
+        found = session.results(result.commands[0])
+        out: list[tuple[CommandResult | None, Path | None]] = []
+        for job, digest in zip(jobs, digests, strict=True):
+            r = found.get(job.path)
+            own = self.folder / f"{digest[:16]}.log"
+            if r is not None:
+                _session_log(log, own, job.path, len(jobs))
+            out.append((r, own if r is not None else None))
+        log.unlink(missing_ok=True)
+        return out
+
     def clear(self) -> None:
         """The logs of units run ahead that no gate took."""
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _session_log(session: Path, own: Path, path: str, n: int) -> None:
+    """A unit's log when it ran ahead in a session: a line saying so, then the session's output."""
+    with open(own, "wb") as out:
+        out.write(f"milepost: {path} ran in one pytest session of {n} test files; its output:\n".encode())
+        with contextlib.suppress(OSError), open(session, "rb") as f:
+            shutil.copyfileobj(f, out)

@@ -254,7 +254,7 @@ class DriveSession:
 
         ahead = Ahead(self.ctx, self.item, self.ctx.store.evidence_dir("ahead") / self.owner.replace(":", "-"))
         try:
-            with self.units.ahead(Ahead.jobs(self.graph, self.scope), ahead.digest, ahead.run):
+            with self.units.ahead(Ahead.jobs(self.graph, self.scope), ahead.digest, ahead.run, ahead.together):
                 yield
         finally:
             ahead.clear()
