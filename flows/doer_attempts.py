@@ -326,6 +326,8 @@ class Doing:
                 outcome = _failure(claim, refusal)
         elif result.reason.removeprefix("do: ").startswith("budget:"):  # stopped past its budget (BudgetWatch)
             outcome = _failure(claim, result.reason.removeprefix("do: "), result)
+        elif run.reason.startswith("budget:"):  # it stopped itself at its own cap (--max-budget-usd)
+            outcome = _failure(claim, run.reason, result)
         else:
             outcome = _failure(claim, f"do {result.reason}", result)
         a.run = run

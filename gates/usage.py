@@ -60,12 +60,13 @@ class Cost:
     session: str | None = None
     form: str | None = None
     problem: str | None = None  # unread or left out: said in the do run, not counted
+    stopped: str | None = None  # the agent stopped itself at its own cap ("budget": --max-budget-usd), or None
 
     def noting(self, problem: str | None) -> Cost:
         if not problem:
             return self
         both = f"{self.problem}; {problem}" if self.problem else problem
-        return Cost(self.usd, self.tokens, self.session, self.form, both)
+        return Cost(self.usd, self.tokens, self.session, self.form, both, self.stopped)
 
 
 def _number(value: object) -> float | None:
@@ -118,6 +119,7 @@ class UsageReader:
     claude_seen: bool = False
     claude_results: int = 0
     claude_session: str | None = None
+    claude_stopped: str | None = None  # the last result's cap, when it ended on one ("budget")
     codex_seen: bool = False
     codex_tokens: int | None = None
     codex_session: str | None = None
@@ -172,6 +174,7 @@ class UsageReader:
     def _claude_result(self, obj: dict[str, Any]) -> None:
         self.claude_seen = True
         self.claude_results += 1
+        self.claude_stopped = "budget" if obj.get("subtype") == "error_max_budget_usd" else None
         session = _session(obj.get("session_id"))
         if session is not None:
             self.claude_session = session
@@ -224,7 +227,7 @@ class UsageReader:
                 notes = _join(notes, "no Claude Code report in its output (claude -p --output-format json)")
             elif self.claude_results == 0:
                 notes = _join(notes, "no Claude Code result in its output (it ended before its result line)")
-            return Cost(self.claude_usd, self.claude_tokens, self.claude_session, CLAUDE, notes)
+            return Cost(self.claude_usd, self.claude_tokens, self.claude_session, CLAUDE, notes, self.claude_stopped)
         if not self.codex_seen:
             notes = _join(notes, "no Codex events in its output (codex exec --json)")
         return Cost(None, self.codex_tokens, self.codex_session, CODEX, notes)

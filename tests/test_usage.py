@@ -327,3 +327,13 @@ def test_a_do_runs_line_names_its_cost_tokens_session_and_an_unread_report() -> 
     )
     unread = run.model_copy(update={"cost_usd": None, "tokens": None, "session": None, "usage_warning": "no report"})
     assert do_outcome(unread).endswith("(1.50 s, usage not read: no report)")
+
+
+def test_a_claude_result_at_its_own_cap_says_budget_and_a_later_success_does_not() -> None:
+    capped = {"type": "result", "subtype": "error_max_budget_usd", "is_error": True, "total_cost_usd": 0.5}
+    r = UsageReader()
+    r.line(json.dumps(capped))
+    assert r.cost("claude-json").stopped == "budget" and r.cost("claude-json").usd == 0.5
+    r.line(json.dumps({**capped, "subtype": "success", "is_error": False, "total_cost_usd": 0.6}))
+    assert r.cost("claude-json").stopped is None  # the last result decides (a resumed run went on)
+    assert r.cost("codex-json").stopped is None

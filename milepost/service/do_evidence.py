@@ -16,7 +16,7 @@ from milepost._schema import DO_RUNS, MILESTONES
 from milepost.errors import NotFoundError
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.outcome import GateResult
-from milepost.gates.usage import read_usage
+from milepost.gates.usage import Cost, read_usage
 from milepost.results import Claim, DoRun
 from milepost.retry import retried
 from milepost.service._find import milestone_pk, of_attempt, resolve
@@ -64,7 +64,7 @@ def do_run_of(claim: Claim, result: GateResult, usage: str | None = None, **fact
         "milestone": claim.milestone.name,
         "attempt": claim.attempt,
         "outcome": result.outcome.value,
-        "reason": result.reason,
+        "reason": _stopped_at_cap(result, cost) or result.reason,
         "exit_code": result.exit_code,
         "duration": result.duration,
         "tail": result.tail,
@@ -78,6 +78,14 @@ def do_run_of(claim: Claim, result: GateResult, usage: str | None = None, **fact
         "finished_at": result.finished_at,
     }
     return DoRun(**{**fields, **facts})
+
+
+def _stopped_at_cap(result: GateResult, cost: Cost) -> str | None:
+    """Why a doer that stopped itself at its own spending cap failed, in the words of a budget stop."""
+    if result.passed or cost.stopped != "budget":
+        return None
+    spent = f": ${cost.usd:.2f} spent" if cost.usd is not None else ""
+    return f"budget: its doer stopped at its own spending cap (Claude Code's error_max_budget_usd){spent}"
 
 
 def record_do_run(ctx: Context, claim: Claim, run: DoRun) -> None:

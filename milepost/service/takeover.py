@@ -244,6 +244,15 @@ def _as_merged(claim: Claim, result: GateResult, merged: str | None) -> GateResu
     return result
 
 
+def _item_usage(ctx: Context, item: int) -> str | None:
+    """The form of the item's doers' usage reports (its ``doer.usage``), as its drive reads them."""
+    with contextlib.suppress(Exception), ctx.store.read() as conn:  # (unknown: found by looking, as unnamed)
+        doer = conn.execute(select(ITEMS.c.doer).where(ITEMS.c.id == item)).scalar_one_or_none()
+        usage = (doer or {}).get("usage") if isinstance(doer, dict) else None
+        return usage if isinstance(usage, str) else None
+    return None
+
+
 def _killed_doer(ctx: Context, claim: Claim, result: GateResult, merged: str | None) -> None:
     """A doer that died with its driver (its log is there, its do run is
     not): its do run recorded interrupted, with how long it ran and what it
@@ -253,9 +262,8 @@ def _killed_doer(ctx: Context, claim: Claim, result: GateResult, merged: str | N
     if not claim.milestone.has_doer or not files.log.exists():
         return
     # (nothing of the doer's own end is known but its time: not its exit or its output)
-    # (its own form when named; else found in its output, the item's form being out of reach here)
     ended = {"outcome": Outcome.INTERRUPTED.value, "exit_code": None, "duration": files.ran_for()}
-    run = do_run_of(claim, result, claim.milestone.do_usage, host=result.host, **ended)
+    run = do_run_of(claim, result, claim.milestone.do_usage or _item_usage(ctx, claim.item), host=result.host, **ended)
     record_do_run(ctx, claim, run)
     if merged is not None:
         set_merge_commit(ctx, claim, merged)

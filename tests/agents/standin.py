@@ -18,7 +18,9 @@ edit and print their usage report in the form each agent documents.
 ``milestone``) to a step: ``write`` {path: text}, ``usd``, ``tokens``
 {input, output, cache_read, cache_creation}, ``session`` (a new session's
 id), ``stream`` [usd, ...], ``gap``, ``sleep`` (seconds after the report),
-``raw`` (printed instead of the report), ``exit``. Each run appends its
+``raw`` (printed instead of the report), ``exit``, ``capped`` (Claude Code
+past its ``--max-budget-usd``: its result says ``error_max_budget_usd``, and
+it exits 1). Each run appends its
 argv, pid and MILEPOST_ variables to ``STANDIN_RECORD`` (JSON lines).
 """
 
@@ -73,11 +75,13 @@ def claude(argv: list[str], key: str, step: dict[str, Any]) -> None:
         "output_tokens": t["output"],
     }
 
+    capped = bool(step.get("capped"))
+
     def result(usd: object) -> dict[str, Any]:
         return {
             "type": "result",
-            "subtype": "success",
-            "is_error": False,
+            "subtype": "error_max_budget_usd" if capped else "success",
+            "is_error": capped,
             "duration_ms": 2310,
             "duration_api_ms": 2100,
             "num_turns": 4,
@@ -158,7 +162,7 @@ def main(agent: str) -> int:
     _record(agent, key, argv)
     {"claude": claude, "codex": codex, "aider": aider}[agent](argv, key, step)
     time.sleep(step.get("sleep", 0.0))
-    return int(step.get("exit", 0))
+    return int(step.get("exit", 1 if step.get("capped") else 0))
 
 
 def install(bin_dir: Path) -> Path:

@@ -161,6 +161,30 @@ milestones:
     assert session_of(service.ctx, a_pk) is None
 
 
+def test_claude_code_stopped_at_its_own_cap_fails_with_the_reason_budget(
+    prefect_api: str, service: Service, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipe caps Claude Code with ``--max-budget-usd``; a Claude Code that
+    stops there (``error_max_budget_usd``, exit 1) is a budget stop, said as
+    such, not a plain ``do exit 1``."""
+    repo(workspace)
+    agents = Agents(tmp_path, monkeypatch, {"a": {"write": {"src/a.py": "A = 1\n"}, "usd": 0.52, "capped": True}})
+    item = apply(
+        service,
+        f"""objective: a capped doer
+milestones:
+  - {{name: a, retries: 1, do_budget_usd: 0.5, do: {recipe("Claude Code")}, gate: 'true'}}
+""",
+    )
+    assert not run_drive(service, item).ok
+    assert agents.seen()["a#1"]["argv"][agents.seen()["a#1"]["argv"].index("--max-budget-usd") + 1] == "0.5000"
+    (run,) = do_runs(service.ctx, "a", item)
+    why = "budget: its doer stopped at its own spending cap (Claude Code's error_max_budget_usd): $0.52 spent"
+    assert (run.outcome, run.reason, run.cost_usd) == ("failed", why, 0.52)
+    reasons = [r.reason for r in service.runs("a", item)]
+    assert reasons[0] == why and reasons[1].startswith("budget: a's doers cost $0.52 of do_budget_usd $0.50")
+
+
 def test_codex_and_aider_recipes_and_an_unreadable_report(
     prefect_api: str, service: Service, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -441,7 +441,10 @@ def test_a_driver_killed_during_its_doer_then_driven_again(any_cli: CLI, workspa
             "a#1": {
                 "write": {"src/junk.py": "JUNK = 1\n"},
                 "append": {"src/app.py": "y = 'half done'\n"},
-                "cost": {"usd": 0.3, "tokens": 700},  # said before it was killed: the budgets count it
+                "cost": {"usd": 0.3, "tokens": 700},  # not the item's form (below): not what it cost
+                # Its report, in the form the item names: said before it was killed, the budgets count it.
+                "say": '{"type": "thread.started", "thread_id": "t-1"}\n'
+                '{"type": "turn.completed", "usage": {"input_tokens": 500, "output_tokens": 40}}',
                 "touch": str(started),
                 "sleep": 120,
             },
@@ -451,7 +454,8 @@ def test_a_driver_killed_during_its_doer_then_driven_again(any_cli: CLI, workspa
     gate = "test -f src/a.py && test ! -e src/junk.py && ! grep -q half src/app.py"
     plan = tmp_path / "plan.yaml"  # (outside the repository: the checkout stays clean)
     plan.write_text(
-        f"objective: killed\nmilestones:\n  - {{name: a, retries: 0, do: '{doer.command}', gate: '{gate}'}}\n"
+        f"objective: killed\ndoer: {{usage: codex-json}}\n"
+        f"milestones:\n  - {{name: a, retries: 0, do: '{doer.command}', gate: '{gate}'}}\n"
     )
     item = str(cli.json("plan", "apply", str(plan))["id"])
     first = cli.popen("drive", item)
@@ -473,7 +477,9 @@ def test_a_driver_killed_during_its_doer_then_driven_again(any_cli: CLI, workspa
     assert "expired: its driver stopped" in runs[0]["reason"]
     do_runs = cli.json("runs", "a", "--item", item)["do_runs"]
     killed = [(d["attempt"], d["outcome"], d["cost_usd"], d["tokens"]) for d in do_runs]
-    assert killed[0] == (1, "interrupted", 0.3, 700), do_runs  # recorded by the driver that took over
+    # Recorded by the driver that took over, read in the item's form (not the cost file found by looking).
+    assert killed[0] == (1, "interrupted", None, 540), do_runs
+    assert do_runs[0]["session"] == "t-1", do_runs[0]
     assert do_runs[0]["duration"] > 0.05, do_runs[0]  # how long the doer ran before it died with its driver
     assert cli.json("list", "--item", item)["milestones"][0]["status"] == "done"  # (retries: 0, and none was spent)
     assert [s["key"] for s in doer.seen()] == ["a#1", "a#2"]
