@@ -319,7 +319,10 @@ def tick(c: Ctx) -> None:
     driven: list[dict[str, Any]] = []
     if svc.drivable_items():  # only then is Prefect imported
         drive_server(svc.store.home, say=not c.json, by="tick")
+        from milepost.cli._interrupts import import_keeping_interrupts
         from milepost.events import JsonLinesReporter, LineReporter
+
+        import_keeping_interrupts("milepost.flows.tick")  # (Prefect: a Ctrl-C during its import kept)
         from milepost.flows.tick import run_tick
 
         reporter: Reporter = JsonLinesReporter(sys.stderr) if c.json else LineReporter()
