@@ -99,7 +99,6 @@ DEFAULT_KEY_FILES = (
     "package.json",
     "package-lock.json",
 )
-_NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 _LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _PREFIXES = ("env", "exec", "command")  # words before a program that leave it the program
@@ -257,7 +256,7 @@ def _checkout(repo_root: Path, path: Path, commit: str, kept: Sequence[str]) -> 
     """``path`` a detached worktree at ``commit``, clean but for ``kept`` (set-up outputs)."""
     if _is_checkout(path):
         _clean(path, kept)
-        _git(path, *_NO_HOOKS, "checkout", "-q", "-f", "--detach", commit)
+        _git(path, "checkout", "-q", "-f", "--detach", commit)
         _git(path, "reset", "-q", "--hard", commit)
         return
     if path.exists():
@@ -265,7 +264,7 @@ def _checkout(repo_root: Path, path: Path, commit: str, kept: Sequence[str]) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(_common_dir(repo_root) / "milepost-worktrees.lock"):  # (the lock gates/worktrees.py takes)
         _git(repo_root, "worktree", "prune")
-        _git(repo_root, *_NO_HOOKS, "worktree", "add", "-q", "--detach", str(path), commit)
+        _git(repo_root, "worktree", "add", "-q", "--detach", str(path), commit)
 
 
 def _clean(path: Path, kept: Sequence[str]) -> None:
