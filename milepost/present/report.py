@@ -42,7 +42,7 @@ from milepost.events import DriveSummary, MilestoneSummary, cached_text
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.status import DisplayStatus
 from milepost.present.diagram import to_mermaid
-from milepost.present.terminal import do_outcome
+from milepost.present.terminal import cost_facts, do_outcome
 from milepost.results import DoRun, GateRun
 from milepost.service import Service
 
@@ -291,11 +291,7 @@ def _do_cell(dos: list[DoRun]) -> str:
     if not dos:
         return "-"
     d = dos[-1]
-    facts = [f"attempt {d.attempt}"]
-    if d.cost_usd is not None:
-        facts.append(f"${d.cost_usd:.2f}")
-    if d.tokens is not None:
-        facts.append(f"{d.tokens} tokens")
+    facts = [f"attempt {d.attempt}", *cost_facts(d)]
     if d.session:
         facts.append(f"session `{d.session}`")
     if d.usage_warning:

@@ -48,6 +48,11 @@ def run_outcome(r: GateRun, do: DoRun | None = None) -> str:
     return line if do is None else f"{line}; {do_outcome(do)}"
 
 
+def cost_facts(d: DoRun) -> list[str]:
+    """What a do run cost, as far as its report said: ``["$0.30", "1552 tokens"]``."""
+    return ([] if d.cost_usd is None else [f"${d.cost_usd:.2f}"]) + ([] if d.tokens is None else [f"{d.tokens} tokens"])
+
+
 def do_outcome(d: DoRun) -> str:
     """A doer's attempt in a line: ``do refused: refused: the doer changed nothing (exit code 0,
     0.52 s, $0.10)``; a passed one adds its diff stat and the commit it left."""
@@ -55,10 +60,7 @@ def do_outcome(d: DoRun) -> str:
 
     facts = [] if d.exit_code is None else [f"exit code {d.exit_code}"]
     facts.append(f"{d.duration:.2f} s")
-    if d.cost_usd is not None:
-        facts.append(f"${d.cost_usd:.2f}")
-    if d.tokens is not None:
-        facts.append(f"{d.tokens} tokens")
+    facts += cost_facts(d)
     if d.session:
         facts.append(f"session {d.session}")
     if d.usage_warning:
