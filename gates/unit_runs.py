@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from milepost.gates import log_room
 from milepost.gates.attempt import AttemptFiles
@@ -22,6 +24,8 @@ from milepost.gates.units import Adopted, UnitBook, unit_command
 from milepost.graph.models import GateCommand
 
 __all__ = ["UnitRuns"]
+
+_T = TypeVar("_T")
 
 
 class UnitRuns:
@@ -192,21 +196,8 @@ class UnitRuns:
 
             return self._one(cmd, n, path, digests[n], fd, run, first, halted=halt.is_set(), write=write)
 
-        with ThreadPoolExecutor(book.workers, thread_name_prefix="milepost-unit") as pool:
-            futures = [pool.submit(unit, n, path) for n, path in enumerate(cmd.each)]
-            try:
-                pending = set(futures)
-                while pending:
-                    _, pending = wait(pending, timeout=0.2)
-                    if stop is not None and stop.is_set():
-                        halt.set()
-            except BaseException as e:
-                halt.set()  # every running unit's process group is stopped
-                wait(futures)
-                if on_interrupt is None or isinstance(e, Exception):
-                    raise
-                on_interrupt(e)
-        return [f.result() for f in futures]
+        jobs = [partial(unit, n, path) for n, path in enumerate(cmd.each)]
+        return _all_of(jobs, book.workers, "milepost-unit", stop, halt, on_interrupt)
 
     def _in_sessions(
         self,
@@ -345,24 +336,38 @@ class UnitRuns:
             }
 
         out: dict[int, CommandResult] = {}
-        with ThreadPoolExecutor(workers, thread_name_prefix="milepost-session") as pool:
-            futures = [pool.submit(one, g) for g in groups]
-            try:
-                pending = set(futures)
-                while pending:
-                    _, pending = wait(pending, timeout=0.2)
-                    if stop is not None and stop.is_set():
-                        halt.set()
-            except BaseException as e:
-                halt.set()
-                wait(futures)
-                if on_interrupt is None or isinstance(e, Exception):
-                    raise
-                on_interrupt(e)
-        for f in futures:
-            out.update(f.result())
+        for found in _all_of([partial(one, g) for g in groups], workers, "milepost-session", stop, halt, on_interrupt):
+            out.update(found)
         self.halted = halt.is_set()
         return out
+
+
+def _all_of(
+    jobs: Sequence[Callable[[], _T]],
+    workers: int,
+    name: str,
+    stop: threading.Event | None,
+    halt: threading.Event,
+    on_interrupt: Callable[[BaseException], None] | None,
+) -> list[_T]:
+    """``jobs`` run in up to ``workers`` threads, their results in order. ``halt`` is set when the
+    attempt's ``stop`` is, or on an interrupt (every running unit's process group is then stopped):
+    an interrupt goes to ``on_interrupt`` once every job ended (raised when there is none)."""
+    with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        try:
+            pending = set(futures)
+            while pending:
+                _, pending = wait(pending, timeout=0.2)
+                if stop is not None and stop.is_set():
+                    halt.set()
+        except BaseException as e:
+            halt.set()
+            wait(futures)
+            if on_interrupt is None or isinstance(e, Exception):
+                raise
+            on_interrupt(e)
+    return [f.result() for f in futures]
 
 
 def _skipped(one: GateCommand, path: str) -> CommandResult:
