@@ -410,12 +410,14 @@ class UnitBook:
         except Exception:
             found = []
         finally:
-            self._freed(sem)
-            for n, (_, d) in enumerate(part):
+            for n, (_, d) in enumerate(part):  # (told before the worker is free: see _ran_ahead)
                 result, log = found[n] if n < len(found) else (None, None)
                 self._ran_ahead(d, result, log)
+            self._freed(sem)
 
     def _ran_ahead(self, digest: str, result: CommandResult | None, log: Path | None) -> None:
+        """A unit run ahead ended: its pass kept for its gate, under its record's digest too (a gate, and
+        this book's next batch, ask under that one once the record is written), or dropped."""
         with self._lock:
             slot = self._slots[digest]
             self.ran_ahead += 1
