@@ -149,6 +149,13 @@ def item_show(c: Ctx, item_id: int | None) -> None:
     _show_item(c, item_id)
 
 
+def readiness_why(state: str, reason: str) -> str:
+    """The fine state and the reason, the state left out where the reason already starts with it
+    (``stuck: merge``, ``in progress: lint``, ``completed with a report``), never said twice."""
+    words = state.replace("_", " ")
+    return reason if reason == words or reason.startswith((f"{words}:", f"{words} ")) else f"{state}: {reason}"
+
+
 def _show_item(c: Ctx, item_id: int | None) -> None:
     from milepost.results import item_with_views
 
@@ -160,8 +167,9 @@ def _show_item(c: Ctx, item_id: int | None) -> None:
     def human(con: Console) -> None:
         con.print(f"[bold]work item {it.id}[/]: {esc(it.objective)}")
         con.print(
-            f"state {styled(it.state.value)} · readiness {styled(it.readiness)} ({it.readiness_state}:"
-            f" {esc(it.readiness_reason)}) · plan {it.plan_status.value} · revision {it.revision}"
+            f"state {styled(it.state.value)} · readiness {styled(it.readiness)}"
+            f" ({esc(readiness_why(it.readiness_state, it.readiness_reason))}) · plan {it.plan_status.value}"
+            f" · revision {it.revision}"
             f" · agent {it.agent}{' · current' if it.current else ''}"
         )
         for w in it.waits:
