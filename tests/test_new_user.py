@@ -3,8 +3,13 @@ each friction that was fixed, pinned where it shows."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
+from milepost.events import LineReporter
+from milepost.results import Claim
+from milepost.service import Service
 from tests.conftest import CLI
 
 
@@ -35,3 +40,22 @@ def test_a_number_where_a_milestone_is_named_says_how_to_name_the_item(cli: CLI,
     assert r.code == 2, r
     assert "a milestone's name starts with a letter; for work item 1, pass --item 1" in r.err, r.err
     assert "did you mean" not in r.err, r.err
+
+
+def test_a_drive_says_no_gate_for_a_milestone_without_one(service: Service) -> None:
+    """A scaffolded package without tests has no gate: the drive's lines said ``(attempt 1)``
+    for an attempt that never was (its budget stays 0/3); now ``(no gate)``, as ``done`` says."""
+    item = service.create_item("no gate").id
+    service.add_milestone("pkg", item=item)
+    service.add_milestone("leaf", gate="true", item=item)
+    out = io.StringIO()
+    for name in ("pkg", "leaf"):
+        service.start(name, item=item)
+        done = service.done(name, item=item)
+        claim = Claim(item=item, pk=done.milestone.id, milestone=done.milestone, attempt=1, owner="t", log_path="t")
+        LineReporter(out).gate_started(claim)
+        LineReporter(out).gate_finished(claim, done)
+    lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines[:2] == ["start  pkg (no gate)", "done   pkg (no gate)"], lines
+    assert lines[2] == "start  leaf (attempt 1)" and lines[3].startswith("done   leaf (attempt 1 in "), lines
+    assert service.milestone_views(item)[1][0].attempts == 0  # (no attempt was spent)
