@@ -4,6 +4,7 @@ each friction that was fixed, pinned where it shows."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,25 @@ def test_a_drive_says_no_gate_for_a_milestone_without_one(service: Service) -> N
     assert lines[:2] == ["start  pkg (no gate)", "done   pkg (no gate)"], lines
     assert lines[2] == "start  leaf (attempt 1)" and lines[3].startswith("done   leaf (attempt 1 in "), lines
     assert service.milestone_views(item)[1][0].attempts == 0  # (no attempt was spent)
+
+
+def test_a_failed_verify_says_what_failed_and_where_its_log_is(cli: CLI) -> None:
+    """The README's proofs walk-through: `verify` after a bad edit said "gate failed: exit 1" and no
+    more; like `done` and `drive`, it now shows the gate's last lines and its log's path."""
+    (cli.cwd / "leaf.py").write_text("def value():\n    return 1\n")
+    cli("item", "create", "Keep leaf proven", check=True)
+    gate = "python3 -c 'import leaf; assert leaf.value() == 1, \"leaf.value() is \" + str(leaf.value())'"
+    cli("add", "leaf", "--gate", gate, "--inputs", "leaf.py", check=True)
+    cli("start", "leaf", check=True)
+    cli("done", "leaf", check=True)
+    (cli.cwd / "leaf.py").write_text("def value():\n    return 2\n")
+    first = cli("--json", "verify")
+    assert first.code == 1, first
+    [v] = first.data["verified"]
+    assert v["outcome"] == "failed" and v["log"] and v["log"].endswith("attempt-2.log"), v
+    assert any("leaf.value() is 2" in line for line in v["last_lines"]), v
+    assert Path(v["log"]).is_file()
+    (cli.cwd / "leaf.py").write_text("def value():\n    return 3\n")
+    r = cli("verify")
+    assert r.code == 1, r
+    assert "AssertionError: leaf.value() is 3" in r.out and "attempt-3.log" in r.out, r.out
