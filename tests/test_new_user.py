@@ -82,3 +82,14 @@ def test_a_failed_verify_says_what_failed_and_where_its_log_is(cli: CLI) -> None
     r = cli("verify")
     assert r.code == 1, r
     assert "AssertionError: leaf.value() is 3" in r.out and "attempt-3.log" in r.out, r.out
+
+
+def test_edit_help_names_every_kind_of_input_add_takes() -> None:
+    from click.testing import CliRunner
+
+    from milepost.cli import cli as main
+
+    for command in ("add", "edit"):
+        shown = " ".join(CliRunner().invoke(main, [command, "--help"]).output.split())
+        inputs = shown.split("--inputs PATTERN", 1)[1].split(" --", 1)[0]
+        assert "gitignore-style" in inputs and "module:NAME" in inputs and "env:NAME" in inputs, (command, inputs)

@@ -161,7 +161,8 @@ def remove(c: Ctx, name: str, item: int | None, expect_revision: int | None) -> 
     "inputs",
     multiple=True,
     metavar="PATTERN",
-    help="The new inputs: gitignore-style patterns (repeat, or comma-separated); '' for none.",
+    help="The new inputs, as add's: gitignore-style patterns, module:NAME or env:NAME (repeat, or"
+    " comma-separated); '' for none.",
 )
 @click.option("--retries", type=RETRIES, default=None, help="The new retry budget: at most 1 + N gate attempts.")
 @click.option("--timeout", type=SECONDS, default=None, help="The new gate timeout in seconds.")
