@@ -93,3 +93,19 @@ def test_edit_help_names_every_kind_of_input_add_takes() -> None:
         shown = " ".join(CliRunner().invoke(main, [command, "--help"]).output.split())
         inputs = shown.split("--inputs PATTERN", 1)[1].split(" --", 1)[0]
         assert "gitignore-style" in inputs and "module:NAME" in inputs and "env:NAME" in inputs, (command, inputs)
+
+
+def test_a_drive_until_a_milestone_says_how_many_it_needed_in_one_parenthesis(cli: CLI) -> None:
+    """`drive --until merge` on work done said "merge and what it depends on are done (7 milestones)
+    (0 gate runs, 0.0 s)": two parentheses in a row. (Answered from the store: no Prefect.)"""
+    cli("item", "create", "until", check=True)
+    cli("add", "a", "--gate", "true", check=True)
+    cli("add", "b", "--gate", "true", "--deps", "a", check=True)
+    cli("add", "c", "--gate", "true", "--deps", "b", check=True)
+    for name in ("a", "b", "c"):
+        cli("start", name, check=True)
+        cli("done", name, check=True)
+    said = {u: cli("drive", "--until", u, check=True).out.splitlines()[-1] for u in ("a", "b", "c")}
+    assert said["a"].startswith("ok: a is done (0 gate runs, "), said
+    assert said["b"].startswith("ok: b and the milestone it depends on are done (0 gate runs, "), said
+    assert said["c"].startswith("ok: c and the 2 milestones it depends on are done (0 gate runs, "), said
