@@ -109,3 +109,10 @@ def test_a_drive_until_a_milestone_says_how_many_it_needed_in_one_parenthesis(cl
     assert said["a"].startswith("ok: a is done (0 gate runs, "), said
     assert said["b"].startswith("ok: b and the milestone it depends on are done (0 gate runs, "), said
     assert said["c"].startswith("ok: c and the 2 milestones it depends on are done (0 gate runs, "), said
+
+
+def test_item_list_with_a_filter_nothing_matches_does_not_say_there_are_no_items(cli: CLI) -> None:
+    assert "no work items yet" in cli("item", "list", check=True).out
+    cli("item", "create", "one", check=True)
+    shown = cli("item", "list", "--filter", "waiting_for_operator", check=True).out
+    assert "no work items yet" not in shown and "no work item matches --filter waiting_for_operator" in shown, shown

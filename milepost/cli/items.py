@@ -116,6 +116,9 @@ def item_list(c: Ctx, filter_: str, limit: int | None) -> None:
     def human(con: Console) -> None:
         from rich.table import Table
 
+        if not items and filter_ != "all":
+            con.print(f"no work item matches --filter {filter_}; `milepost item list` lists them all")
+            return
         if not items:
             con.print("no work items yet: `milepost item create OBJECTIVE` or `milepost plan apply FILE`")
             return
