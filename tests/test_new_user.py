@@ -116,3 +116,24 @@ def test_item_list_with_a_filter_nothing_matches_does_not_say_there_are_no_items
     cli("item", "create", "one", check=True)
     shown = cli("item", "list", "--filter", "waiting_for_operator", check=True).out
     assert "no work items yet" not in shown and "no work item matches --filter waiting_for_operator" in shown, shown
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        (["add"], "--retries N "),
+        (["edit"], "--retries N "),
+        (["item", "list"], "--limit N "),
+        (["item", "wake"], "--resource RESOURCE "),
+        (["serve"], "a tick every --interval seconds"),
+    ],
+)
+def test_help_names_the_placeholders_its_text_uses(command: list[str], shown: str) -> None:
+    """`add --help` said "at most 1 + N gate attempts" beside `--retries INTEGER RANGE`, `serve --help`
+    "a tick every INTERVAL seconds" beside `--interval SECONDS`: the words now match."""
+    from click.testing import CliRunner
+
+    from milepost.cli import cli as main
+
+    text = " ".join(CliRunner().invoke(main, [*command, "--help"]).output.split())
+    assert shown in text, text

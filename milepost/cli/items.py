@@ -107,7 +107,7 @@ def item_create(
     type=choice(ItemFilter),
     help="Which items: by state, this agent's current one, or by readiness.",
 )
-@click.option("--limit", type=ID, default=None, help="At most the first N items that match, oldest first.")
+@click.option("--limit", type=ID, default=None, metavar="N", help="At most the first N items that match, oldest first.")
 @pass_ctx
 def item_list(c: Ctx, filter_: str, limit: int | None) -> None:
     """List work items with their readiness (and why)."""
@@ -328,7 +328,7 @@ def item_wait(
 
 
 @item.command("wake")
-@click.option("--resource", required=True, help="The task or outside object that changed.")
+@click.option("--resource", required=True, metavar="RESOURCE", help="The task or outside object that changed.")
 @pass_ctx
 def item_wake(c: Ctx, resource: str) -> None:
     """An external event: settle every wait on RESOURCE (none matching is fine)."""

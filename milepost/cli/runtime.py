@@ -345,7 +345,7 @@ def tick(c: Ctx) -> None:
 @click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
 @pass_ctx
 def serve(c: Ctx, interval: float, name: str) -> None:
-    """Serve the tick flow with Prefect: a tick every INTERVAL seconds, one
+    """Serve the tick flow with Prefect: a tick every --interval seconds, one
     at a time (a tick that outlasts the interval delays the next), until
     interrupted. Uses the workspace's Prefect server (PREFECT_API_URL, or the
     one `milepost server start` or a drive started), else starts it as a drive
