@@ -137,3 +137,28 @@ def test_help_names_the_placeholders_its_text_uses(command: list[str], shown: st
 
     text = " ".join(CliRunner().invoke(main, [*command, "--help"]).output.split())
     assert shown in text, text
+
+
+def test_ref_list_says_a_cached_runs_outcome_once_and_no_empty_path(cli: CLI) -> None:
+    """The README's proofs walk-through: a file put back as proven makes a `cached` attempt, whose
+    work ref read `gate_run  leaf attempt 3: cached (cached: passed as ...)` (an empty path, the
+    outcome twice)."""
+    (cli.cwd / "leaf.py").write_text("def value():\n    return 1\n")
+    cli("item", "create", "Keep leaf proven", check=True)
+    cli(
+        "add", "leaf", "--gate", "python3 -c 'import leaf; assert leaf.value() == 1'", "--inputs", "leaf.py", check=True
+    )
+    cli("start", "leaf", check=True)
+    cli("done", "leaf", check=True)
+    (cli.cwd / "leaf.py").write_text("def value():\n    return 2\n")
+    assert cli("verify").code == 1
+    (cli.cwd / "leaf.py").write_text("def value():\n    return 1\n")
+    cli("verify", check=True)
+    cached = [r for r in cli.json("ref", "list")["work_refs"] if r["ref"] == ""]
+    assert [r["reason"] for r in cached] == [
+        "leaf attempt 3: cached: passed as item 1 'leaf' attempt 1 on the same gate and inputs"
+    ], cached
+    [line] = [s for s in cli("ref", "list").out.splitlines() if "attempt 3" in s]
+    assert " gate_run leaf attempt 3: cached: passed as " in line, line
+    failed = [s for s in cli("ref", "list").out.splitlines() if "attempt 2" in s]
+    assert failed and failed[0].endswith("leaf attempt 2: failed (exit 1)"), failed

@@ -413,7 +413,8 @@ def ref_list(c: Ctx, item_id: int | None) -> None:
 
     def human(con: Console) -> None:
         for r in refs:
-            con.print(f"{r.at:%Y-%m-%d %H:%M:%S} {r.kind} {esc(r.ref)} {esc(r.reason)}")
+            ref = f" {esc(r.ref)}" if r.ref else ""  # (a cached run has no log of its own)
+            con.print(f"{r.at:%Y-%m-%d %H:%M:%S} {r.kind}{ref} {esc(r.reason)}")
 
     c.emit({"work_refs": [r.model_dump(mode="json") for r in refs]}, human)
 
