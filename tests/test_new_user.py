@@ -162,3 +162,15 @@ def test_ref_list_says_a_cached_runs_outcome_once_and_no_empty_path(cli: CLI) ->
     assert " gate_run leaf attempt 3: cached: passed as " in line, line
     failed = [s for s in cli("ref", "list").out.splitlines() if "attempt 2" in s]
     assert failed and failed[0].endswith("leaf attempt 2: failed (exit 1)"), failed
+
+
+def test_the_agent_tools_say_item_1_where_the_cli_says_pass_item_1(service: Service) -> None:
+    from milepost.agent.words import error_payload
+    from milepost.errors import NotFoundError
+
+    item = service.create_item("numbers").id
+    service.add_milestone("m1", gate="true", item=item)
+    with pytest.raises(NotFoundError) as e:
+        service.start("1", item=item)
+    said = error_payload(e.value)["message"]
+    assert "for work item 1, pass item=1" in said and "--" not in said, said
