@@ -343,7 +343,7 @@ def summarize(
     ok = not left
     if ok:
         n = len(in_scope)
-        message = f"all {n} milestone{'s' if n != 1 else ''} are done" if n != 1 else "the milestone is done"
+        message = f"all {count(n, 'milestone')} are done" if n != 1 else "the milestone is done"
         if until is not None:
             below = f"the {count(n - 1, 'milestone')}" if n > 2 else "the milestone"
             message = f"{until} and {below} it depends on are done" if n > 1 else f"{until} is done"
