@@ -174,3 +174,13 @@ def test_the_agent_tools_say_item_1_where_the_cli_says_pass_item_1(service: Serv
         service.start("1", item=item)
     said = error_payload(e.value)["message"]
     assert "for work item 1, pass item=1" in said and "--" not in said, said
+
+
+def test_a_plan_gate_yaml_reads_as_a_boolean_says_to_quote_it(cli: CLI) -> None:
+    """`--gate "true"` is the README's; `gate: true` in a plan file is YAML's boolean."""
+    (cli.cwd / "plan.yaml").write_text("objective: x\nmilestones:\n  - name: a\n    gate: true\n")
+    r = cli("plan", "apply", "plan.yaml")
+    assert r.code == 2, r
+    assert "plan.yaml:4: milestone 'a': invalid gate:" in r.err and "quote it, e.g. gate: 'true'" in r.err, r.err
+    (cli.cwd / "plan.yaml").write_text("objective: x\nmilestones:\n  - name: a\n    gate: 'true'\n")
+    cli("plan", "apply", "plan.yaml", check=True)
