@@ -363,6 +363,9 @@ def serve(c: Ctx, interval: float, name: str) -> None:
     # one beside it has nothing to add; unbounded, ticks slower than the
     # interval piled up, each a Python process, and starved one another.
     tick_flow.serve(name=name, interval=timedelta(seconds=interval), limit=1)
+    # It returns once Ctrl-C or SIGTERM stopped it (Prefect's runner catches both): exit 130, as an interrupted
+    # command does (docs/cli.md), where it exited 0.
+    raise KeyboardInterrupt
 
 
 @cli.command()
