@@ -410,6 +410,11 @@ class JsonLinesReporter(NullReporter):
         self._emit(DriveEvent.DRIVE_FINISHED, **summary.model_dump(mode="json"))
 
 
+def _attempt(claim: Claim) -> str:
+    """``attempt 2``; ``no gate`` for a milestone without one (done with no attempt, as ``done`` says)."""
+    return f"attempt {claim.attempt}" if claim.milestone.gate or claim.milestone.do else "no gate"
+
+
 class LineReporter(NullReporter):
     """Plain text lines, for logs and pipes."""
 
@@ -441,7 +446,7 @@ class LineReporter(NullReporter):
 
     def gate_started(self, claim: Claim, started: datetime | None = None) -> None:
         what = "re-prove" if claim.reproof else "start "
-        self._line(f"{what} {claim.milestone.name} (attempt {claim.attempt})", started)
+        self._line(f"{what} {claim.milestone.name} ({_attempt(claim)})", started)
 
     def gate_finished(self, claim: Claim, done: DoneResult) -> None:
         m, run = done.milestone, done.gate_run
@@ -453,7 +458,7 @@ class LineReporter(NullReporter):
             reused = sum(c.cached_from is not None for c in units)
             took += f"; {count(len(units), 'unit')}" + (f", {reused} cached" if reused else "")
         view = "in_review" if m.awaiting_review else m.status.value
-        self._line(f"{view:<6} {m.name} (attempt {claim.attempt}{took}){why}", run.finished_at if run else None)
+        self._line(f"{view:<6} {m.name} ({_attempt(claim)}{took}){why}", run.finished_at if run else None)
 
     def fix_finished(self, claim: Claim, result: GateResult) -> None:
         self._line(f"fix of {claim.milestone.name} after attempt {claim.attempt}: {result.reason}")

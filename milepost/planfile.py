@@ -226,6 +226,9 @@ def _field_problems(e: ValidationError, data: Any, lines: dict[Loc, int]) -> lis
             detail = str(err["msg"]).removeprefix("Value error, ")
             what = _dotted(rest) or "entry"
             msg = f"{prefix}invalid {what}: {detail[:1].lower()}{detail[1:]} (found {shown})"
+            if err["type"] == "string_type" and isinstance(found, bool | int | float):
+                e_g = ", e.g. gate: 'true'" if what == "gate" else ""
+                msg += f"; YAML reads an unquoted true, false, yes, no or number as one: quote it{e_g}"
         out.append(Problem(_at(lines, loc), msg, ".".join(str(p) for p in loc) or None, milestone))
     return out
 

@@ -196,6 +196,8 @@ class Verified(BaseModel):
     stale: StaleInfo | None = None
     reopened: list[str] = Field(default_factory=list)
     cached_from: CachedFrom | None = None  # outcome cached: the passed run that stands in
+    log: str | None = None  # a failed re-proof: its gate's log, and the last lines of its output (as done shows)
+    last_lines: list[str] = Field(default_factory=list)
 
 
 class VerifyResult(BaseModel):

@@ -29,6 +29,7 @@ _TOOL_WORDS: list[tuple[re.Pattern[str], str]] = [
         r" or as an operator (milepost --operator mcp)",
     ),
     (re.compile(r"pass --item (?:ID|N)"), "pass item=ID"),
+    (re.compile(r"pass --item (\d+)"), r"pass item=\1"),
     (re.compile(r"(?:pass )?--reason TEXT"), "pass reason"),
     (re.compile(r"reject --reason"), "reject with a reason"),
     (re.compile(r"reset with --reason"), "reset with a reason"),

@@ -107,7 +107,7 @@ def item_create(
     type=choice(ItemFilter),
     help="Which items: by state, this agent's current one, or by readiness.",
 )
-@click.option("--limit", type=ID, default=None, help="At most the first N items that match, oldest first.")
+@click.option("--limit", type=ID, default=None, metavar="N", help="At most the first N items that match, oldest first.")
 @pass_ctx
 def item_list(c: Ctx, filter_: str, limit: int | None) -> None:
     """List work items with their readiness (and why)."""
@@ -116,6 +116,9 @@ def item_list(c: Ctx, filter_: str, limit: int | None) -> None:
     def human(con: Console) -> None:
         from rich.table import Table
 
+        if not items and filter_ != "all":
+            con.print(f"no work item matches --filter {filter_}; `milepost item list` lists them all")
+            return
         if not items:
             con.print("no work items yet: `milepost item create OBJECTIVE` or `milepost plan apply FILE`")
             return
@@ -149,6 +152,13 @@ def item_show(c: Ctx, item_id: int | None) -> None:
     _show_item(c, item_id)
 
 
+def readiness_why(state: str, reason: str) -> str:
+    """The fine state and the reason, the state left out where the reason already starts with it
+    (``stuck: merge``, ``in progress: lint``, ``completed with a report``), never said twice."""
+    words = state.replace("_", " ")
+    return reason if reason == words or reason.startswith((f"{words}:", f"{words} ")) else f"{state}: {reason}"
+
+
 def _show_item(c: Ctx, item_id: int | None) -> None:
     from milepost.results import item_with_views
 
@@ -160,8 +170,9 @@ def _show_item(c: Ctx, item_id: int | None) -> None:
     def human(con: Console) -> None:
         con.print(f"[bold]work item {it.id}[/]: {esc(it.objective)}")
         con.print(
-            f"state {styled(it.state.value)} · readiness {styled(it.readiness)} ({it.readiness_state}:"
-            f" {esc(it.readiness_reason)}) · plan {it.plan_status.value} · revision {it.revision}"
+            f"state {styled(it.state.value)} · readiness {styled(it.readiness)}"
+            f" ({esc(readiness_why(it.readiness_state, it.readiness_reason))}) · plan {it.plan_status.value}"
+            f" · revision {it.revision}"
             f" · agent {it.agent}{' · current' if it.current else ''}"
         )
         for w in it.waits:
@@ -317,7 +328,7 @@ def item_wait(
 
 
 @item.command("wake")
-@click.option("--resource", required=True, help="The task or outside object that changed.")
+@click.option("--resource", required=True, metavar="RESOURCE", help="The task or outside object that changed.")
 @pass_ctx
 def item_wake(c: Ctx, resource: str) -> None:
     """An external event: settle every wait on RESOURCE (none matching is fine)."""
@@ -402,7 +413,8 @@ def ref_list(c: Ctx, item_id: int | None) -> None:
 
     def human(con: Console) -> None:
         for r in refs:
-            con.print(f"{r.at:%Y-%m-%d %H:%M:%S} {r.kind} {esc(r.ref)} {esc(r.reason)}")
+            ref = f" {esc(r.ref)}" if r.ref else ""  # (a cached run has no log of its own)
+            con.print(f"{r.at:%Y-%m-%d %H:%M:%S} {r.kind}{ref} {esc(r.reason)}")
 
     c.emit({"work_refs": [r.model_dump(mode="json") for r in refs]}, human)
 

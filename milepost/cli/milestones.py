@@ -50,7 +50,9 @@ from milepost.present.terminal import (
 @click.option("--deps", default=None, metavar="A,B", help="Comma-separated names of milestones this one needs.")
 @click.option("--acceptance", default="", help="What a reviewer checks.")
 @click.option("--gate", default=None, metavar="CMD", help="Shell command that proves the milestone (exit 0 = pass).")
-@click.option("--retries", type=RETRIES, default=None, help="Retry budget: at most 1 + N gate attempts (default 2).")
+@click.option(
+    "--retries", type=RETRIES, default=None, metavar="N", help="Retry budget: at most 1 + N gate attempts (default 2)."
+)
 @click.option("--timeout", type=SECONDS, default=None, help="Gate timeout in seconds.")
 @click.option("--review", is_flag=True, help="Wait for an operator verdict after the gate passes.")
 @click.option("--fix", default=None, metavar="CMD", help="Command run after a failed attempt, before the retry.")
@@ -161,9 +163,12 @@ def remove(c: Ctx, name: str, item: int | None, expect_revision: int | None) -> 
     "inputs",
     multiple=True,
     metavar="PATTERN",
-    help="The new inputs: gitignore-style patterns (repeat, or comma-separated); '' for none.",
+    help="The new inputs, as add's: gitignore-style patterns, module:NAME or env:NAME (repeat, or"
+    " comma-separated); '' for none.",
 )
-@click.option("--retries", type=RETRIES, default=None, help="The new retry budget: at most 1 + N gate attempts.")
+@click.option(
+    "--retries", type=RETRIES, default=None, metavar="N", help="The new retry budget: at most 1 + N gate attempts."
+)
 @click.option("--timeout", type=SECONDS, default=None, help="The new gate timeout in seconds.")
 @click.option("--acceptance", default=None, help="The new acceptance text.")
 @click.option("--do", "do", default=None, metavar="CMD", help="The new do command ('' for none; docs/doers.md).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from datetime import UTC, datetime
@@ -348,7 +349,7 @@ def tick(c: Ctx) -> None:
 @click.option("--name", default="milepost-tick", show_default=True, help="Deployment name.")
 @pass_ctx
 def serve(c: Ctx, interval: float, name: str) -> None:
-    """Serve the tick flow with Prefect: a tick every INTERVAL seconds, one
+    """Serve the tick flow with Prefect: a tick every --interval seconds, one
     at a time (a tick that outlasts the interval delays the next), until
     interrupted. Uses the workspace's Prefect server (PREFECT_API_URL, or the
     one `milepost server start` or a drive started), else starts it as a drive
@@ -365,6 +366,9 @@ def serve(c: Ctx, interval: float, name: str) -> None:
     # one beside it has nothing to add; unbounded, ticks slower than the
     # interval piled up, each a Python process, and starved one another.
     tick_flow.serve(name=name, interval=timedelta(seconds=interval), limit=1)
+    # It returns once Ctrl-C or SIGTERM stopped it (Prefect's runner catches both): exit 130, as an interrupted
+    # command does (docs/cli.md), where it exited 0.
+    raise KeyboardInterrupt
 
 
 @cli.command()
@@ -380,8 +384,9 @@ def serve(c: Ctx, interval: float, name: str) -> None:
 @pass_ctx
 def deploy(c: Ctx, pool: str, name: str, interval: float | None, working_dir: Path | None) -> None:
     """Register the tick flow as a Prefect deployment on a work pool: Prefect
-    workers on any machine (`prefect worker start --pool POOL`) then run ticks
-    against the shared database (MILEPOST_DB).
+    workers on any machine (`PREFECT_API_URL=URL prefect worker start --pool
+    POOL`, the command it prints) then run ticks against the shared database
+    (MILEPOST_DB).
 
     A tick runs its gates in the working directory (the checkout they test)
     and keeps their logs in its .milepost/ folder. The database URL is written
@@ -391,13 +396,15 @@ def deploy(c: Ctx, pool: str, name: str, interval: float | None, working_dir: Pa
 
     store = c.service.store  # refuses a missing or empty store: workers would fail every tick
     # Not started here: workers need a server that stays up (a drive's background one stops when unused).
-    prefect_env(store.home, "deploy")
+    api = prefect_env(store.home, "deploy")
     env = {} if make_url(store.url).password else {"MILEPOST_DB": store.url}
     from milepost.flows.tick import deploy_tick
 
     folder = str((working_dir or store.root).absolute())
     dep = deploy_tick(pool, name, interval, env, folder)
     hint = "" if env else " (the URL has a password: set MILEPOST_DB on the workers)"
+    # A worker finds the deployment only on this server: `prefect worker start` alone refuses to start.
+    worker = f"PREFECT_API_URL={shlex.quote(api or '')} prefect worker start --pool {shlex.quote(pool)}"
     c.emit(
         {
             "deployment_id": dep,
@@ -406,8 +413,13 @@ def deploy(c: Ctx, pool: str, name: str, interval: float | None, working_dir: Pa
             "interval": interval,
             "working_dir": folder,
             "db_in_deployment": bool(env),
+            "api_url": api,
+            "worker": worker,
         },
-        lambda con: con.print(f"deployed milepost-tick/{name} on pool {pool!r} ({dep}), working dir {folder}{hint}"),
+        lambda con: con.print(
+            f"deployed milepost-tick/{name} on pool {pool!r} ({dep}), working dir {folder}{hint}\n"
+            f"start its workers with: {esc(worker)}"
+        ),
     )
 
 

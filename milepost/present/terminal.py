@@ -250,10 +250,13 @@ def show_verify(con: Console, r: VerifyResult) -> None:
             )
         else:
             also = f"; waiting behind it: {', '.join(v.reopened)}" if v.reopened else ""
+            where = f"; log: {esc(v.log)}" if v.log else ""
             con.print(
                 f"{v.milestone}: {styled(v.status.value)} — gate failed{changed}: {esc(v.reason)}"
-                f" (attempt {v.attempt}){also}"
+                f" (attempt {v.attempt}){also}{where}"
             )
+            for line in v.last_lines:
+                con.print(f"  [dim]{esc(line)}[/]")
     if r.unchecked:
         shown = ", ".join(r.unchecked[:5]) + (f" and {len(r.unchecked) - 5} more" if len(r.unchecked) > 5 else "")
         con.print(f"[dim]not checked (no inputs): {shown}; `verify --all` re-runs their gates too[/]")

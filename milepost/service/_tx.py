@@ -344,6 +344,10 @@ def unknown_milestone(conn: Connection, item_id: int, name: str) -> NotFoundErro
     """The refusal for a milestone the item does not have: the closest name it has, and the first ones."""
     query = select(MILESTONES.c.name).where(MILESTONES.c.item_id == item_id).order_by(MILESTONES.c.seq)
     known = conn.execute(query).scalars().all()
+    if name.isdigit():  # (a milestone's name starts with a letter: a number names none, never an item)
+        why = f"a milestone's name starts with a letter; for work item {name}, pass --item {name}"
+        listed = known_names(name, known, suggest=False)
+        return NotFoundError(f"no milestone {name!r} ({why}); {listed}", milestone=name)
     return NotFoundError(f"no milestone {name!r} in this work item; {known_names(name, known)}", milestone=name)
 
 

@@ -218,12 +218,14 @@ def _store_run(
         if files is not None:
             proofs.store_manifest(tx.conn, result.inputs_digest, files)
     # Every gate run is evidence of the work item.
+    outcome = result.outcome.value  # ("cached: passed as ...", "interrupted: ...": the outcome once)
+    said = result.reason if result.reason.startswith(f"{outcome}:") else f"{outcome} ({result.reason})"
     rows.ADD_REF.run(
         tx.conn,
         item_id=tx.id,
         kind="gate_run",
         ref=stored or "",
-        reason=f"{c.milestone.name} attempt {c.attempt}: {result.outcome.value} ({result.reason})",
+        reason=f"{c.milestone.name} attempt {c.attempt}: {said}",
         at=result.finished_at,
     )
     return run

@@ -24,6 +24,7 @@ from milepost.gates.outcome import CachedFrom
 from milepost.graph.dag import WorkGraph, display_status
 from milepost.graph.models import Milestone, WorkItem
 from milepost.graph.status import Action, DisplayStatus, MilestoneStatus
+from milepost.graph.words import count
 from milepost.results import Claim, DoneResult, StaleInfo
 from milepost.retry import retrying
 from milepost.service import claims, items, proofs, takeover
@@ -342,9 +343,10 @@ def summarize(
     ok = not left
     if ok:
         n = len(in_scope)
-        message = f"all {n} milestone{'s' if n != 1 else ''} are done" if n != 1 else "the milestone is done"
+        message = f"all {count(n, 'milestone')} are done" if n != 1 else "the milestone is done"
         if until is not None:
-            message = f"{until} and what it depends on are done ({n} milestone{'s' if n != 1 else ''})"
+            below = f"the {count(n - 1, 'milestone')}" if n > 2 else "the milestone"
+            message = f"{until} and {below} it depends on are done" if n > 1 else f"{until} is done"
     else:
         message = _not_done(g, left)
     if interrupted:

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from milepost._text import last_lines
 from milepost.errors import TransitionError
 from milepost.gates.command import GateResult, run_gate
 from milepost.gates.inputs import Fingerprint, Snapshot
@@ -328,6 +329,7 @@ def _claim(ctx: Context, item_id: int, name: str, owner: str, *, reproof: bool) 
 
 def _verified(claim: Claim, r: DoneResult, stale: StaleInfo | None) -> Verified:
     run = r.gate_run
+    failed = run is not None and not run.outcome.proves
     return Verified(
         milestone=claim.milestone.name,
         outcome=run.outcome if run else None,
@@ -338,6 +340,8 @@ def _verified(claim: Claim, r: DoneResult, stale: StaleInfo | None) -> Verified:
         stale=stale,
         reopened=[c.milestone for c in r.changes[1:]],
         cached_from=run.cached_from if run else None,
+        log=run.log_path if run and failed else None,
+        last_lines=last_lines(run.tail or "") if run and failed else [],
     )
 
 

@@ -251,4 +251,4 @@ def test_a_driver_waits_only_for_work_of_its_until_scope(
     assert codes == [0, 0], first.out + to_z.out
     assert ledger(workspace) == ["slow", "x", "z"]
     assert [e["milestone"] for e in to_z.events("gate_finished")] == ["z"]  # first's --until ends at slow
-    assert to_z.events("drive_finished")[-1]["message"] == "z and what it depends on are done (2 milestones)"
+    assert to_z.events("drive_finished")[-1]["message"] == "z and the milestone it depends on are done"

@@ -79,6 +79,9 @@ def test_deploy_then_a_worker_runs_a_tick(prefect_api: str, cli: CLI, workspace:
     cli("item", "create", "deployed", check=True)
     cli("add", "work", "--gate", f"touch {marker}", check=True)
     dep = cli.json("deploy", "--pool", "milepost-test-pool")
+    # What it prints to start a worker names the server (`prefect worker start` alone refuses to start).
+    assert dep["worker"] == f"PREFECT_API_URL={prefect_api} prefect worker start --pool milepost-test-pool", dep
+    assert f"PREFECT_API_URL={prefect_api} prefect worker start" in cli("deploy", "--pool", "milepost-test-pool").out
     run = api_post(prefect_api, f"/deployments/{dep['deployment_id']}/create_flow_run", {})
     worker = Path(sys.executable).with_name("prefect")
     p = subprocess.run(
