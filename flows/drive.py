@@ -39,7 +39,7 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from milepost.errors import EnvironmentProblem, PrefectUnreachableError, StaleRevisionError
-from milepost.events import DriveSummary, MultiReporter, NullReporter, Reporter
+from milepost.events import DriveInterrupted, DriveSummary, MultiReporter, NullReporter, Reporter
 from milepost.extras import require_task_runner
 from milepost.flows.doer_attempts import check_doers
 from milepost.flows.early import EarlyStart
@@ -406,6 +406,12 @@ def run_drive(
         _temporary_server()
         runner = _task_runner(task_runner, max_parallel + (max_doers if doers else 0), dask_address)
         state = _run_flow(ctx, runner, item_id, until, wait_recorded, wait_timeout)
+    except KeyboardInterrupt as e:
+        if ctx.summary is None or isinstance(e, DriveInterrupted):
+            raise
+        ctx.summary.duration = time.monotonic() - t0
+        ctx.summary.flow_run_url = flow_run_url(ctx.flow_run_id)
+        raise DriveInterrupted(ctx.summary) from e  # what it did and what is left, for the CLI to show
     finally:
         _RUN.reset(token)
         _EARLY.reset(early_token)

@@ -150,6 +150,16 @@ class DriveSummary(BaseModel):
         return data
 
 
+class DriveInterrupted(KeyboardInterrupt):
+    """A drive stopped by Ctrl-C (or SIGTERM) after its body summed up: what
+    it did and what is left (``summary.interrupted``), for the CLI to show
+    before it exits 130."""
+
+    def __init__(self, summary: DriveSummary) -> None:
+        super().__init__("interrupted")
+        self.summary = summary
+
+
 class Reporter(Protocol):
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None: ...
 

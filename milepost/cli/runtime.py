@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from milepost.errors import EnvironmentProblem
+from milepost.events import DriveInterrupted
 from milepost.extras import require_task_runner
 
 if TYPE_CHECKING:
@@ -211,35 +212,49 @@ def drive(
             if live is not None and early is not None:  # the live table from the first gate on
                 for gate in early.gates:
                     live.gate_started(gate.claim, gate.started)
-            try:
-                summary = _run_drive(
-                    svc,
-                    item,
-                    (max_parallel, max_doers),
-                    until,
-                    task_runner,
-                    dask_address,
-                    expect_revision,
-                    not no_cache,
-                    wait_recorded or how == "temporary",
-                    early,
-                    reporter,
-                )
-            except BaseException as e:
-                if early is not None:  # (before the loop took it over: while Prefect was imported, say)
-                    early.settle(interrupt=not isinstance(e, Exception))
-                raise
+            summary = _run_drive(
+                svc,
+                item,
+                (max_parallel, max_doers),
+                until,
+                task_runner,
+                dask_address,
+                expect_revision,
+                not no_cache,
+                wait_recorded or how == "temporary",
+                early,
+                reporter,
+                t0,
+            )
+        except DriveInterrupted as stopped:  # Ctrl-C: what it did and what is left, then exit 130
+            summary = stopped.summary
         finally:
             if live is not None:
                 live.stop()
+    _tell_end(c, svc, summary, junit)
+    if summary.interrupted:
+        raise KeyboardInterrupt
+    raise (PrefectLost if summary.prefect_lost else SystemExit)(0 if summary.ok else 1)
+
+
+def _stopped_summary(svc: Service, item: int, until: str | None, t0: float) -> DriveSummary:
+    """A drive interrupted before its flow run summed up (while Prefect loaded, say): its summary from the store."""
+    from milepost.service.drive import interrupted_summary
+
+    summary = interrupted_summary(svc, item, until)
+    summary.duration = time.monotonic() - t0
+    return summary
+
+
+def _tell_end(c: Ctx, svc: Service, summary: DriveSummary, junit: Path | None) -> None:
+    """The drive's verdict, once: its table (or JSON ``drive_finished``), and the CI reports."""
     if c.json:
         from milepost.events import JsonLinesReporter
 
         JsonLinesReporter().drive_finished(summary)
     else:
-        show_summary(c.console(), summary)  # the verdict, once
+        show_summary(c.console(), summary)
     _ci_reports(svc, summary, junit)
-    raise (PrefectLost if summary.prefect_lost else SystemExit)(0 if summary.ok else 1)
 
 
 def _reporter(c: Ctx, svc: Service, item: int, began: datetime) -> tuple[Reporter, LiveReporter | None]:
@@ -271,26 +286,38 @@ def _run_drive(
     wait_recorded: bool,
     early: EarlyStart | None,
     reporter: Reporter,
+    t0: float,
 ) -> DriveSummary:
+    """The drive's flow run. Interrupted, it raises :class:`DriveInterrupted`
+    with what it did and what is left: the flow run's summary, or the store's
+    when it never summed up (a Ctrl-C while Prefect loaded, its first gates
+    stopped and recorded)."""
     from milepost.cli._interrupts import import_keeping_interrupts
 
-    import_keeping_interrupts("milepost.flows.drive")  # (and so Prefect, a Ctrl-C during it kept)
-    from milepost.flows.drive import run_drive
+    try:
+        import_keeping_interrupts("milepost.flows.drive")  # (and so Prefect, a Ctrl-C during it kept)
+        from milepost.flows.drive import run_drive
 
-    return run_drive(
-        svc,
-        item,
-        max_parallel=workers[0],
-        max_doers=workers[1],
-        until=until,
-        task_runner=task_runner,
-        dask_address=dask_address,
-        reporter=reporter,
-        expect_revision=expect_revision,
-        use_cache=use_cache,
-        wait_recorded=wait_recorded,  # (always with the temporary server: it stops with this process)
-        early=early,
-    )
+        return run_drive(
+            svc,
+            item,
+            max_parallel=workers[0],
+            max_doers=workers[1],
+            until=until,
+            task_runner=task_runner,
+            dask_address=dask_address,
+            reporter=reporter,
+            expect_revision=expect_revision,
+            use_cache=use_cache,
+            wait_recorded=wait_recorded,  # (always with the temporary server: it stops with this process)
+            early=early,
+        )
+    except BaseException as e:
+        if early is not None:  # (before the loop took it over: while Prefect was imported, say)
+            early.settle(interrupt=not isinstance(e, Exception))
+        if isinstance(e, KeyboardInterrupt) and not isinstance(e, DriveInterrupted):
+            raise DriveInterrupted(_stopped_summary(svc, item, until, t0)) from e
+        raise
 
 
 def _ci_reports(svc: Service, summary: Any, junit: Path | None) -> None:

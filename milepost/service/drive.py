@@ -296,6 +296,15 @@ def nothing_to_run(svc: Service, item: int, until: str | None = None) -> DriveSu
     return summarize(svc, it, g, scope=scope, until=until, check=check)
 
 
+def interrupted_summary(svc: Service, item: int, until: str | None = None) -> DriveSummary:
+    """The summary of a drive interrupted before its flow run summed up (a
+    Ctrl-C while Prefect loaded, its first gates running), read from the store:
+    what it did and what is left."""
+    it, g = svc.graph(item, proofs=False)
+    scope = {until, *g.ancestors(until)} if until is not None and until in g else None
+    return summarize(svc, it, g, scope=scope, until=until, interrupted=True)
+
+
 def summarize(
     svc: Service,
     it: WorkItem,

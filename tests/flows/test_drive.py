@@ -635,3 +635,44 @@ def test_the_log_follower_holds_headers_by_their_place_not_their_text(tmp_path: 
     _Watched(spec, logger, 100).finish(passed)  # type: ignore[arg-type]
     header = command_header(first).split("\n")[:-1]
     assert sent == [*header, "first", "", "all good", ""] + (["=== [quiet] $ true"] if not passed else [])
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_interrupted_drive_says_what_it_did_and_what_is_left(
+    cli: CLI, workspace: Path, prefect_api: str, as_json: bool
+) -> None:
+    """Ctrl-C during b's gate: exit 130, and first the summary, as a drive
+    that ended says it: a done, b ready again, c waiting on b (a new user had
+    only "milepost: error: interrupted" to go on)."""
+    import json
+
+    marker = workspace / "b-started"
+    (workspace / "plan.yaml").write_text(
+        "objective: stopped\nmilestones:\n"
+        "  - {name: a, gate: 'true'}\n"
+        f"  - {{name: b, deps: [a], gate: 'touch {marker}; sleep 60'}}\n"
+        "  - {name: c, deps: [b], gate: 'true'}\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    proc = cli.popen(*(["--json"] if as_json else []), "drive")
+    try:
+        wait_until(marker.exists, 120, "b's gate to start")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (out, err)
+    if as_json:
+        lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+        finished = lines[-2]
+        assert finished["event"] == "drive_finished" and finished["interrupted"] and not finished["ok"], finished
+        assert lines[-1]["error"]["type"] == "interrupted"
+        views = {m["name"]: (m["status"], m["view"]) for m in finished["milestones"]}
+        assert views == {"a": ("done", "done"), "b": ("pending", "ready"), "c": ("pending", "blocked")}, views
+    else:
+        assert "not done: interrupted;" in out, out
+        rows = {line.split()[1]: line.split()[2] for line in out.splitlines() if line[:2].strip() in ("1", "2", "3")}
+        assert rows == {"a": "done", "b": "ready", "c": "blocked"}, out
+        assert err.strip().splitlines()[-1] == "milepost: error: interrupted"
