@@ -176,7 +176,7 @@ def edit_noop(root: Path, where: tuple[str, str]) -> None:
     fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == where[1])
     first = fn.body[1] if isinstance(fn.body[0], ast.Expr) else fn.body[0]  # after the docstring
     rows = text.splitlines(keepends=True)
-    rows.insert(first.lineno - 1, " " * first.col_offset + "_ = None\n")
+    rows.insert(first.lineno - 1, " " * first.col_offset + "pass\n")  # (not `_ = None`: click's `_` is gettext)
     path.write_text("".join(rows))
 
 
