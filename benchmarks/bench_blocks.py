@@ -115,9 +115,10 @@ def copy(pkg: Package, source: Path, dest: Path) -> Path:
     ):
         path = dest / name
         path.write_text((path.read_text() if path.exists() else "") + text)
-    for name, old, new in pkg.fixes:
+    for name, old, new in pkg.fixes:  # (where the copy has that file: an sdist may be of another version)
         path = dest / name
-        path.write_text(path.read_text().replace(old, new, 1))
+        if path.exists():
+            path.write_text(path.read_text().replace(old, new, 1))
     git = ["git", "-C", str(dest), "-c", "user.email=b@b", "-c", "user.name=b"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
