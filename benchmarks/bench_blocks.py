@@ -1,8 +1,8 @@
 """Block selection on a real package, side by side with pytest-testmon (issue 40).
 
 A package nobody here wrote, chosen with ``--package``: toolz (the default:
-14 modules, 13 test files) or click (17 modules, 35 test files, a ``src``
-layout). Each package's ``__init__`` imports every module: so every test
+14 modules, 13 test files) or click (17 modules, 34 test files at 2c8cd3a, a
+``src`` layout). Importing either loads (nearly) every module: so every test
 file's import-derived inputs are the whole package. It is copied twice into
 fresh git work trees: one driven by milepost (its scaffolded plan, one
 milestone per module with the test files mapped to it, and a final
