@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_judge.py --rounds 3
 	$(BIN)/pip install -q pytest-testmon
 	$(BIN)/python benchmarks/bench_blocks.py
+	$(BIN)/python benchmarks/bench_blocks.py --package click
 
 # Regenerate the pictures of the Prefect UI in docs/ui.md (needs Chromium).
 screenshots: $(STAMP)

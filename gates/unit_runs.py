@@ -233,16 +233,21 @@ class UnitRuns:
                 out[n] = self._ended(n, path, d, _adopted(before, write))
             else:
                 mine.append(n)
+        ended: dict[int, CommandResult] = {}  # told to the book as their session ended
+
+        def told(found: dict[int, CommandResult]) -> None:
+            ended.update({n: self._ended(n, cmd.each[n], digests[n], r) for n, r in found.items()})
+
         try:
-            ran = self._sessions(cmd, mine, run_one, first, fd, stop, log_path, on_interrupt, write)
+            ran = self._sessions(cmd, mine, run_one, first, fd, stop, log_path, on_interrupt, write, told)
             self._alone(cmd, [n for n in mine if n not in ran], ran, run_one, first, stop, write)
         except BaseException:
             for n in mine:
-                if n not in out and self.reuse and book is not None and digests[n] is not None:
+                if n not in ended and self.reuse and book is not None and digests[n] is not None:
                     book.end(digests[n], None, None)  # type: ignore[arg-type]
             raise
         for n in mine:
-            out[n] = self._ended(n, cmd.each[n], digests[n], ran[n])
+            out[n] = ended[n] if n in ended else self._ended(n, cmd.each[n], digests[n], ran[n])
         for n in later:
             out[n] = self._one(cmd, n, cmd.each[n], digests[n], fd, self._runner(run_one), first, halted=False)
         return [out[n] for n in range(len(cmd.each))]
@@ -296,8 +301,11 @@ class UnitRuns:
         log_path: Path,
         on_interrupt: Callable[[BaseException], None] | None,
         write: Callable[[str], None],
+        told: Callable[[dict[int, CommandResult]], None],
     ) -> dict[int, CommandResult]:
-        """Run ``units`` in up to the book's workers pytest sessions; each file's result, by index."""
+        """Run ``units`` in up to the book's workers pytest sessions; each file's result, by index. A
+        session's results are ``told`` before its worker is free: an idle worker of the drive asks for
+        a unit under its record's digest, which only its result names (else it ran it again, ahead)."""
         if not units:
             return {}
         workers = min(self.book.workers if self.book is not None else 1, len(units))
@@ -313,27 +321,30 @@ class UnitRuns:
                 if why is not None:
                     write(f"milepost: {cmd.each[n]} runs: {why}\n")
             own = AttemptFiles(log_path).unit(first + group[0])
-            ufd = os.open(own.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            try:
-                ran = self._runner(run_one)(
-                    session.command(),
-                    first + group[0],
-                    env=session.env(base),
-                    timeout=session.timeout(),
-                    log_fd=ufd,
-                    log_path=own.log,
-                    stop=halt,
-                    on_interrupt=None,
-                )
-            finally:
-                os.close(ufd)
-                _append(own, fd, lock)
-            found = session.results(ran)
-            return {
-                n: found[cmd.each[n]].model_copy(update={"ran_because": self.why.get(cmd.each[n])})
-                for n in group
-                if cmd.each[n] in found
-            }
+            with self.book.worker() if self.book is not None else contextlib.nullcontext():
+                ufd = os.open(own.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    ran = run_one(
+                        index=first + group[0],
+                        cmd=session.command(),
+                        env=session.env(base),
+                        timeout=session.timeout(),
+                        log_fd=ufd,
+                        log_path=own.log,
+                        stop=halt,
+                        on_interrupt=None,
+                    )
+                finally:
+                    os.close(ufd)
+                    _append(own, fd, lock)
+                found = session.results(ran)
+                results = {
+                    n: found[cmd.each[n]].model_copy(update={"ran_because": self.why.get(cmd.each[n])})
+                    for n in group
+                    if cmd.each[n] in found
+                }
+                told(results)
+            return results
 
         out: dict[int, CommandResult] = {}
         for found in _all_of([partial(one, g) for g in groups], workers, "milepost-session", stop, halt, on_interrupt):

@@ -435,3 +435,62 @@ def test_units_run_ahead_together_share_one_pytest_session_and_each_gate_takes_i
     edit(pkg, "pkg/a.py", "    return x + 1\n", "    return x + 1  # a comment\n")
     for n, f in enumerate(TESTS):  # each record, kept per file, stands for its gate after a comment
         assert ahead.digest(jobs[n]) == got[f].unit
+
+
+def test_a_sessions_passes_are_the_books_before_its_worker_is_free(service: Service, pkg: Path, tmp_path: Path) -> None:
+    """A gate's units in two pytest sessions (two workers): the units of the
+    session that ends first are the book's, under their record's digest, before
+    its worker is free, so the drive's idle worker does not run them again ahead
+    of a later gate while the other session still runs (before: 14 of click's 34
+    test files ran twice in a first drive, docs/benchmarks.md)."""
+    import threading
+
+    from milepost.gates.units import AheadJob
+    from milepost.service.ahead import Ahead
+
+    sessions, release = tmp_path / "sessions", tmp_path / "release"
+    slow = (
+        "import time\nfrom pathlib import Path\n\n\ndef test_slow():\n"
+        f"    deadline = time.monotonic() + 60\n    while not Path({str(release)!r}).exists():\n"
+        "        assert time.monotonic() < deadline\n        time.sleep(0.02)\n"
+    )
+    write(pkg, {"conftest.py": SESSIONS, "tests/test_slow.py": slow})
+    cmd = GateCommand(
+        name="pytest",
+        run=PYTEST,
+        each=["tests/test_slow.py", "tests/test_a.py"],
+        env={"SESSIONS_LEDGER": str(sessions)},
+    )
+    ahead = Ahead(service.ctx, 1, pkg / ".milepost" / "ahead-test")
+    ran_ahead: list[str] = []
+
+    def digest(job: AheadJob) -> str | None:
+        try:
+            return ahead.digest(job)
+        finally:
+            release.touch()  # test_slow ends once the idle worker has looked at test_a
+
+    def run(jobs, digests, stop):  # type: ignore[no-untyped-def]
+        ran_ahead.extend(job.path for job in jobs)
+        return ahead.run(jobs, digests, stop)
+
+    book = UnitBook(workers=2)
+    got: list[CommandResult] = []
+    origin = CachedFrom(item=1, milestone="m", attempt=1)
+    gate = threading.Thread(
+        target=lambda: got.extend(
+            run_gate([cmd], tmp_path / "m.log", default_cwd=pkg, units=book, origin=origin).commands
+        )
+    )
+    gate.start()
+    deadline = time.monotonic() + 60
+    while len(sessions.read_text().splitlines() if sessions.exists() else []) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)  # both sessions started: both workers taken before anything may run ahead
+    assert len(sessions.read_text().splitlines()) == 2
+    later = AheadJob(cmd=cmd, path="tests/test_a.py", milestone="later", timeout=None)
+    with book.ahead([later], digest, run, ahead.together):
+        gate.join(120)
+    assert release.exists()  # the idle worker looked at test_a's unit
+    assert ran_ahead == [] and book.ran_ahead == 0  # and found it the book's: not run again
+    assert {c.file: c.outcome for c in got} == {"tests/test_slow.py": Outcome.PASSED, "tests/test_a.py": Outcome.PASSED}
+    assert len(sessions.read_text().splitlines()) == 2
