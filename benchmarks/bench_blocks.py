@@ -75,7 +75,7 @@ class Package:
 PACKAGES = {
     "toolz": Package(
         name="toolz",
-        tests="toolz/tests",
+        tests="toolz",  # toolz/tests and toolz/sandbox/tests: the 15 test files its scaffolded plan maps
         function=("toolz/dicttoolz.py", "merge_with"),
         other=("toolz/itertoolz.py", "interleave"),
         editable=False,
