@@ -235,6 +235,7 @@ class EarlyStart:
         self.reclaimed = reclaimed
         self.stale = stale  # the stale milestones found, by id (the first may be claimed already)
         self.waiting = waiting  # failed milestones held until their inputs change, and why
+        self.found_at = datetime.now(UTC)  # when these were found: told later, after Prefect loaded, with this time
         self.claims: list[Claim] = []
         self.gates = session.started  # (the session's own list: its cache lookup skips their claims)
         self.adopted = False  # the loop took the claims

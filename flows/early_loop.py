@@ -42,12 +42,12 @@ class EarlyLoop(Loop):
     def prepare(self) -> None:
         """What the first look found, told now; the first claims go first, in their order."""
         early = self.early
-        for done in early.reclaimed:
-            self.reporter.lease_reclaimed(done)
+        for done in early.reclaimed:  # (told with the time they were found: before the first gates)
+            self.reporter.lease_reclaimed(done, early.found_at)
         for name in early.stale:
-            self.reporter.stale_found(name, self.session.stale[name])
+            self.reporter.stale_found(name, self.session.stale[name], early.found_at)
         for name, why in early.waiting.items():
-            self.reporter.waiting_for_change(name, why)
+            self.reporter.waiting_for_change(name, why, early.found_at)
         claims = early.adopt()
         recorded = [self._recorded_gate(c) for c in claims]
         # Gates recorded already are drawn, not run again as tasks (run); the rest the loop submits.

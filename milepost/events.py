@@ -163,13 +163,14 @@ class DriveInterrupted(KeyboardInterrupt):
 class Reporter(Protocol):
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None: ...
 
-    def lease_reclaimed(self, done: DoneResult) -> None:
-        """A dead driver's attempt was fenced and recorded (``done.gate_run`` says how it ended)."""
+    def lease_reclaimed(self, done: DoneResult, at: datetime | None = None) -> None:
+        """A dead driver's attempt was fenced and recorded (``done.gate_run`` says how it ended); ``at``: when
+        (None: now; the drive's first look, before Prefect loaded, tells its finds later with their time)."""
 
-    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+    def stale_found(self, milestone: str, info: StaleInfo, at: datetime | None = None) -> None:
         """A done milestone's inputs changed since its proof: the drive re-proves it."""
 
-    def waiting_for_change(self, milestone: str, reason: str) -> None:
+    def waiting_for_change(self, milestone: str, reason: str, at: datetime | None = None) -> None:
         """A failed milestone's inputs did not change since it failed: the drive does not retry it."""
 
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
@@ -204,13 +205,13 @@ class NullReporter:
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
         pass
 
-    def lease_reclaimed(self, done: DoneResult) -> None:
+    def lease_reclaimed(self, done: DoneResult, at: datetime | None = None) -> None:
         pass
 
-    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+    def stale_found(self, milestone: str, info: StaleInfo, at: datetime | None = None) -> None:
         pass
 
-    def waiting_for_change(self, milestone: str, reason: str) -> None:
+    def waiting_for_change(self, milestone: str, reason: str, at: datetime | None = None) -> None:
         pass
 
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
@@ -246,17 +247,17 @@ class MultiReporter(NullReporter):
         for r in self.reporters:
             r.drive_started(item, objective, total, flow_run_id)
 
-    def lease_reclaimed(self, done: DoneResult) -> None:
+    def lease_reclaimed(self, done: DoneResult, at: datetime | None = None) -> None:
         for r in self.reporters:
-            r.lease_reclaimed(done)
+            r.lease_reclaimed(done, at)
 
-    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+    def stale_found(self, milestone: str, info: StaleInfo, at: datetime | None = None) -> None:
         for r in self.reporters:
-            r.stale_found(milestone, info)
+            r.stale_found(milestone, info, at)
 
-    def waiting_for_change(self, milestone: str, reason: str) -> None:
+    def waiting_for_change(self, milestone: str, reason: str, at: datetime | None = None) -> None:
         for r in self.reporters:
-            r.waiting_for_change(milestone, reason)
+            r.waiting_for_change(milestone, reason, at)
 
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
         for r in self.reporters:
@@ -337,10 +338,11 @@ class JsonLinesReporter(NullReporter):
             flow_run_id=flow_run_id,
         )
 
-    def lease_reclaimed(self, done: DoneResult) -> None:
+    def lease_reclaimed(self, done: DoneResult, at: datetime | None = None) -> None:
         run = done.gate_run
         self._emit(
             DriveEvent.LEASE_RECLAIMED,
+            at=at,
             milestone=done.milestone.name,
             attempt=run.attempt if run else None,
             outcome=run.outcome.value if run else None,
@@ -348,11 +350,11 @@ class JsonLinesReporter(NullReporter):
             status=done.milestone.status.value,
         )
 
-    def stale_found(self, milestone: str, info: StaleInfo) -> None:
-        self._emit(DriveEvent.STALE_FOUND, milestone=milestone, **info.model_dump())
+    def stale_found(self, milestone: str, info: StaleInfo, at: datetime | None = None) -> None:
+        self._emit(DriveEvent.STALE_FOUND, at=at, milestone=milestone, **info.model_dump())
 
-    def waiting_for_change(self, milestone: str, reason: str) -> None:
-        self._emit(DriveEvent.WAITING_FOR_CHANGE, milestone=milestone, reason=reason)
+    def waiting_for_change(self, milestone: str, reason: str, at: datetime | None = None) -> None:
+        self._emit(DriveEvent.WAITING_FOR_CHANGE, at=at, milestone=milestone, reason=reason)
 
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
         self._emit(DriveEvent.WAITING_FOR_DRIVERS, milestones=list(held), holders=held)
@@ -441,15 +443,15 @@ class LineReporter(NullReporter):
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
         self._line(f"drive work item {item} ({count(total, 'milestone')}): {objective}", self.clock.started)
 
-    def lease_reclaimed(self, done: DoneResult) -> None:
+    def lease_reclaimed(self, done: DoneResult, at: datetime | None = None) -> None:
         why = done.gate_run.reason if done.gate_run else "its driver stopped"
-        self._line(f"reclaimed {done.milestone.name}: {why}")
+        self._line(f"reclaimed {done.milestone.name}: {why}", at)
 
-    def stale_found(self, milestone: str, info: StaleInfo) -> None:
-        self._line(f"stale  {milestone}: {info.reason}")
+    def stale_found(self, milestone: str, info: StaleInfo, at: datetime | None = None) -> None:
+        self._line(f"stale  {milestone}: {info.reason}", at)
 
-    def waiting_for_change(self, milestone: str, reason: str) -> None:
-        self._line(f"held   {milestone}: {reason}")
+    def waiting_for_change(self, milestone: str, reason: str, at: datetime | None = None) -> None:
+        self._line(f"held   {milestone}: {reason}", at)
 
     def waiting_for_drivers(self, held: dict[str, str]) -> None:
         self._line(f"wait   for other drivers: {', '.join(f'{n} ({holder(h)})' for n, h in held.items())}")

@@ -22,13 +22,13 @@ class RecordingReporter(NullReporter):
     def drive_started(self, item: int, objective: str, total: int, flow_run_id: str | None) -> None:
         self.events.append((DriveEvent.DRIVE_STARTED, item))
 
-    def lease_reclaimed(self, done: DoneResult) -> None:
+    def lease_reclaimed(self, done: DoneResult, at: datetime | None = None) -> None:
         self.events.append((DriveEvent.LEASE_RECLAIMED, (done.milestone.name, done.gate_run)))
 
-    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+    def stale_found(self, milestone: str, info: StaleInfo, at: datetime | None = None) -> None:
         self.events.append((DriveEvent.STALE_FOUND, (milestone, info.changed)))
 
-    def waiting_for_change(self, milestone: str, reason: str) -> None:
+    def waiting_for_change(self, milestone: str, reason: str, at: datetime | None = None) -> None:
         self.events.append((DriveEvent.WAITING_FOR_CHANGE, (milestone, reason)))
 
     def waiting_for_drivers(self, held: dict[str, str]) -> None:

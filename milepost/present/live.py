@@ -74,12 +74,12 @@ class LiveReporter:
                 self.rows[ch.milestone][1] = "blocked" if ch.to_status == "pending" else ch.to_status.value
                 self.rows[ch.milestone][4] = ch.reason or ""
 
-    def stale_found(self, milestone: str, info: StaleInfo) -> None:
+    def stale_found(self, milestone: str, info: StaleInfo, at: datetime | None = None) -> None:
         if milestone in self.rows:
             self.rows[milestone][1] = "stale"
             self.rows[milestone][4] = info.reason
 
-    def waiting_for_change(self, milestone: str, reason: str) -> None:
+    def waiting_for_change(self, milestone: str, reason: str, at: datetime | None = None) -> None:
         if milestone in self.rows:
             self.rows[milestone][4] = reason
 
@@ -89,7 +89,7 @@ class LiveReporter:
                 self.rows[name][1], self.rows[name][4] = "in_progress", f"held by {holder(owner)}"
         self.notes.append(f"waiting for other drivers: {', '.join(held)}")
 
-    def lease_reclaimed(self, done: DoneResult) -> None:
+    def lease_reclaimed(self, done: DoneResult, at: datetime | None = None) -> None:
         why = done.gate_run.reason if done.gate_run else "its driver stopped"
         self.notes.append(f"reclaimed {done.milestone.name}: {why}")
         self.rows[done.milestone.name][1] = done.milestone.status.value

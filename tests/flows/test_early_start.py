@@ -337,3 +337,27 @@ def test_first_gates_recorded_before_the_flow_run_are_told_in_the_order_they_ran
     assert {name for _, name in told[:2]} == {"one", "two"} and told[-2:][0] == ("gate_started", "three"), told
     starts = {g.claim.milestone.name: g.started for g in early.gates}
     assert reporter.started_at == starts, (reporter.started_at, starts)
+
+
+def test_a_stale_milestone_is_told_with_the_time_it_was_found_before_its_gate(
+    cli: CLI, workspace: Path, prefect_api: str
+) -> None:
+    """The first look finds a stale milestone and re-proves it before Prefect
+    loads; its stale_found is told after, stamped when it was found, so the
+    gate's start keeps its own time (a stamp never goes back: told with the
+    time it was told, it pushed the early gate's forward, by seconds on click)."""
+    (workspace / "x.txt").write_text("1\n")
+    cli("item", "create", "stale", check=True)
+    cli("add", "first", "--gate", STAMP, "--inputs", "x.txt", check=True)
+    assert cli("drive", timeout=240).code == 0
+    (workspace / "x.txt").write_text("2\n")
+    r = cli("--json", "drive", timeout=240)
+    assert r.code == 0, r.err + r.out
+    events = [json.loads(line) for line in r.out.splitlines()]
+    stale = next(e for e in events if e["event"] == "stale_found")
+    gate = next(e for e in events if e["event"] == "gate_started" and e["milestone"] == "first")
+    ran = float((workspace / "started-2").read_text())  # (its re-proof is attempt 2)
+    assert datetime.fromisoformat(stale["at"]) <= datetime.fromisoformat(gate["at"]), (stale, gate)
+    assert datetime.fromisoformat(gate["at"]).timestamp() <= ran, (gate, ran)  # its own start, not pushed on
+    stamps = [datetime.fromisoformat(e["at"]) for e in events]
+    assert stamps == sorted(stamps), events
