@@ -40,12 +40,19 @@ def run_tick(svc: Service, reporter: Reporter | None = None) -> TickResult:
 
 def tick_body() -> dict[str, Any]:
     # Served by Prefect: the store comes from the environment (MILEPOST_DB or
-    # the .milepost/ above the working directory), acting for every agent.
+    # the .milepost/ above the working directory), acting for every agent. Its
+    # drives' lines and one line an item go to stdout: `milepost serve`'s
+    # terminal (a served flow run's process inherits it), a worker's log.
+    from milepost.events import LineReporter
+
     svc = Service.open(operator=True)
     try:
-        return run_tick(svc).model_dump()
+        result = run_tick(svc, LineReporter())
     finally:
         svc.close()
+    for d in result.driven:
+        print(f"tick: work item {d['item']}: {'ok' if d['ok'] else 'not done'}: {d['message']}", flush=True)
+    return result.model_dump()
 
 
 # Decorated apart from its body, like drive_workgraph (see there).

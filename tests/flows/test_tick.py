@@ -42,6 +42,9 @@ def test_serve_runs_ticks_as_a_served_flow(prefect_api: str, cli: CLI, workspace
     with served(cli, "serve", "--interval", "2", log=workspace.parent / "serve.log") as alive:
         wait_until(marker.exists, 180, "a tick to run", output=alive)
         wait_until(lambda: cli.json("list")["milestones"][0]["status"] == "done", 30, "the tick's record", output=alive)
+        # What the tick did, in serve's output: its drive's lines and one line for the item.
+        wait_until(lambda: "tick: work item 1: ok: " in alive(), 30, "the tick's line", output=alive)
+        assert "done   work (attempt 1" in alive(), alive()
     runs = api_post(prefect_api, "/flow_runs/filter", {"flows": {"name": {"any_": ["milepost-tick"]}}})
     assert any(r["state_type"] == "COMPLETED" for r in runs)
 
