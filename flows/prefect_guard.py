@@ -244,11 +244,16 @@ class PrefectGuard:
         answered); declared lost when it has not answered for the grace. (The
         prober's thread and the loop's ask.)"""
         assert self.url is not None
+        # An answer tells the API was up when it was asked, not when its thread got to read it: on a loaded
+        # machine an answer read late stood for "just now" after the server was killed, and a claim in flight
+        # was started (tests/test_prefect_guard.py). Nor does it undo a failure seen after it was asked.
+        asked = time.monotonic()
         why = _health(self.url, min(5.0, self.settings.prefect_timeout))  # a busy server answers slowly, not never
         now = time.monotonic()
         with self._lock:
             if why is None:
-                self._answered_at, self._failing_since = now, None
+                if self._failing_since is None or asked > self._failing_since:
+                    self._answered_at, self._failing_since = max(self._answered_at, asked), None
                 return True
             if self._failing_since is None:
                 self._failing_since = max(self._answered_at, now - PROBE_SECONDS)  # it answered then at best

@@ -125,3 +125,38 @@ def test_quieting_is_undone_at_the_drives_end_and_only_what_it_changed(monkeypat
     assert logging.raiseExceptions is True and not any(lg.disabled for lg in loggers)
     first.restore()  # (idempotent)
     assert logging.raiseExceptions is True
+
+
+def test_an_answer_read_late_counts_from_when_it_was_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prober asked while the server was up; its thread read the answer
+    only after the server was killed (a loaded machine): that answer must not
+    make a claim in flight look freshly allowed. Seen once in a loaded run of
+    the killed-server fault test: the claim's gate started after the kill."""
+    import time
+
+    from milepost.flows import prefect_guard
+
+    entered, release = threading.Event(), threading.Event()
+    gone = threading.Event()
+
+    def health(url: str, timeout: float) -> str | None:
+        if threading.current_thread().name == "late-prober":
+            entered.set()
+            release.wait(10)
+            return None  # the answer it got while the server was up, read now
+        return "connection refused" if gone.is_set() else None
+
+    monkeypatch.setattr(prefect_guard, "_health", health)
+    guard, lost = _guard("http://127.0.0.1:9/api", 0.6)
+    prober = threading.Thread(target=guard._ask, name="late-prober")
+    prober.start()
+    assert entered.wait(10)
+    gone.set()  # the server is killed while that answer waits to be read
+    time.sleep(0.3)  # (longer than CLAIMED_FRESH_SECONDS: the time this test is about)
+    release.set()
+    prober.join(10)
+    try:
+        assert guard.may_start(prefect_guard.CLAIMED_FRESH_SECONDS) is False  # asked again: gone, then lost
+        assert guard.lost is not None and lost == [guard.lost]
+    finally:
+        guard.quieted.restore()
