@@ -217,6 +217,23 @@ def wait_until(
     return time.monotonic() - t0
 
 
+def ctrl_c_once(
+    proc: subprocess.Popen[str], ready: Callable[[], object], what: str, timeout: float = 120, after: float = 0.0
+) -> tuple[str, str]:
+    """Once ``ready`` holds (and ``after`` seconds more: a time the test is
+    about), Ctrl-C ``proc`` (SIGINT) and read its (stdout, stderr); killed
+    if it outlives that by 60 s or the test fails first."""
+    try:
+        wait_until(ready, timeout, what)
+        time.sleep(after)
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def runs_program(pid: int, program: str) -> bool:
     """Whether process ``pid`` (a gate's shell, say) runs ``program`` now,
     itself (an exec) or as one of its children: what a test waits for before

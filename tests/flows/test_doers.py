@@ -22,7 +22,7 @@ from milepost.flows.drive import run_drive
 from milepost.graph import MilestoneStatus
 from milepost.planfile import parse_plan
 from milepost.service import Service
-from tests.conftest import CLI, InProcessCLI, Postgres, wait_until
+from tests.conftest import CLI, InProcessCLI, Postgres, ctrl_c_once, wait_until
 from tests.flows.conftest import flow_run_edges
 
 pytestmark = pytest.mark.xdist_group("prefect")
@@ -972,15 +972,7 @@ def test_a_drive_stopped_while_its_doer_works_records_how_long_the_doer_ran(
     plan.write_text(f"objective: stopped\nmilestones:\n  - {{name: a, do: '{doer.command}', gate: 'true'}}\n")
     item = str(cli.json("plan", "apply", str(plan))["id"])
     proc = cli.popen("drive", item)
-    try:
-        wait_until(started.exists, timeout=120, what="the doer at work")
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    out, err = ctrl_c_once(proc, started.exists, "the doer at work", after=0.5)
     assert proc.returncode == 130, (out, err)
     runs = cli.json("runs", "a", "--item", item)
     assert [(r["attempt"], r["outcome"]) for r in runs["runs"]] == [(1, "interrupted")], runs

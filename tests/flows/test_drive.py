@@ -21,7 +21,7 @@ from milepost.flows.drive import run_drive
 from milepost.graph import MilestoneStatus
 from milepost.planfile import parse_plan
 from milepost.service import Service
-from tests.conftest import CLI, EXAMPLES, MovableClock, runs_program, wait_until
+from tests.conftest import CLI, EXAMPLES, MovableClock, ctrl_c_once, runs_program, wait_until
 from tests.flows.conftest import api_get, api_post, flow_run_edges
 from tests.recording import RecordingReporter
 
@@ -655,14 +655,7 @@ def test_an_interrupted_drive_says_what_it_did_and_what_is_left(
     )
     cli("plan", "apply", "plan.yaml", check=True)
     proc = cli.popen(*(["--json"] if as_json else []), "drive")
-    try:
-        wait_until(marker.exists, 120, "b's gate to start")
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    out, err = ctrl_c_once(proc, marker.exists, "b's gate to start")
     assert proc.returncode == 130, (out, err)
     if as_json:
         lines = [json.loads(line) for line in out.splitlines() if line.strip()]
