@@ -37,7 +37,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,7 @@ _OUT = os.environ.get("MILEPOST_UNIT_BLOCKS")
 _ROOT = os.environ.get("MILEPOST_UNIT_ROOT")
 _SESSION = os.environ.get("MILEPOST_UNIT_SESSION") == "1"  # several test files, each its own unit
 _cov = None
+_label = None  # the coverage context now: "run|FILE", "setup" (shared) or None (collection, shared)
 _read = set()  # the files this run opened for reading (data files are inputs by content)
 _units = {}  # session: test file -> {"failed": bool, "tests": n, "duration": s, "failures": [text]}
 _config = []
@@ -119,21 +120,30 @@ def _unit(path):
 
 
 def _switch(label):
-    if _cov is not None and _SESSION:
+    global _label
+    if _cov is not None and _SESSION and label != _label:
+        _label = label
         _cov.switch_context(label)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
-    _switch("setup")  # fixtures may serve several files: what they run counts for every file of the session
+    _switch("run|" + str(item.path))  # a file's tests, their fixtures and teardowns: that file's own
     yield
-    _switch("run|" + str(item.path))
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
+def pytest_fixture_setup(fixturedef, request):
+    # A fixture that outlives a file (session or package scope) serves every file after it: what its set-up
+    # runs counts for every file of the session. Switching only here and when the file changes keeps
+    # coverage's flushes to a few per file rather than three per test (docs/benchmarks.md, bench_blocks).
+    if str(getattr(fixturedef, "scope", "function")) not in ("session", "package"):
+        yield
+        return
+    before = _label
+    _switch("setup")
     yield
-    _switch("")
+    _switch(before)
 
 
 def pytest_runtest_logreport(report):
@@ -485,6 +495,9 @@ class Watch:
     path: str
     default_timeout: float | None
     env_tag: str = ""  # the environment it runs in (see :func:`env_tag`): part of its records' key
+    # Called with a record's digest before the record is written (a book holds that digest's unit lock, so
+    # another driver that reads the record waits for the pass rather than run the unit again: units.py).
+    hold: Callable[[str], object] | None = None
     out: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -526,7 +539,7 @@ class Watch:
                 self.out.unlink()
         if record is None:
             return result
-        _write_records(self.root, unit_key(self.cmd, self.path, self.default_timeout, self.env_tag), record)
+        self.keep(record)
         return result.model_copy(update={"unit": record.digest})
 
     def _record(self) -> Record | None:
@@ -540,6 +553,8 @@ class Watch:
         return self.record_of(ran, read)
 
     def keep(self, record: Record) -> None:
+        if self.hold is not None:
+            self.hold(record.digest)
         _write_records(self.root, unit_key(self.cmd, self.path, self.default_timeout, self.env_tag), record)
 
     def record_of(self, ran: Mapping[str, Any], read: Mapping[str, str]) -> Record | None:
@@ -588,6 +603,13 @@ class Watch:
         return rel if snap.matching([rel if "/" in rel else f"./{rel}"]) else None
 
 
-def watched(root: Path, cmd: GateCommand, path: str, default_timeout: float | None, env_tag: str = "") -> Watch | None:
+def watched(
+    root: Path,
+    cmd: GateCommand,
+    path: str,
+    default_timeout: float | None,
+    env_tag: str = "",
+    hold: Callable[[str], object] | None = None,
+) -> Watch | None:
     """A :class:`Watch` for the unit when coverage can say what it runs, else None."""
-    return Watch(root, cmd, path, default_timeout, env_tag) if coverable(cmd, path) else None
+    return Watch(root, cmd, path, default_timeout, env_tag, hold) if coverable(cmd, path) else None

@@ -8,6 +8,7 @@ analysis alone would run every test file after any edit."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,8 +20,9 @@ from milepost.gates.blocks import MODULE, blocks_of, executed
 from milepost.gates.command import run_gate
 from milepost.gates.inputs import Snapshot
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
-from milepost.gates.unit_blocks import env_tag, records_path, unit_key
-from milepost.gates.units import UnitBook
+from milepost.gates.unit_blocks import env_tag, records_path, unit_key, unit_state, watched
+from milepost.gates.unit_locks import UnitLocks
+from milepost.gates.units import UnitBook, unit_command
 from milepost.graph.models import GateCommand
 from milepost.planfile import parse_plan
 from milepost.service import Service
@@ -161,6 +163,31 @@ def test_module_level_code_every_test_runs(gates: Gates, pkg: Path) -> None:
     assert gates.ran() == dict.fromkeys(TESTS, "passed")
     edit(pkg, "pkg/__init__.py", "LIMIT = 10", "LIMIT = 11")
     assert gates.ran() == {"tests/test_a.py": "passed", "tests/test_b.py": "passed", "tests/test_limit.py": "failed"}
+
+
+def test_a_session_fixture_counts_for_every_file_a_function_fixture_for_its_own(pkg: Path) -> None:
+    """In one pytest session, a session fixture set up during the first file's test serves the next file:
+    what its set-up ran counts for every file; a function fixture's set-up counts for its file only."""
+    write(
+        pkg,
+        {
+            "pkg/d.py": "def fd(x):\n    return x * 3\n\n\ndef fe(x):\n    return x\n",
+            "tests/conftest.py": (
+                "import pytest\n\nfrom pkg.d import fd, fe\n\n\n"
+                '@pytest.fixture(scope="session")\ndef base():\n    return fd(5)\n\n\n'
+                "@pytest.fixture\ndef ident():\n    return fe(1)\n"
+            ),
+        },
+    )
+    edit(pkg, "tests/test_a.py", "def test_fa", "def test_base(base):\n    assert base == 15\n\n\ndef test_fa")
+    uses_both = "def test_ident(ident, base):\n    assert ident + base == 16\n\n\ndef test_fb"
+    edit(pkg, "tests/test_b.py", "def test_fb", uses_both)
+    g = Gates(pkg, workers=1)  # one session: test_a first sets `base` up, test_b is served it
+    assert g.ran() == dict.fromkeys(TESTS, "passed")
+    edit(pkg, "pkg/d.py", "    return x * 3\n", "    pass\n    return x * 3\n")
+    assert {"tests/test_a.py", "tests/test_b.py"} <= set(g.ran())
+    edit(pkg, "pkg/d.py", "    return x\n", "    pass\n    return x\n")
+    assert g.ran() == {"tests/test_b.py": "passed"}
 
 
 def test_a_docstring_edit_runs_the_test_files_executing_it(gates: Gates, pkg: Path) -> None:
@@ -345,6 +372,30 @@ def test_two_drivers_run_no_test_file_twice(pkg: Path, tmp_path: Path, workers: 
     for f in TESTS:
         outcomes = sorted(tuple(r[f]) for r in found)
         assert outcomes[0][0] == "cached" and outcomes[1] == ("passed", None), outcomes
+
+
+def test_a_driver_that_reads_a_fresh_record_waits_for_its_pass_not_runs_it_again(pkg: Path) -> None:
+    """Two drivers: the first ran a unit and wrote its record; its pass is not yet told. The second, whose
+    digest comes from that record, must wait for the pass rather than run the unit (it ran a file twice
+    under load, one time in four: test_two_drivers_run_no_test_file_twice)."""
+    one, two = UnitBook(None, 1), UnitBook(None, 1)
+    one.shared, two.shared = UnitLocks(pkg), UnitLocks(pkg)
+    cmd = GateCommand(name="pytest", run=PYTEST, each=["tests/test_a.py"])
+    snap = Snapshot(pkg)
+    before = unit_state(snap, cmd, "tests/test_a.py", None).digest
+    assert before is not None and one.begin(before) is None  # the first driver runs it
+    watch = watched(pkg, cmd, "tests/test_a.py", None, env_tag(snap, cmd), one.hold)
+    assert watch is not None
+    one_unit = unit_command(cmd, "tests/test_a.py")
+    ran = run_gate([one_unit], pkg / ".milepost" / "one.log", default_cwd=pkg, env=watch.env(os.environ))
+    r = watch.finish(ran.commands[0])
+    after = unit_state(Snapshot(pkg), cmd, "tests/test_a.py", None).digest
+    assert r.outcome is Outcome.PASSED and after == r.unit != before  # the record is there, its pass not told
+    assert two.begin(after, wait=False) is False  # another driver runs it: not run here
+    origin = CachedFrom(item=1, milestone="one", attempt=1)
+    one.end(before, r, origin)
+    one.also(after, r, origin)
+    assert two.begin(after) == (Outcome.PASSED, origin)
 
 
 @pytest.mark.slow  # real pytest processes for seconds (the fast ones above catch the planted bugs)
