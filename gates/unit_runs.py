@@ -155,7 +155,7 @@ class UnitRuns:
         why = self.why.get(path)
         if why is not None:
             write(f"milepost: {path} runs: {why}\n")
-        watch = watched(self.root, cmd, path, self.default_timeout, self.env_tag)
+        watch = watched(self.root, cmd, path, self.default_timeout, self.env_tag, self._hold())
         if watch is None:
             r = run(one, index)
         else:
@@ -270,6 +270,10 @@ class UnitRuns:
             else:
                 ran[n] = self._watched(cmd, cmd.each[n], one, first + n, self._runner(run_one), write)
 
+    def _hold(self) -> Callable[[str], object] | None:
+        """What a record's writer calls first (the book's lock on its digest), when results are shared."""
+        return self.book.hold if self.book is not None and self.reuse else None
+
     def _runner(self, run_one: Callable[..., CommandResult]) -> Callable[..., CommandResult]:
         book = self.book
 
@@ -315,7 +319,9 @@ class UnitRuns:
         lock = threading.Lock()
 
         def one(group: list[int]) -> dict[int, CommandResult]:
-            session = Session(self.root, cmd, [cmd.each[n] for n in group], self.default_timeout, self.env_tag)
+            session = Session(
+                self.root, cmd, [cmd.each[n] for n in group], self.default_timeout, self.env_tag, self._hold()
+            )
             for n in group:
                 why = self.why.get(cmd.each[n])
                 if why is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +43,7 @@ class Session:
     paths: Sequence[str]
     default_timeout: float | None
     env_tag: str = ""  # the environment its units run in (gates/unit_blocks.py: env_tag)
+    hold: Callable[[str], object] | None = None  # before a record is written (gates/unit_blocks.py: Watch.hold)
     watch: Watch = field(init=False)
 
     def __post_init__(self) -> None:
@@ -88,7 +89,7 @@ class Session:
             outcome, reason = (Outcome.FAILED, "exit 1") if failed else (Outcome.PASSED, "exit 0")
             r = self._unit(path, ran, outcome, float(unit["duration"]), tail, reason)
             if not failed and not incomplete:
-                w = Watch(self.root, self.cmd, path, self.default_timeout, self.env_tag)
+                w = Watch(self.root, self.cmd, path, self.default_timeout, self.env_tag, self.hold)
                 try:
                     record = w.record_of(unit["files"], read)
                 except Exception:  # no record: the unit keeps its import-derived digest

@@ -278,23 +278,42 @@ class UnitBook:
                 slot.result, slot.origin = result, origin
                 self.ran += 1
         if self.shared is not None:
-            for d in {digest, slot.claimed or digest}:  # (run ahead under another digest: that lock too)
+            with self._lock:  # (run ahead under another digest, or its record's: those locks too)
+                keys = {digest, slot.claimed or digest} | {k for k, v in self._slots.items() if v is slot}
+            for d in keys:
                 if result is not None and origin is not None and result.outcome is Outcome.PASSED:
                     self.shared.keep(d, origin)
                 self.shared.release(d)
         slot.done.set()
 
+    def hold(self, digest: str) -> None:
+        """Before a unit's record with ``digest`` is written: its lock taken, so another driver that reads the
+        record and asks for that digest waits for this pass instead of running the unit again. Let go by
+        :meth:`also` (or, run ahead, by the gate's :meth:`end`)."""
+        if self.shared is not None:
+            self.shared.take(digest, wait=False)
+
     def also(self, digest: str, result: CommandResult, origin: CachedFrom | None) -> None:
         """A pass known under a second digest too (its record's, once it ran under coverage: gates/unit_blocks.py)."""
-        if origin is None or result.outcome is not Outcome.PASSED:
-            return
-        if self.shared is not None:
-            self.shared.keep(digest, origin)
-        with self._lock:
-            if digest in self._slots:
+        try:
+            if origin is None or result.outcome is not Outcome.PASSED:
                 return
-            slot = self._slots[digest] = _Slot(result=result, origin=origin)
-        slot.done.set()
+            if self.shared is not None:
+                self.shared.keep(digest, origin)
+            with self._lock:
+                if digest in self._slots:
+                    return
+                slot = self._slots[digest] = _Slot(result=result, origin=origin)
+            slot.done.set()
+        finally:
+            self._let_go(digest)
+
+    def _let_go(self, digest: str) -> None:
+        """The lock :meth:`hold` took, let go unless a gate of this book runs ``digest`` now (its end does)."""
+        with self._lock:
+            slot = self._slots.get(digest)
+        if self.shared is not None and (slot is None or slot.done.is_set()):
+            self.shared.release(digest)
 
     # -- ahead of the gates ---------------------------------------------------------
 
@@ -424,14 +443,21 @@ class UnitBook:
             if result is not None and result.outcome is Outcome.PASSED:
                 slot.result, slot.ahead, slot.ahead_log = result, True, log
                 if result.unit is not None and result.unit != digest and result.unit not in self._slots:
-                    # It ran under coverage: its gate asks under its record's digest now (gates/unit_blocks.py).
+                    # It ran under coverage: its gate asks under its record's digest now (gates/unit_blocks.py);
+                    # the record's lock (hold) is let go with the other when the gate takes the pass (end).
                     slot.claimed = digest
                     self._slots[result.unit] = slot
+                    known = None
+                else:
+                    known = result.unit if result.unit not in (None, digest) else None
             else:  # dropped: the gate runs it itself
                 del self._slots[digest]
+                known = None
         if self.shared is not None and (result is None or result.outcome is not Outcome.PASSED):
             self.shared.release(digest)  # (a pass keeps it until its gate takes it: end())
         slot.done.set()
+        if known is not None:  # its record's digest was this book's already: that slot's lock, not this one's
+            self._let_go(known)
 
 
 def _passed() -> CommandResult:

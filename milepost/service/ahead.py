@@ -24,7 +24,7 @@ import contextlib
 import os
 import shutil
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
 from milepost.gates.command import run_gate
@@ -45,10 +45,11 @@ _WAITING = (MilestoneStatus.PENDING, MilestoneStatus.NEEDS_FIX)  # (not claimed,
 class Ahead:
     """The units one drive may run ahead: its jobs, their digests now, and a run."""
 
-    def __init__(self, ctx: Context, item: int, folder: Path) -> None:
+    def __init__(self, ctx: Context, item: int, folder: Path, hold: Callable[[str], object] | None = None) -> None:
         self.ctx = ctx
         self.item = item
         self.folder = folder
+        self.hold = hold  # the book's, called before a unit's record is written (gates/unit_blocks.py: Watch.hold)
 
     @staticmethod
     def jobs(g: WorkGraph, scope: set[str] | None) -> list[AheadJob]:
@@ -106,7 +107,7 @@ class Ahead:
         one = unit_command(job.cmd, job.path)
         # Under coverage, as its gate would run it, its record kept under its environment's key as the gate's.
         snap = Snapshot(root)
-        watch = watched(root, job.cmd, job.path, job.timeout, env_tag(snap, job.cmd))
+        watch = watched(root, job.cmd, job.path, job.timeout, env_tag(snap, job.cmd), self.hold)
         snap.save()
         if watch is not None:
             env = watch.env({**os.environ, **env, **one.env})
@@ -122,7 +123,7 @@ class Ahead:
         snap = Snapshot(root)
         tag = env_tag(snap, jobs[0].cmd)
         snap.save()
-        session = Session(root, jobs[0].cmd, [job.path for job in jobs], jobs[0].timeout, tag)
+        session = Session(root, jobs[0].cmd, [job.path for job in jobs], jobs[0].timeout, tag, self.hold)
         log = self.folder / f"{digests[0][:16]}-session.log"
         env = session.env({**os.environ, **self._env(jobs)})
         result = run_gate(

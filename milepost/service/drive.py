@@ -253,7 +253,8 @@ class DriveSession:
             return
         from milepost.service.ahead import Ahead
 
-        ahead = Ahead(self.ctx, self.item, self.ctx.store.evidence_dir("ahead") / self.owner.replace(":", "-"))
+        folder = self.ctx.store.evidence_dir("ahead") / self.owner.replace(":", "-")
+        ahead = Ahead(self.ctx, self.item, folder, self.units.hold)
         try:
             with self.units.ahead(Ahead.jobs(self.graph, self.scope), ahead.digest, ahead.run, ahead.together):
                 yield
