@@ -20,13 +20,6 @@ from milepost.plainyaml import read_plain
 from milepost.plandoc import build, compose
 from milepost.planfile import parse_plan
 
-# As in tests/graph/test_properties.py: under xdist this module can share a worker with the Prefect
-# tests, whose background threads call `random` at any moment; Hypothesis would take that for the
-# strategies' doing. Only that one message is ignored.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Do not use the `random` module inside strategies:hypothesis.errors.HypothesisDeprecationWarning"
-)
-
 
 def precise(text: str) -> tuple[bool, Any]:
     try:
