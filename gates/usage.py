@@ -258,6 +258,8 @@ def read_usage(log: Path, cost_file: Path, form: str | None = None, start: int =
     the doer wrote one, else the first report its output holds (Claude
     Code's, then Codex's), else nothing known (no problem: a plain script)."""
     if form == FILE:
+        if not cost_file.exists():  # (named: a doer that wrote none is said, never a silent $0)
+            return Cost(form=FILE, problem="no cost file written ($MILEPOST_COST_FILE)")
         return read_cost(cost_file)
     if form is None:
         written = read_cost(cost_file)

@@ -161,6 +161,13 @@ def test_the_cost_file_still_works_and_wins_over_a_report(tmp_path: Path) -> Non
     assert read_cost(tmp_path / "absent.json") == Cost()
 
 
+def test_a_named_cost_file_not_written_is_a_warning_never_a_silent_zero(tmp_path: Path) -> None:
+    got = _usage(tmp_path, "edited 2 files", "file")
+    assert got == Cost(form="file", problem="no cost file written ($MILEPOST_COST_FILE)")
+    assert got.usd is None and got.tokens is None
+    assert _usage(tmp_path, "edited 2 files") == Cost()  # unnamed: a plain script, nothing to say
+
+
 def test_a_plain_script_has_no_report_and_no_warning(tmp_path: Path) -> None:
     assert _usage(tmp_path, "edited 2 files\n{not json") == Cost()
 
