@@ -5,8 +5,9 @@ usage report in its output, or the cost file it may write (docs/doers.md,
 The forms read (``do_usage``; unnamed: found by looking):
 
 - ``claude-json``: Claude Code's result object, ``claude -p --output-format
-  json`` (one JSON object) or ``stream-json`` (one per line, the ``result``
-  ones): ``total_cost_usd``, ``usage`` (``input_tokens``, ``output_tokens``,
+  json`` (one JSON object; with ``--verbose``, a JSON array of every message,
+  the result last, on one line or pretty-printed) or ``stream-json`` (one
+  per line, the ``result`` ones): ``total_cost_usd``, ``usage`` (``input_tokens``, ``output_tokens``,
   ``cache_creation_input_tokens``, ``cache_read_input_tokens``, all counted)
   and ``session_id`` (also on the stream's first ``system`` line). A
   ``result`` restates the cost of its process so far: results of one
@@ -125,6 +126,8 @@ class UsageReader:
     codex_session: str | None = None
     problems: list[str] = field(default_factory=list)
     _partial: bytes = b""
+    _block: list[str] | None = None  # a JSON document printed over many lines, as far as read
+    _block_size: int = 0
 
     def feed(self, data: bytes) -> None:
         """More output; complete lines are read, the rest waits for its end."""
@@ -141,11 +144,35 @@ class UsageReader:
         if self._partial:
             self.line(self._partial.decode("utf-8", errors="replace"))
             self._partial = b""
+        if self._block is not None:  # a document never closed (cut off): said if it held a result
+            text, self._block = "\n".join(self._block), None
+            self._document(text)
 
     def line(self, text: str) -> None:
-        text = text.strip()
-        if not text.startswith("{") or len(text) > _MAX_LINE:
-            return
+        """One line of output: a JSON object, or an array of them (Claude
+        Code's ``--output-format json`` with ``--verbose``: every message of
+        the run, its result last), on one line or pretty-printed over many
+        (from a ``[`` or ``{`` line to its ``]`` or ``}`` line, unindented)."""
+        raw, text = text.rstrip(), text.strip()
+        if self._block is not None:
+            self._more(raw)
+        elif raw in ("[", "{"):
+            self._block, self._block_size = [raw], 1
+        elif (text.startswith("{") or text.startswith("[{")) and len(text) <= _MAX_LINE:
+            self._document(text)
+
+    def _more(self, raw: str) -> None:
+        """A line of a document printed over many lines: read once it closes."""
+        assert self._block is not None
+        self._block.append(raw)
+        self._block_size += len(raw) + 1
+        if raw == {"[": "]", "{": "}"}[self._block[0]]:
+            text, self._block = "\n".join(self._block), None
+            self._document(text)
+        elif self._block_size > _MAX_LINE:
+            self._block = None  # (too long to be a report: left)
+
+    def _document(self, text: str) -> None:
         try:
             obj = json.loads(text)
         except ValueError:
@@ -153,8 +180,9 @@ class UsageReader:
                 self.claude_seen = True
                 self._problem("a Claude Code result line is not JSON (cut off?): not counted")
             return
-        if isinstance(obj, dict):
-            self._event(obj)
+        for one in obj if isinstance(obj, list) else [obj]:
+            if isinstance(one, dict):
+                self._event(one)
 
     def _event(self, obj: dict[str, Any]) -> None:
         kind = obj.get("type")

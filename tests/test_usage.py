@@ -66,6 +66,17 @@ CLAUDE_STREAM = "\n".join(
     ]
 )
 
+# Claude Code, `--output-format json` with `--verbose` (or `"verbose": true` in its settings; newer versions):
+# a JSON array of every message of the run, the result last (anthropics/claude-code#84784).
+_INIT = {"type": "system", "subtype": "init", "cwd": "/w", "session_id": CLAUDE_RESULT["session_id"], "tools": ["Edit"]}
+_SONNET = "claude-sonnet-4-5-20250929"
+CLAUDE_ARRAY = [
+    {**_INIT, "model": _SONNET, "permissionMode": "default"},
+    {"type": "assistant", "message": _TEXT | {"model": _SONNET}, "session_id": _INIT["session_id"]},
+    {"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "content": "ok"}]}},
+    CLAUDE_RESULT,
+]
+
 # Codex, `codex exec --json`: the sample output of codex's docs/exec.md.
 _TURN = {"input_tokens": 24763, "cached_input_tokens": 24448, "output_tokens": 122}
 _LS = {"id": "item_1", "type": "command_execution", "command": "bash -lc ls", "status": "in_progress"}
@@ -130,6 +141,33 @@ def test_claude_codes_stream_gives_its_last_result_and_the_init_lines_session(tm
     cut = CLAUDE_STREAM.rsplit("\n", 1)[0]
     got = _usage(tmp_path, cut, "claude-json")
     assert (got.usd, got.session) == (None, "s-1") and "no Claude Code result" in (got.problem or "")
+
+
+@pytest.mark.parametrize("form", [None, "claude-json"])
+@pytest.mark.parametrize("indent", [None, 2], ids=["one line", "pretty-printed"])
+def test_claude_codes_json_array_of_messages_gives_its_results_figures(
+    tmp_path: Path, form: str | None, indent: int | None
+) -> None:
+    """``--verbose`` turns ``--output-format json``'s one object into an array of every message, the result last."""
+    out = json.dumps(CLAUDE_ARRAY, indent=indent, separators=(",", ":") if indent is None else None)
+    got = _usage(tmp_path, f"stderr: a warning before it\n{out}\nstderr: and one after", form)
+    assert got == Cost(0.1834, CLAUDE_TOKENS, "4f6c1a9e-2b7d-4c35-9e0a-1d2f3b4c5d6e", "claude-json", None)
+    # a pretty-printed result object alone, and the array read as it arrives in pieces
+    assert _usage(tmp_path, json.dumps(CLAUDE_RESULT, indent=2), form).usd == 0.1834
+    r = UsageReader()
+    data = out.encode()
+    for i in range(0, len(data), 7):
+        r.feed(data[i : i + 7])
+    r.finish()
+    assert (r.claude_usd, r.claude_session) == (0.1834, CLAUDE_RESULT["session_id"])
+
+
+def test_an_array_cut_off_before_its_end_is_a_warning(tmp_path: Path) -> None:
+    out = json.dumps(CLAUDE_ARRAY, indent=2)
+    got = _usage(tmp_path, out[: out.rindex('"usage"')], "claude-json")
+    assert got.usd is None and "not JSON (cut off?)" in (got.problem or "")
+    # brackets that are no report: nothing said
+    assert _usage(tmp_path, "[\n  1,\n  2\n]\n[INFO] done\n[{not json}]") == Cost()
 
 
 def test_results_of_one_process_are_running_totals_and_sessions_add_up() -> None:
