@@ -14,9 +14,11 @@ The forms read (``do_usage``; unnamed: found by looking):
   session are running totals (one that drops starts a new process's);
   different sessions add up.
 - ``codex-json``: Codex's events, ``codex exec --json``: ``thread.started``
-  (``thread_id``: the session ``codex exec resume`` takes) and each
+  (``thread_id``: the session ``codex exec resume`` takes) and the last
   ``turn.completed``'s ``usage`` (``input_tokens`` and ``output_tokens``;
-  ``cached_input_tokens`` is part of the input). Codex reports no dollars.
+  ``cached_input_tokens`` is part of the input): the thread's running total
+  (a resumed thread's restates its earlier runs': the store counts only its
+  growth, milepost.service.do_evidence). Codex reports no dollars.
 - ``file``: ``MILEPOST_COST_FILE``: ``{"usd": 0.12, "tokens": 3400}``, or
   aider's analytics log (``aider --analytics-log "$MILEPOST_COST_FILE"
   --no-analytics``: one JSON event a line, each ``message_send`` with its
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["USAGE_FORMS", "BudgetWatch", "Cost", "UsageReader", "read_cost", "read_usage"]
+__all__ = ["CLAUDE", "CODEX", "FILE", "USAGE_FORMS", "BudgetWatch", "Cost", "UsageReader", "read_cost", "read_usage"]
 
 CLAUDE, CODEX, FILE = "claude-json", "codex-json", "file"
 USAGE_FORMS = (CLAUDE, CODEX, FILE)
@@ -94,7 +96,8 @@ def _whole(value: object) -> int | None:
 
 @dataclass
 class _Running:
-    """One Claude Code session's running totals in a stream (a drop: a new process)."""
+    """One agent session's running totals in an output (Claude Code's results,
+    Codex's turns); one that drops starts a new process's."""
 
     usd_before: float = 0.0
     usd: float | None = None
@@ -122,7 +125,7 @@ class UsageReader:
     claude_session: str | None = None
     claude_stopped: str | None = None  # the last result's cap, when it ended on one ("budget")
     codex_seen: bool = False
-    codex_tokens: int | None = None
+    codex: dict[str, _Running] = field(default_factory=dict)  # each thread's running total (turn.completed)
     codex_session: str | None = None
     problems: list[str] = field(default_factory=list)
     _partial: bytes = b""
@@ -214,9 +217,8 @@ class UsageReader:
         self.claude.setdefault(session or "", _Running()).take(usd, self._tokens(obj.get("usage"), _CLAUDE_TOKENS))
 
     def _codex_usage(self, usage: dict[str, Any]) -> None:
-        tokens = self._tokens(usage, _CODEX_TOKENS)
-        if tokens is not None:
-            self.codex_tokens = (self.codex_tokens or 0) + tokens
+        """A ``turn.completed``'s usage: the thread's total so far, not the turn's."""
+        self.codex.setdefault(self.codex_session or "", _Running()).take(None, self._tokens(usage, _CODEX_TOKENS))
 
     def _tokens(self, usage: object, names: tuple[str, ...]) -> int | None:
         if not isinstance(usage, dict):
@@ -245,6 +247,12 @@ class UsageReader:
     @property
     def claude_tokens(self) -> int | None:
         said = [r for r in self.claude.values() if r.tokens is not None]
+        return sum(r.tokens_before + (r.tokens or 0) for r in said) if said else None
+
+    @property
+    def codex_tokens(self) -> int | None:
+        """What the Codex threads' last totals said (None: none said)."""
+        said = [r for r in self.codex.values() if r.tokens is not None]
         return sum(r.tokens_before + (r.tokens or 0) for r in said) if said else None
 
     def cost(self, form: str) -> Cost:

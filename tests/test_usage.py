@@ -180,8 +180,15 @@ def test_results_of_one_process_are_running_totals_and_sessions_add_up() -> None
 def test_codex_events_give_tokens_and_the_thread_never_dollars(tmp_path: Path) -> None:
     got = _usage(tmp_path, CODEX_EVENTS)
     assert got == Cost(None, 24763 + 122, "0199a213-81c0-7800-8aa1-bbab2a035a53", "codex-json", None)
-    two_turns = CODEX_EVENTS + '{"type":"turn.completed","usage":{"input_tokens":100,"output_tokens":5}}\n'
-    assert _usage(tmp_path, two_turns, "codex-json").tokens == 24763 + 122 + 105
+    # each turn.completed's usage is the thread's total so far: the last one counts, never their sum
+    total = {"input_tokens": 24863, "cached_input_tokens": 24448, "output_tokens": 127}
+    turn = {"type": "turn.completed", "usage": total}
+    two_turns = CODEX_EVENTS + json.dumps(turn) + "\n"
+    assert _usage(tmp_path, two_turns, "codex-json").tokens == 24863 + 127
+    # a second thread in the same output (a wrapper that ran codex twice) adds its own total
+    other = {"type": "thread.started", "thread_id": "t-2"}
+    more = two_turns + json.dumps(other) + "\n" + json.dumps({**turn, "usage": {"input_tokens": 50}}) + "\n"
+    assert _usage(tmp_path, more, "codex-json").tokens == 24863 + 127 + 50
 
 
 def test_aiders_analytics_log_in_the_cost_file(tmp_path: Path) -> None:

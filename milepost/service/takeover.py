@@ -263,7 +263,8 @@ def _killed_doer(ctx: Context, claim: Claim, result: GateResult, merged: str | N
         return
     # (nothing of the doer's own end is known but its time: not its exit or its output)
     ended = {"outcome": Outcome.INTERRUPTED.value, "exit_code": None, "duration": files.ran_for()}
-    run = do_run_of(claim, result, claim.milestone.do_usage or _item_usage(ctx, claim.item), host=result.host, **ended)
+    usage = claim.milestone.do_usage or _item_usage(ctx, claim.item)
+    run = do_run_of(claim, result, usage, ctx=ctx, host=result.host, **ended)
     record_do_run(ctx, claim, run)
     if merged is not None:
         set_merge_commit(ctx, claim, merged)

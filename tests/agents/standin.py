@@ -9,7 +9,8 @@ edit and print their usage report in the form each agent documents.
   as with ``--input-format stream-json``), ``gap`` seconds apart.
 - ``codex exec [flags] [resume ID] PROMPT`` with ``--json``: Codex's JSONL
   events (``thread.started``, ``turn.started``, ``item.completed``,
-  ``turn.completed`` with its ``usage``).
+  ``turn.completed`` with its ``usage``: the thread's running total, so a
+  resumed thread's includes its earlier runs').
 - ``aider ... --analytics-log FILE``: aider's human lines on stdout and its
   analytics events (``message_send`` with ``cost`` and ``total_tokens``)
   appended to FILE.
@@ -124,7 +125,20 @@ def codex(argv: list[str], key: str, step: dict[str, Any]) -> None:
     _emit({"type": "turn.started"})
     _emit({"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": "Done."}})
     usage = {"input_tokens": t["input"], "cached_input_tokens": t["cached"], "output_tokens": t["output"]}
-    _emit({"type": "turn.completed", "usage": usage})
+    _emit({"type": "turn.completed", "usage": _thread_total(thread, usage)})
+
+
+def _thread_total(thread: str, usage: dict[str, int]) -> dict[str, int]:
+    """Codex's turn.completed usage is its thread's running total: a resumed
+    thread's includes what its earlier runs used (kept beside STANDIN_RECORD)."""
+    record = os.environ.get("STANDIN_RECORD")
+    if not record:
+        return usage
+    kept = Path(record + ".threads.json")
+    threads = json.loads(kept.read_text()) if kept.exists() else {}
+    total = {k: v + threads.get(thread, {}).get(k, 0) for k, v in usage.items()}
+    kept.write_text(json.dumps({**threads, thread: total}))
+    return total
 
 
 def aider(argv: list[str], key: str, step: dict[str, Any]) -> None:
