@@ -8,6 +8,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from milepost.gates.outcome import GateResult, Outcome
 from milepost.planfile import parse_plan
 from milepost.results import Claim
@@ -56,3 +58,47 @@ def test_a_resumed_codex_thread_is_charged_only_what_it_grew_by(service: Service
     assert run("b", 1, "th-2", [(300, 3)]) == 303  # another thread: all of it
     assert run("a", 4, "th-1", [(400, 4)]) == 404  # a total below what was recorded: counted afresh
     assert [r.tokens for r in do_runs(service.ctx, "a", item)] == [2020, 3030, 510, 404]
+
+
+def test_a_session_is_resumed_only_on_the_host_that_reported_it(
+    service: Service, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a shared store a retry may run on another machine, whose agent
+    cannot find a session kept on the first one's disk: it starts a new
+    session there, and its do run says so."""
+    from milepost.flows import doer_attempts
+    from milepost.flows.doer_attempts import Doing, DoStart
+
+    plan = "objective: o\ndoer: {isolate: none}\nmilestones:\n  - {name: a, retries: 5, do: ./agent, gate: 'true'}\n"
+    item = service.apply_plan(parse_plan(plan)).id
+    logs = workspace / "logs"
+    logs.mkdir()
+    doing = Doing.open(service, item, 1)
+
+    def attempt(n: int, host: str, reports: str | None) -> tuple[DoStart, str]:
+        """Attempt ``n`` on ``host`` (its doer reporting ``reports``): what its doer is given, its do run's reason."""
+        monkeypatch.setattr(doer_attempts, "host_identity", lambda: {"host": host, "boot": "b"})
+        claim = _claim(service, item, "a", n, logs)
+        start = doing.start(claim)
+        assert isinstance(start, DoStart)
+        if reports is not None:
+            result = {"type": "result", "session_id": reports, "total_cost_usd": 0.01}
+            Path(start.log_path).write_text(json.dumps(result) + "\n")
+        _, run = doing.after_do(claim, _passed())
+        doing.forget(claim)
+        return start, run.reason
+
+    start, reason = attempt(1, "alpha", "s-1")
+    assert "MILEPOST_DOER_SESSION" not in start.env and reason == "exit 0"
+    start, reason = attempt(2, "alpha", None)  # the same host: resumed
+    assert start.env["MILEPOST_DOER_SESSION"] == "s-1" and reason == "exit 0"
+    start, reason = attempt(3, "beta", "s-2")  # another host: a new session, said in its do run
+    assert "MILEPOST_DOER_SESSION" not in start.env
+    assert reason == (
+        "exit 0; a new agent session started: the milestone's session s-1 was reported on alpha, not on beta"
+        " (an agent resumes only its own machine's sessions)"
+    )
+    start, _ = attempt(4, "beta", None)  # the session beta's doer reported: resumed on beta
+    assert start.env["MILEPOST_DOER_SESSION"] == "s-2"
+    start, reason = attempt(5, "alpha", None)
+    assert "MILEPOST_DOER_SESSION" not in start.env and "s-2 was reported on beta, not on alpha" in reason

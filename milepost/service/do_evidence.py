@@ -26,7 +26,16 @@ from milepost.service._tx import Context
 # The most paths a do run keeps of its change (a doer that rewrote a whole tree is said in one entry more).
 _MAX_FILES = 1000
 
-__all__ = ["do_run", "do_runs", "last_do_run", "record_do_run", "session_of", "set_merge_commit", "spent"]
+__all__ = [
+    "do_run",
+    "do_runs",
+    "last_do_run",
+    "record_do_run",
+    "session_of",
+    "session_where",
+    "set_merge_commit",
+    "spent",
+]
 
 _FIELDS = (
     "attempt",
@@ -135,6 +144,24 @@ def record_do_run(ctx: Context, claim: Claim, run: DoRun) -> None:
                 conn.execute(update(MILESTONES).where(MILESTONES.c.id == claim.pk).values(doer_session=run.session))
     except IntegrityError:
         return
+
+
+@retried
+def session_where(ctx: Context, pk: int) -> tuple[str | None, str | None]:
+    """The agent session a milestone's doers work in (:func:`session_of`)
+    and the host of the last do run that reported it (None: not known): its
+    agent keeps the session on that machine's disk, where alone it resumes."""
+    with ctx.store.read() as conn:
+        session = conn.execute(select(MILESTONES.c.doer_session).where(MILESTONES.c.id == pk)).scalar()
+        if not session:
+            return None, None
+        host = conn.execute(
+            select(DO_RUNS.c.host)
+            .where(DO_RUNS.c.milestone_id == pk, DO_RUNS.c.session == session)
+            .order_by(DO_RUNS.c.attempt.desc())
+            .limit(1)
+        ).scalar()
+    return str(session), str(host) if host else None
 
 
 @retried
