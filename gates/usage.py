@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from milepost.gates.prices import price_of
+
 __all__ = ["CLAUDE", "CODEX", "FILE", "USAGE_FORMS", "BudgetWatch", "Cost", "UsageReader", "read_cost", "read_usage"]
 
 CLAUDE, CODEX, FILE = "claude-json", "codex-json", "file"
@@ -116,6 +118,52 @@ class _Running:
 
 
 @dataclass
+class _Estimate:
+    """What Claude Code's ``assistant`` lines since its last ``result`` cost,
+    as milepost estimates it: each API call's usage (by its message id: a
+    message printed as several lines, one a content block, is one call)
+    priced by its model (milepost.gates.prices). A result's total replaces it."""
+
+    calls: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)
+
+    def take(self, message: dict[str, Any]) -> str | None:
+        """An assistant line's message; what cannot be estimated, said once a model."""
+        usage = message.get("usage")
+        numbers = _usage_numbers(usage) if isinstance(usage, dict) else {}
+        if not any(numbers.values()):
+            return None
+        model = message.get("model")
+        model = model if isinstance(model, str) and model else "(none named)"
+        key = str(message.get("id") or f"#{len(self.calls)}")
+        before = self.calls.get(key, (model, {}))[1]
+        self.calls[key] = (model, {k: max(v, before.get(k, 0)) for k, v in numbers.items()})
+        if price_of(model) is None:
+            return (
+                f"no price known for model {model}: its running cost is not estimated"
+                " (no stop before its result line; the result's total counts)"
+            )
+        return None
+
+    @property
+    def usd(self) -> float | None:
+        priced = [(p, u) for m, u in self.calls.values() if (p := price_of(m)) is not None]
+        return sum(p.usd(u) for p, u in priced) if priced else None
+
+    @property
+    def tokens(self) -> int:
+        return sum(sum(u.get(k, 0) for k in _CLAUDE_TOKENS) for _, u in self.calls.values())
+
+
+def _usage_numbers(usage: dict[str, Any]) -> dict[str, int]:
+    """An Anthropic usage object's token counts (a bad one: 0), with its 1-hour cache writes."""
+    numbers = {k: _whole(usage.get(k)) or 0 for k in _CLAUDE_TOKENS}
+    written = usage.get("cache_creation")
+    if isinstance(written, dict):
+        numbers["ephemeral_1h_input_tokens"] = _whole(written.get("ephemeral_1h_input_tokens")) or 0
+    return numbers
+
+
+@dataclass
 class UsageReader:
     """The usage reports in a doer's output, fed line by line (or in chunks)."""
 
@@ -124,6 +172,7 @@ class UsageReader:
     claude_results: int = 0
     claude_session: str | None = None
     claude_stopped: str | None = None  # the last result's cap, when it ended on one ("budget")
+    claude_pending: _Estimate = field(default_factory=_Estimate)  # the assistant lines since the last result
     codex_seen: bool = False
     codex: dict[str, _Running] = field(default_factory=dict)  # each thread's running total (turn.completed)
     codex_session: str | None = None
@@ -194,6 +243,9 @@ class UsageReader:
         elif kind == "system" and obj.get("subtype") == "init" and "session_id" in obj:
             self.claude_seen = True
             self.claude_session = _session(obj["session_id"]) or self.claude_session
+        elif kind == "assistant" and isinstance(obj.get("message"), dict):
+            self.claude_seen = True
+            self._problem(self.claude_pending.take(obj["message"]))
         elif kind == "thread.started" and "thread_id" in obj:
             self.codex_seen = True
             self.codex_session = _session(obj["thread_id"]) or self.codex_session
@@ -205,6 +257,7 @@ class UsageReader:
     def _claude_result(self, obj: dict[str, Any]) -> None:
         self.claude_seen = True
         self.claude_results += 1
+        self.claude_pending = _Estimate()  # (its total holds them)
         self.claude_stopped = "budget" if obj.get("subtype") == "error_max_budget_usd" else None
         session = _session(obj.get("session_id"))
         if session is not None:
@@ -234,8 +287,8 @@ class UsageReader:
             total, known = total + n, True
         return total if known else None
 
-    def _problem(self, text: str) -> None:
-        if text not in self.problems and len(self.problems) < 5:
+    def _problem(self, text: str | None) -> None:
+        if text and text not in self.problems and len(self.problems) < 5:
             self.problems.append(text)
 
     @property
@@ -249,6 +302,15 @@ class UsageReader:
         said = [r for r in self.claude.values() if r.tokens is not None]
         return sum(r.tokens_before + (r.tokens or 0) for r in said) if said else None
 
+    def claude_running(self) -> tuple[float | None, bool]:
+        """What the doer has cost so far: its results' totals and milepost's
+        estimate of what it did since (None: nothing known); whether an
+        estimate is part of it."""
+        estimate = self.claude_pending.usd
+        if estimate is None:
+            return self.claude_usd, False
+        return (self.claude_usd or 0.0) + estimate, True
+
     @property
     def codex_tokens(self) -> int | None:
         """What the Codex threads' last totals said (None: none said)."""
@@ -259,14 +321,27 @@ class UsageReader:
         """What the output says in ``form`` (claude-json or codex-json)."""
         notes = "; ".join(self.problems) or None
         if form == CLAUDE:
-            if not self.claude_seen:
-                notes = _join(notes, "no Claude Code report in its output (claude -p --output-format json)")
-            elif self.claude_results == 0:
-                notes = _join(notes, "no Claude Code result in its output (it ended before its result line)")
-            return Cost(self.claude_usd, self.claude_tokens, self.claude_session, CLAUDE, notes, self.claude_stopped)
+            return self._claude_cost(notes)
         if not self.codex_seen:
             notes = _join(notes, "no Codex events in its output (codex exec --json)")
         return Cost(None, self.codex_tokens, self.codex_session, CODEX, notes)
+
+    def _claude_cost(self, notes: str | None) -> Cost:
+        usd, estimated = self.claude_running()
+        tokens = self.claude_tokens
+        if estimated:
+            tokens = (tokens or 0) + self.claude_pending.tokens
+        said = _ESTIMATED if estimated else ""
+        if not self.claude_seen:
+            notes = _join(notes, "no Claude Code report in its output (claude -p --output-format json)")
+        elif self.claude_results == 0:
+            notes = _join(notes, f"no Claude Code result in its output (it ended before its result line){said}")
+        elif estimated:
+            notes = _join(notes, f"its output goes on past its last result line{said}")
+        return Cost(usd, tokens, self.claude_session, CLAUDE, notes, self.claude_stopped)
+
+
+_ESTIMATED = ": its cost is milepost's estimate from its assistant lines' token counts at list prices"
 
 
 def _join(a: str | None, b: str) -> str:
@@ -397,7 +472,8 @@ class BudgetWatch:
             return None
         self.pos += len(data)
         self.reader.feed(data)
-        spent = self.reader.claude_usd
+        spent, estimated = self.reader.claude_running()
         if spent is not None and spent > self.left:
-            return f"budget: its doer's reported cost ${spent:.2f} passed the ${self.left:.2f} left of its budget"
+            what = "estimated" if estimated else "reported"
+            return f"budget: its doer's {what} cost ${spent:.2f} passed the ${self.left:.2f} left of its budget"
         return None

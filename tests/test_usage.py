@@ -18,6 +18,7 @@ import pytest
 from milepost.errors import MilepostError
 from milepost.gates.command import run_gate
 from milepost.gates.outcome import Outcome
+from milepost.gates.prices import PRICES, Price, family, price_of
 from milepost.gates.usage import BudgetWatch, Cost, UsageReader, read_cost, read_usage
 from milepost.graph.models import GateCommand
 from milepost.graph.plan import plan_from_item
@@ -259,6 +260,89 @@ def test_a_bad_cost_file_is_a_warning_and_its_good_figures_count(tmp_path: Path,
 def test_a_session_id_that_cannot_be_kept_is_not_kept(tmp_path: Path) -> None:
     long = json.dumps({"type": "result", "session_id": "x" * 500, "total_cost_usd": 0.1})
     assert _usage(tmp_path, long).session is None
+
+
+# Claude Code, `claude -p --output-format stream-json --verbose` (one prompt): an assistant line a content block, each
+# with its API call's message id, model and usage (the last block's output_tokens the call's); the cost only at the end.
+_5M = {"ephemeral_5m_input_tokens": 4200, "ephemeral_1h_input_tokens": 0}
+
+
+def _said(mid: str, block: dict[str, object], usage: dict[str, object], model: str = _SONNET) -> dict[str, object]:
+    message = {"id": mid, "type": "message", "role": "assistant", "model": model, "content": [block]}
+    message |= {"stop_reason": None, "usage": usage | {"service_tier": "standard"}}
+    return {"type": "assistant", "message": message, "parent_tool_use_id": None, "session_id": "s-9"}
+
+
+_A = {"input_tokens": 3, "cache_creation_input_tokens": 4200, "cache_read_input_tokens": 13000, "cache_creation": _5M}
+_B = {"input_tokens": 5, "cache_creation_input_tokens": 800, "cache_read_input_tokens": 17200, "output_tokens": 600}
+_EDIT = {"type": "tool_use", "id": "toolu_1", "name": "Edit", "input": {"file_path": "src/a.py"}}
+STREAMED_TURNS = [
+    {**_INIT, "session_id": "s-9", "model": _SONNET},
+    _said("msg_01A", {"type": "text", "text": "I'll read it."}, _A | {"output_tokens": 8}),
+    _said("msg_01A", _EDIT, _A | {"output_tokens": 150}),  # (the same call: counted once, its last figures)
+    {"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "content": "ok"}]}},
+    _said("msg_01B", {"type": "text", "text": "Done."}, _B),
+]
+# Sonnet, USD per million: input 3, output 15, 5-minute cache writes 3.75, cache reads 0.30
+TURNS_USD = (3 * 3 + 150 * 15 + 4200 * 3.75 + 13000 * 0.3 + 5 * 3 + 600 * 15 + 800 * 3.75 + 17200 * 0.3) / 1e6
+TURNS_TOKENS = 3 + 4200 + 13000 + 150 + 5 + 800 + 17200 + 600
+
+
+def _lines(objs: list[dict[str, object]]) -> str:
+    return "".join(json.dumps(o) + "\n" for o in objs)
+
+
+def test_the_prices_are_anthropics_by_model_family() -> None:
+    assert family("claude-sonnet-4-5-20250929") == "claude-sonnet-4-5"
+    assert (
+        family("us.anthropic.claude-opus-4-1-20250805-v1:0") == family("claude-opus-4-1@20250805") == "claude-opus-4-1"
+    )
+    assert price_of("claude-opus-4-20250514") == Price(15.0, 75.0)
+    assert price_of("claude-opus-4-5-20251101") == Price(5.0, 25.0)
+    assert price_of("claude-haiku-4-5-20251001") == Price(1.0, 5.0)
+    assert price_of("gpt-5-codex") is None and price_of("<synthetic>") is None
+    one_hour = {"cache_creation_input_tokens": 1000, "ephemeral_1h_input_tokens": 400, "cache_read_input_tokens": 0}
+    assert Price(3.0, 15.0).usd(one_hour) == pytest.approx((600 * 3.75 + 400 * 6.0) / 1e6)
+    assert set(PRICES) >= {"claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5"}
+
+
+def test_a_stream_cut_before_its_result_is_charged_the_estimate_of_its_turns_said_as_such(tmp_path: Path) -> None:
+    got = _usage(tmp_path, _lines(STREAMED_TURNS), "claude-json")
+    assert (got.usd, got.tokens, got.session) == (pytest.approx(TURNS_USD), TURNS_TOKENS, "s-9")
+    assert got.problem == (
+        "no Claude Code result in its output (it ended before its result line): its cost is milepost's estimate"
+        " from its assistant lines' token counts at list prices"
+    )
+    # its result line gives the real total: it replaces the estimate
+    result = {"type": "result", "subtype": "success", "session_id": "s-9", "total_cost_usd": 0.05, "usage": _B}
+    assert _usage(tmp_path, _lines([*STREAMED_TURNS, result])) == Cost(0.05, 18605, "s-9", "claude-json", None)
+
+
+def test_the_watch_stops_a_single_prompt_stream_on_its_estimate(tmp_path: Path) -> None:
+    log = tmp_path / "do.log"
+    log.write_text("=== [do] $ claude -p ...\n")
+    watch = BudgetWatch(log, left=0.03)
+    with open(log, "a") as f:
+        f.write(_lines(STREAMED_TURNS[:3]))
+        f.flush()
+        assert watch.check() is None  # $0.0219 so far
+        f.write(_lines(STREAMED_TURNS[3:]))
+    assert watch.check() == "budget: its doer's estimated cost $0.04 passed the $0.03 left of its budget"
+
+
+def test_a_model_without_a_price_is_not_estimated_said_once_and_its_result_counts(tmp_path: Path) -> None:
+    other = [_said(f"m{i}", {"type": "text", "text": "."}, _B, "claude-nova-9") for i in range(3)]
+    log = _log(tmp_path, _lines([STREAMED_TURNS[0], *other]))
+    assert BudgetWatch(log, left=0.0, form="claude-json").check() is None  # no estimate: no stop
+    unread = read_usage(log, tmp_path / "none.json", "claude-json")
+    said = "no price known for model claude-nova-9: its running cost is not estimated"
+    assert unread.usd is None and (unread.problem or "").count(said) == 1
+    result = {"type": "result", "session_id": "s-9", "total_cost_usd": 0.8}
+    got = _usage(tmp_path, _lines([STREAMED_TURNS[0], *other, result]), "claude-json")
+    assert got.usd == 0.8 and said in (got.problem or "")
+    # Claude Code's own synthetic messages (no API call, no tokens) are no model to price
+    synthetic = _said("m", {"type": "text", "text": "No response requested."}, {"input_tokens": 0}, "<synthetic>")
+    assert _usage(tmp_path, _lines([STREAMED_TURNS[0], synthetic, result])).problem is None
 
 
 def test_the_watch_reads_the_stream_as_it_grows_lines_cut_anywhere(tmp_path: Path) -> None:
