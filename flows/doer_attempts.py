@@ -36,6 +36,7 @@ from milepost.gates.integration import (
     merge_message,
 )
 from milepost.gates.outcome import GateResult, Outcome
+from milepost.gates.prices import prices_env
 from milepost.gates.supervisor import host_identity
 from milepost.graph.models import DoerSettings, GateCommand, Milestone
 from milepost.graph.status import Isolation
@@ -302,6 +303,8 @@ class Doing:
         form = self._usage(claim.milestone)
         if form is not None:
             given["MILEPOST_DO_USAGE"] = form
+        if self.settings.prices:
+            given["MILEPOST_DO_PRICES"] = prices_env(self.settings.prices)
         return given, note
 
     def _session(self, claim: Claim) -> tuple[str | None, str | None]:
@@ -330,6 +333,7 @@ class Doing:
             result,
             self._usage(claim.milestone),
             ctx=self.service.ctx,
+            prices=self.settings.prices,
             host=host_identity()["host"],
             worktree=str(a.cwd),
             base_commit=a.base,
@@ -525,6 +529,7 @@ class Doing:
             result,
             self._usage(claim.milestone),
             ctx=self.service.ctx,
+            prices=self.settings.prices,
             **facts,
             outcome=Outcome.INTERRUPTED.value,
             reason=why,

@@ -9,17 +9,25 @@ output), by model family: the model's id without its date
 (``claude-sonnet-4-5-20250929``: ``claude-sonnet-4-5``). Prompt-cache
 tokens are priced by Anthropic's documented multipliers of the input price:
 a 5-minute cache write 1.25x, a 1-hour one 2x, a cache read 0.1x. Long
-context, batch and regional surcharges or discounts are not known here.
+context, batch and regional surcharges or discounts are not known here. A
+plan's ``doer.prices`` adds to it or replaces its entries
+(:func:`price_table`); its drive hands them to the watch as
+``MILEPOST_DO_PRICES`` (:func:`prices_from_env`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["PRICES", "Price", "family", "price_of"]
+from pydantic import TypeAdapter, ValidationError
+
+from milepost.graph.models import ModelName, ModelPrice
+
+__all__ = ["PRICES", "Price", "family", "price_of", "price_table", "prices_env", "prices_from_env"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +91,30 @@ def family(model: str) -> str:
 def price_of(model: str, prices: Mapping[str, Price] = PRICES) -> Price | None:
     """The price of ``model`` (an id as Claude Code prints it), or None: not known."""
     return prices.get(family(model))
+
+
+def price_table(extra: Mapping[str, ModelPrice] | None = None) -> Mapping[str, Price]:
+    """milepost's prices with ``extra`` (a plan's ``doer.prices``, by model id
+    or family) added, or replacing milepost's own for the same family."""
+    if not extra:
+        return PRICES
+    return MappingProxyType({**PRICES, **{family(k): Price(v.input, v.output) for k, v in extra.items()}})
+
+
+_PLAN_PRICES: TypeAdapter[dict[str, ModelPrice]] = TypeAdapter(dict[ModelName, ModelPrice])
+
+
+def prices_env(extra: Mapping[str, ModelPrice]) -> str:
+    """A plan's ``doer.prices`` as ``MILEPOST_DO_PRICES`` holds them (JSON)."""
+    return json.dumps({k: v.model_dump() for k, v in extra.items()}, sort_keys=True)
+
+
+def prices_from_env(text: str | None) -> Mapping[str, Price]:
+    """The price table a doer's watch uses: milepost's with the plan's from
+    ``MILEPOST_DO_PRICES`` (absent or unreadable: milepost's alone)."""
+    if not text:
+        return PRICES
+    try:
+        return price_table(_PLAN_PRICES.validate_json(text))
+    except ValidationError:
+        return PRICES

@@ -37,11 +37,12 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milepost.gates.prices import price_of
+from milepost.gates.prices import PRICES, Price, price_of
 
 __all__ = ["CLAUDE", "CODEX", "FILE", "USAGE_FORMS", "BudgetWatch", "Cost", "UsageReader", "read_cost", "read_usage"]
 
@@ -124,6 +125,7 @@ class _Estimate:
     message printed as several lines, one a content block, is one call)
     priced by its model (milepost.gates.prices). A result's total replaces it."""
 
+    prices: Mapping[str, Price] = field(default_factory=lambda: PRICES)
     calls: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)
 
     def take(self, message: dict[str, Any]) -> str | None:
@@ -137,7 +139,7 @@ class _Estimate:
         key = str(message.get("id") or f"#{len(self.calls)}")
         before = self.calls.get(key, (model, {}))[1]
         self.calls[key] = (model, {k: max(v, before.get(k, 0)) for k, v in numbers.items()})
-        if price_of(model) is None:
+        if price_of(model, self.prices) is None:
             return (
                 f"no price known for model {model}: its running cost is not estimated"
                 " (no stop before its result line; the result's total counts)"
@@ -146,7 +148,7 @@ class _Estimate:
 
     @property
     def usd(self) -> float | None:
-        priced = [(p, u) for m, u in self.calls.values() if (p := price_of(m)) is not None]
+        priced = [(p, u) for m, u in self.calls.values() if (p := price_of(m, self.prices)) is not None]
         return sum(p.usd(u) for p, u in priced) if priced else None
 
     @property
@@ -165,14 +167,17 @@ def _usage_numbers(usage: dict[str, Any]) -> dict[str, int]:
 
 @dataclass
 class UsageReader:
-    """The usage reports in a doer's output, fed line by line (or in chunks)."""
+    """The usage reports in a doer's output, fed line by line (or in chunks),
+    a streamed Claude Code's running cost estimated at ``prices``."""
+
+    prices: Mapping[str, Price] = field(default_factory=lambda: PRICES)
 
     claude: dict[str, _Running] = field(default_factory=dict)
     claude_seen: bool = False
     claude_results: int = 0
     claude_session: str | None = None
     claude_stopped: str | None = None  # the last result's cap, when it ended on one ("budget")
-    claude_pending: _Estimate = field(default_factory=_Estimate)  # the assistant lines since the last result
+    claude_pending: _Estimate = field(init=False)  # the assistant lines since the last result
     codex_seen: bool = False
     codex: dict[str, _Running] = field(default_factory=dict)  # each thread's running total (turn.completed)
     codex_session: str | None = None
@@ -180,6 +185,9 @@ class UsageReader:
     _partial: bytes = b""
     _block: list[str] | None = None  # a JSON document printed over many lines, as far as read
     _block_size: int = 0
+
+    def __post_init__(self) -> None:
+        self.claude_pending = _Estimate(self.prices)
 
     def feed(self, data: bytes) -> None:
         """More output; complete lines are read, the rest waits for its end."""
@@ -257,7 +265,7 @@ class UsageReader:
     def _claude_result(self, obj: dict[str, Any]) -> None:
         self.claude_seen = True
         self.claude_results += 1
-        self.claude_pending = _Estimate()  # (its total holds them)
+        self.claude_pending = _Estimate(self.prices)  # (its total holds them)
         self.claude_stopped = "budget" if obj.get("subtype") == "error_max_budget_usd" else None
         session = _session(obj.get("session_id"))
         if session is not None:
@@ -348,8 +356,8 @@ def _join(a: str | None, b: str) -> str:
     return f"{a}; {b}" if a else b
 
 
-def _read_output(log: Path, start: int = 0) -> tuple[UsageReader, str | None]:
-    reader = UsageReader()
+def _read_output(log: Path, start: int, prices: Mapping[str, Price]) -> tuple[UsageReader, str | None]:
+    reader = UsageReader(prices)
     try:
         with open(log, "rb") as f:
             f.seek(start)
@@ -363,9 +371,12 @@ def _read_output(log: Path, start: int = 0) -> tuple[UsageReader, str | None]:
     return reader, None
 
 
-def read_usage(log: Path, cost_file: Path, form: str | None = None, start: int = 0) -> Cost:
+def read_usage(
+    log: Path, cost_file: Path, form: str | None = None, start: int = 0, prices: Mapping[str, Price] = PRICES
+) -> Cost:
     """What the doer's attempt cost: its output ``log`` (from byte ``start``)
-    read in ``form``, or its ``cost_file``. Unnamed (None): the cost file when
+    read in ``form`` (a streamed Claude Code's cost estimated at ``prices``
+    when it has no result line), or its ``cost_file``. Unnamed (None): the cost file when
     the doer wrote one, else the first report its output holds (Claude
     Code's, then Codex's), else nothing known (no problem: a plain script)."""
     if form == FILE:
@@ -376,7 +387,7 @@ def read_usage(log: Path, cost_file: Path, form: str | None = None, start: int =
         written = read_cost(cost_file)
         if written.form is not None or written.problem is not None:
             return written
-    reader, unreadable = _read_output(log, start)
+    reader, unreadable = _read_output(log, start, prices)
     if form is None:
         form = CLAUDE if reader.claude_seen else CODEX if reader.codex_seen else None
         if form is None:
@@ -450,15 +461,16 @@ def _aider_log(name: str, text: str) -> Cost:
 class BudgetWatch:
     """Reads a running doer's output (its log, from where it was when the
     watch was made) as it grows; :meth:`check` says why the doer must stop
-    once the dollars its streamed Claude Code results report pass ``left``."""
+    once its streamed Claude Code cost passes ``left``: what its results
+    report, plus the estimate (at ``prices``) of its assistant lines since."""
 
-    def __init__(self, log: Path, left: float, form: str | None = None) -> None:
+    def __init__(self, log: Path, left: float, form: str | None = None, prices: Mapping[str, Price] = PRICES) -> None:
         self.log, self.left, self.form = log, left, form
         try:
             self.pos = os.path.getsize(log)
         except OSError:
             self.pos = 0
-        self.reader = UsageReader()
+        self.reader = UsageReader(prices)
 
     def check(self) -> str | None:
         """Why the doer must stop (its budget is spent), or None."""

@@ -102,3 +102,25 @@ def test_a_session_is_resumed_only_on_the_host_that_reported_it(
     assert start.env["MILEPOST_DOER_SESSION"] == "s-2"
     start, reason = attempt(5, "alpha", None)
     assert "MILEPOST_DOER_SESSION" not in start.env and "s-2 was reported on beta, not on alpha" in reason
+
+
+def test_the_items_prices_reach_its_doers_watch_and_its_do_run(service: Service, workspace: Path) -> None:
+    """``doer.prices``: handed to the watch (MILEPOST_DO_PRICES, read by the gate
+    task) and used for the do run of a doer stopped before its result line."""
+    from milepost.flows.doer_attempts import Doing, DoStart
+    from milepost.gates.prices import prices_from_env
+
+    plan = "objective: o\ndoer: {isolate: none, prices: {claude-nova-9: {input: 2, output: 10}}}\n"
+    plan += "milestones:\n  - {name: a, do: ./agent, gate: 'true'}\n"
+    item = service.apply_plan(parse_plan(plan)).id
+    (workspace / "logs").mkdir()
+    doing = Doing.open(service, item, 1)
+    claim = _claim(service, item, "a", 1, workspace / "logs")
+    start = doing.start(claim)
+    assert isinstance(start, DoStart)
+    assert prices_from_env(start.env["MILEPOST_DO_PRICES"])["claude-nova-9"].output == 10.0
+    usage = {"input_tokens": 0, "output_tokens": 20000}
+    message = {"id": "m1", "role": "assistant", "model": "claude-nova-9-20270101", "content": [], "usage": usage}
+    Path(start.log_path).write_text(json.dumps({"type": "assistant", "message": message, "session_id": "s"}) + "\n")
+    _, run = doing.after_do(claim, _passed())
+    assert run.cost_usd == 0.2 and run.usage_warning is not None and "estimate" in run.usage_warning

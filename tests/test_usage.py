@@ -18,7 +18,7 @@ import pytest
 from milepost.errors import MilepostError
 from milepost.gates.command import run_gate
 from milepost.gates.outcome import Outcome
-from milepost.gates.prices import PRICES, Price, family, price_of
+from milepost.gates.prices import PRICES, Price, family, price_of, price_table, prices_env, prices_from_env
 from milepost.gates.usage import BudgetWatch, Cost, UsageReader, read_cost, read_usage
 from milepost.graph.models import GateCommand
 from milepost.graph.plan import plan_from_item
@@ -332,8 +332,11 @@ def test_the_watch_stops_a_single_prompt_stream_on_its_estimate(tmp_path: Path) 
 
 def test_a_model_without_a_price_is_not_estimated_said_once_and_its_result_counts(tmp_path: Path) -> None:
     other = [_said(f"m{i}", {"type": "text", "text": "."}, _B, "claude-nova-9") for i in range(3)]
-    log = _log(tmp_path, _lines([STREAMED_TURNS[0], *other]))
-    assert BudgetWatch(log, left=0.0, form="claude-json").check() is None  # no estimate: no stop
+    log = _log(tmp_path, "")
+    watch = BudgetWatch(log, left=0.0, form="claude-json")
+    with open(log, "a") as f:
+        f.write(_lines([STREAMED_TURNS[0], *other]))
+    assert watch.check() is None and watch.pos == log.stat().st_size  # read, no estimate: no stop
     unread = read_usage(log, tmp_path / "none.json", "claude-json")
     said = "no price known for model claude-nova-9: its running cost is not estimated"
     assert unread.usd is None and (unread.problem or "").count(said) == 1
@@ -343,6 +346,47 @@ def test_a_model_without_a_price_is_not_estimated_said_once_and_its_result_count
     # Claude Code's own synthetic messages (no API call, no tokens) are no model to price
     synthetic = _said("m", {"type": "text", "text": "No response requested."}, {"input_tokens": 0}, "<synthetic>")
     assert _usage(tmp_path, _lines([STREAMED_TURNS[0], synthetic, result])).problem is None
+
+
+def test_a_plans_prices_add_a_model_or_replace_one(tmp_path: Path, service: Service) -> None:
+    """``doer.prices``: a model milepost has no price for is estimated at the
+    plan's; the drive hands them to the watch as MILEPOST_DO_PRICES."""
+    text = (
+        "objective: o\n"
+        "doer:\n"
+        "  prices:\n"
+        "    claude-nova-9: {input: 2, output: 10}\n"
+        "    claude-sonnet-4-5-20250929: {input: 30, output: 150}\n"
+        "milestones:\n"
+        "  - {name: a, do: ./agent, gate: 'true'}\n"
+    )
+    item = service.apply_plan(parse_plan(text))
+    prices = service.get_item(item.id).doer.prices
+    table = price_table(prices)
+    assert table["claude-nova-9"] == Price(2.0, 10.0) and table["claude-sonnet-4-5"] == Price(30.0, 150.0)
+    assert table["claude-haiku-4-5"] == PRICES["claude-haiku-4-5"] and PRICES["claude-sonnet-4-5"] == Price(3.0, 15.0)
+    assert plan_from_item(service.get_item(item.id))["doer"]["prices"]["claude-nova-9"] == {
+        "input": 2.0,
+        "output": 10.0,
+    }
+    assert prices_from_env(prices_env(prices)) == table
+    assert prices_from_env('{"m": {"input": -1, "output": 1}}') == prices_from_env(None) == PRICES
+    other = [_said(f"m{i}", {"type": "text", "text": "."}, _B, "claude-nova-9") for i in range(3)]
+    log = _log(tmp_path, "")
+    watch = BudgetWatch(log, left=0.01, form="claude-json", prices=prices_from_env(prices_env(prices)))
+    with open(log, "a") as f:
+        f.write(_lines([STREAMED_TURNS[0], *other]))
+    nova = 3 * (5 * 2 + 600 * 10 + 800 * 2.5 + 17200 * 0.2) / 1e6
+    assert watch.check() == f"budget: its doer's estimated cost ${nova:.2f} passed the $0.01 left of its budget"
+    got = read_usage(log, tmp_path / "none.json", "claude-json", prices=table)
+    assert got.usd == pytest.approx(nova) and "no price known" not in (got.problem or "")
+
+
+def test_a_bad_price_is_a_plan_error_at_its_line() -> None:
+    text = "objective: o\ndoer:\n  prices:\n    claude-nova-9: {input: -2, output: 10}\nmilestones: []\n"
+    with pytest.raises(MilepostError) as info:
+        parse_plan(text, "plan.yaml")
+    assert info.value.message.startswith("plan.yaml:4: invalid doer.prices.claude-nova-9.input:"), info.value.message
 
 
 def test_the_watch_reads_the_stream_as_it_grows_lines_cut_anywhere(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ the same change again made no progress). See docs/doers.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ from milepost._schema import DO_RUNS, MILESTONES
 from milepost.errors import NotFoundError
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.outcome import GateResult
+from milepost.gates.prices import price_table
 from milepost.gates.usage import CODEX, Cost, read_usage
+from milepost.graph.models import ModelPrice
 from milepost.results import Claim, DoRun
 from milepost.retry import retried
 from milepost.service._find import milestone_pk, of_attempt, resolve
@@ -63,15 +66,23 @@ _FIELDS = (
 
 
 def do_run_of(
-    claim: Claim, result: GateResult, usage: str | None = None, *, ctx: Context | None = None, **facts: Any
+    claim: Claim,
+    result: GateResult,
+    usage: str | None = None,
+    *,
+    ctx: Context | None = None,
+    prices: Mapping[str, ModelPrice] | None = None,
+    **facts: Any,
 ) -> DoRun:
     """The do run of ``claim``'s attempt as ``result`` (its do task's) tells
     it, with what its usage report says (in the form ``usage``: its output's,
     or its cost file's; None: found; with ``ctx``, a resumed Codex thread's
-    tokens beyond what its earlier do runs recorded); ``facts``: what else is
-    known of it (host, worktree, base commit), or read otherwise."""
+    tokens beyond what its earlier do runs recorded; a streamed Claude Code
+    stopped before its result line estimated at milepost's prices and the
+    plan's ``prices``); ``facts``: what else is known of it (host, worktree,
+    base commit), or read otherwise."""
     files = AttemptFiles(Path(claim.log_path)).do
-    cost = read_usage(files.log, files.cost, usage)
+    cost = read_usage(files.log, files.cost, usage, prices=price_table(prices))
     if ctx is not None:
         cost = _thread_growth(ctx, claim, cost)
     fields: dict[str, Any] = {
