@@ -214,6 +214,8 @@ class UsageReader:
         the run, its result last), on one line or pretty-printed over many
         (from a ``[`` or ``{`` line to its ``]`` or ``}`` line, unindented)."""
         raw, text = text.rstrip(), text.strip()
+        if self._block is not None and raw.startswith(('{"', "[{")):
+            self._block = None  # (a document's own lines are indented: this one is not of it)
         if self._block is not None:
             self._more(raw)
         elif raw in ("[", "{"):

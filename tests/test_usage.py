@@ -169,6 +169,8 @@ def test_an_array_cut_off_before_its_end_is_a_warning(tmp_path: Path) -> None:
     assert got.usd is None and "not JSON (cut off?)" in (got.problem or "")
     # brackets that are no report: nothing said
     assert _usage(tmp_path, "[\n  1,\n  2\n]\n[INFO] done\n[{not json}]") == Cost()
+    # a bracket alone that never closes does not swallow a report printed after it
+    assert _usage(tmp_path, f"{{\n  int x;\n{CLAUDE_JSON}").usd == 0.1834
 
 
 def test_results_of_one_process_are_running_totals_and_sessions_add_up() -> None:
