@@ -53,8 +53,8 @@ class Price:
 
 _OPUS_NEW, _OPUS_OLD, _SONNET = Price(5.0, 25.0), Price(15.0, 75.0), Price(3.0, 15.0)
 
-# docs.anthropic.com/en/docs/about-claude/pricing (Opus 4 and 4.1, the Sonnets, Haiku 3 and 3.5) and
-# Anthropic's model announcements (Opus 4.5 and 4.6, Haiku 4.5); read 2026-12-05.
+# docs.anthropic.com/en/docs/about-claude/pricing (Opus 4 and 4.1, Claude 3 Opus, Sonnet 3.5, 3.7 and 4, Haiku 3
+# and 3.5); Opus 4.5 and 4.6, Sonnet 4.5 and 4.6, Haiku 4.5: the prices reported for them; read 2026-12-05.
 PRICES: Mapping[str, Price] = MappingProxyType(
     {
         "claude-opus-4-6": _OPUS_NEW,
