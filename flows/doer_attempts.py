@@ -36,6 +36,7 @@ from milepost.gates.integration import (
     merge_message,
 )
 from milepost.gates.outcome import GateResult, Outcome
+from milepost.gates.prices import prices_env
 from milepost.gates.supervisor import host_identity
 from milepost.graph.models import DoerSettings, GateCommand, Milestone
 from milepost.graph.status import Isolation
@@ -107,6 +108,7 @@ class _Attempt:
     worktree: worktrees.Worktree | None = None
     run: DoRun | None = None
     judged: str | None = None  # the commit its judge checked out: the one its merge may bring in
+    note: str | None = None  # what its do run says beside its end (a session of another host's not resumed)
 
 
 @dataclass
@@ -209,8 +211,8 @@ class Doing:
         commands = [GateCommand(name="do", run=m.do or "")]
         if fresh and self.settings.setup:
             commands.insert(0, GateCommand(name="setup", run=self.settings.setup))
-        env = self._env(claim, cwd, files)
-        self.running[(m.name, claim.attempt)] = _Attempt(claim, cwd, base, datetime.now(UTC), wt)
+        env, note = self._env(claim, cwd, files)
+        self.running[(m.name, claim.attempt)] = _Attempt(claim, cwd, base, datetime.now(UTC), wt, note=note)
         return DoStart(commands, cwd, env, str(files.log))
 
     def _branch(self, m: Milestone) -> str:
@@ -253,7 +255,7 @@ class Doing:
         """The form of ``m``'s doer's usage report: its own, the item's, or None (found)."""
         return m.do_usage or self.settings.usage
 
-    def _env(self, claim: Claim, cwd: Path, files: AttemptFiles) -> dict[str, str]:
+    def _env(self, claim: Claim, cwd: Path, files: AttemptFiles) -> tuple[dict[str, str], str | None]:
         m = claim.milestone
         before = AttemptFiles(Path(claim.log_path)).previous()
         last = before.log if before is not None else None
@@ -282,24 +284,42 @@ class Doing:
         }
         if failure is not None and last is not None:
             given["MILEPOST_FAILURE_LOG"] = str(last)
-        given.update(self._agent_env(claim))
-        return doer_env(os.environ, self.settings.env, given)
+        agent, note = self._agent_env(claim)
+        given.update(agent)
+        return doer_env(os.environ, self.settings.env, given), note
 
-    def _agent_env(self, claim: Claim) -> dict[str, str]:
+    def _agent_env(self, claim: Claim) -> tuple[dict[str, str], str | None]:
         """What an agent needs beyond the prompt: what is left of its budget
         (the drive also stops a doer whose streamed cost passes it), the
-        session of the milestone's last doer to resume, the usage form named."""
+        session of the milestone's last doer to resume, the usage form named;
+        and why a session kept is not resumed (it was another host's)."""
         given: dict[str, str] = {}
         left = self._budget_left(claim)
         if left is not None:
             given["MILEPOST_BUDGET_LEFT_USD"] = f"{left:.4f}"
-        session = evidence.session_of(self.service.ctx, claim.pk)
+        session, note = self._session(claim)
         if session is not None:
             given["MILEPOST_DOER_SESSION"] = session
         form = self._usage(claim.milestone)
         if form is not None:
             given["MILEPOST_DO_USAGE"] = form
-        return given
+        if self.settings.prices:
+            given["MILEPOST_DO_PRICES"] = prices_env(self.settings.prices)
+        return given, note
+
+    def _session(self, claim: Claim) -> tuple[str | None, str | None]:
+        """The milestone's agent session to resume: only one a do run on this
+        host reported (an agent keeps its sessions on its machine's disk: with
+        a shared store, a retry on another host could not find it); else None,
+        and why (the do run says it: a new session started)."""
+        session, where = evidence.session_where(self.service.ctx, claim.pk)
+        here = host_identity()["host"]
+        if session is None or where == here:
+            return session, None
+        return None, (
+            f"a new agent session started: the milestone's session {session} was reported on"
+            f" {where or 'a host not recorded'}, not on {here} (an agent resumes only its own machine's sessions)"
+        )
 
     # -- after the doer ----------------------------------------------------------------
 
@@ -312,6 +332,8 @@ class Doing:
             claim,
             result,
             self._usage(claim.milestone),
+            ctx=self.service.ctx,
+            prices=self.settings.prices,
             host=host_identity()["host"],
             worktree=str(a.cwd),
             base_commit=a.base,
@@ -330,6 +352,8 @@ class Doing:
             outcome = _failure(claim, run.reason, result)
         else:
             outcome = _failure(claim, f"do {result.reason}", result)
+        if a.note:
+            run.reason = f"{run.reason}; {a.note}"
         a.run = run
         evidence.record_do_run(self.service.ctx, claim, run)
         if isinstance(outcome, GateResult):
@@ -497,11 +521,15 @@ class Doing:
         why = result.reason
         if result.outcome is not Outcome.INTERRUPTED:  # it ended as the drive stopped: its change was never taken
             why = f"interrupted: the drive stopped ({result.reason})"
+        if a.note:
+            why = f"{why}; {a.note}"
         facts = {"host": host_identity()["host"], "worktree": str(a.cwd), "base_commit": a.base}
         run = evidence.do_run_of(
             claim,
             result,
             self._usage(claim.milestone),
+            ctx=self.service.ctx,
+            prices=self.settings.prices,
             **facts,
             outcome=Outcome.INTERRUPTED.value,
             reason=why,

@@ -27,6 +27,7 @@ from milepost.gates.command import GateResult, Outcome, command_header, run_gate
 from milepost.gates.judge import JudgeOrder, make_judge
 from milepost.gates.liveness import Life, life
 from milepost.gates.outcome import CachedFrom
+from milepost.gates.prices import prices_from_env
 from milepost.gates.supervisor import host_identity, own_identity
 from milepost.gates.units import UnitBook
 from milepost.gates.usage import BudgetWatch
@@ -279,7 +280,8 @@ def _budget_watch(spec: GateSpec) -> Callable[[], str | None] | None:
         dollars = float(left)
     except ValueError:
         return None
-    return BudgetWatch(Path(spec.log_path), dollars, spec.env.get("MILEPOST_DO_USAGE")).check
+    prices = prices_from_env(spec.env.get("MILEPOST_DO_PRICES"))
+    return BudgetWatch(Path(spec.log_path), dollars, spec.env.get("MILEPOST_DO_USAGE"), prices).check
 
 
 def run_gate_spec(spec: GateSpec, units: UnitBook | None = None, box: SpecBox | None = None) -> State[Any]:

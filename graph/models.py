@@ -47,6 +47,8 @@ __all__ = [
     "InputPattern",
     "ItemDefaults",
     "Milestone",
+    "ModelName",
+    "ModelPrice",
     "PlanArtifact",
     "Retries",
     "Seconds",
@@ -352,6 +354,8 @@ Budget = Annotated[float, Field(ge=0, le=MAX_USD, allow_inf_nan=False)]
 UsageForm = Literal["claude-json", "codex-json", "file"]
 USAGE_FORMS: tuple[str, ...] = get_args(UsageForm)
 InputPattern = Annotated[str, AfterValidator(_input_pattern)]
+# A model (its id, or its family: the id without its date) a plan prices for a streamed doer's estimate.
+ModelName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -467,6 +471,14 @@ class ItemDefaults(_Read):
     inputs: list[str] = Field(default_factory=list)
 
 
+class ModelPrice(_Read):
+    """A model's list price, USD per million tokens, for a streamed doer's
+    running estimate (milepost.gates.prices holds the ones milepost knows)."""
+
+    input: Budget
+    output: Budget
+
+
 class DoerSettings(_Read):
     """An item's ``doer:`` block: how the milestones with a ``do:`` command
     are worked (docs/doers.md)."""
@@ -480,6 +492,7 @@ class DoerSettings(_Read):
     env: list[str] = Field(default_factory=list)  # names of variables passed on to doers (else scrubbed)
     budget_usd: Annotated[float, Field(ge=0)] | None = None  # what the item's doers may cost in all
     usage: UsageForm | None = None  # the form of its doers' usage reports (None: found by looking)
+    prices: dict[ModelName, ModelPrice] = Field(default_factory=dict)  # added to or replacing milepost's prices
 
     @property
     def is_default(self) -> bool:

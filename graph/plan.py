@@ -25,6 +25,7 @@ from milepost.graph.models import (
     InputPattern,
     ItemDefaults,
     Milestone,
+    ModelName,
     Retries,
     Seconds,
     Text,
@@ -35,7 +36,16 @@ from milepost.graph.models import (
 from milepost.graph.status import Isolation, MilestoneStatus, PlanStatus
 from milepost.graph.validate import validate_milestones
 
-__all__ = ["Plan", "PlanCommand", "PlanDefaults", "PlanDoer", "PlanMilestone", "gate_entry", "plan_from_item"]
+__all__ = [
+    "Plan",
+    "PlanCommand",
+    "PlanDefaults",
+    "PlanDoer",
+    "PlanMilestone",
+    "PlanPrice",
+    "gate_entry",
+    "plan_from_item",
+]
 
 
 class _Strict(BaseModel):
@@ -136,6 +146,13 @@ class PlanDefaults(_Strict):
     )
 
 
+class PlanPrice(_Strict):
+    """A model's list price for a streamed doer's running estimate."""
+
+    input: Budget = Field(description="USD per million input tokens (cache writes 1.25x, 2x for 1 hour; reads 0.1x)")
+    output: Budget = Field(description="USD per million output tokens")
+
+
 class PlanDoer(_Strict):
     """How the milestones with a ``do:`` command are worked (docs/doers.md)."""
 
@@ -171,6 +188,11 @@ class PlanDoer(_Strict):
         None,
         description="the form of its doers' usage reports: claude-json, codex-json or file (default: found in"
         " each doer's output, else its MILEPOST_COST_FILE)",
+    )
+    prices: dict[ModelName, PlanPrice] = Field(
+        default_factory=dict,
+        description="model prices for a streamed Claude Code doer's running cost estimate, by model id or family"
+        " (claude-sonnet-4-5: {input: 3, output: 15}); added to, or replacing, milepost's table (docs/doers.md)",
     )
 
     @model_validator(mode="after")

@@ -76,7 +76,7 @@ def test_codex_resumes_its_thread_and_its_events_give_tokens(tmp_path: Path) -> 
     assert cost == Cost(None, 24763 + 122, "th-1", "codex-json", None)
     argv, cost = run_recipe(tmp_path, "Codex", {"MILEPOST_DOER_SESSION": "th-1"})
     assert argv[argv.index("resume") + 1] == "th-1" and argv[-1].startswith("# Milestone")
-    assert cost.session == "th-1"
+    assert cost.session == "th-1" and cost.tokens == 2 * (24763 + 122)  # the thread's total (its growth: stored)
 
 
 def test_aider_writes_its_analytics_log_where_milepost_reads_it(tmp_path: Path) -> None:

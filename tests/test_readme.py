@@ -163,6 +163,18 @@ def test_the_plan_file_examples_are_valid_plans() -> None:
     assert [m.name for m in schema_example.milestones] == ["analyze-a"]
 
 
+def test_the_doer_block_example_names_every_doer_field() -> None:
+    """docs/plan-files.md's ``doer:`` example is a valid block that shows each field a plan may set."""
+    from milepost.graph.models import DoerSettings
+    from milepost.planfile import parse_plan
+
+    text = (ROOT / "docs" / "plan-files.md").read_text().split("```yaml\ndoer:\n", 1)[1].split("```", 1)[0]
+    plan = parse_plan("objective: o\ndoer:\n" + text + "milestones:\n  - {name: a, do: ./agent, gate: 'true'}\n")
+    assert plan.doer is not None
+    assert set(plan.doer.model_dump(exclude_unset=True)) == set(DoerSettings.model_fields)
+    assert plan.doer.usage == "claude-json"
+
+
 def test_the_mcp_client_entry_is_what_the_server_takes() -> None:
     """The mcpServers entry of the README and of docs/agents.md: the same, and
     its arguments are what `milepost mcp` accepts."""

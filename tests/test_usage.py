@@ -18,6 +18,7 @@ import pytest
 from milepost.errors import MilepostError
 from milepost.gates.command import run_gate
 from milepost.gates.outcome import Outcome
+from milepost.gates.prices import PRICES, Price, family, price_of, price_table, prices_env, prices_from_env
 from milepost.gates.usage import BudgetWatch, Cost, UsageReader, read_cost, read_usage
 from milepost.graph.models import GateCommand
 from milepost.graph.plan import plan_from_item
@@ -65,6 +66,17 @@ CLAUDE_STREAM = "\n".join(
         },
     ]
 )
+
+# Claude Code, `--output-format json` with `--verbose` (or `"verbose": true` in its settings; newer versions):
+# a JSON array of every message of the run, the result last (anthropics/claude-code#84784).
+_INIT = {"type": "system", "subtype": "init", "cwd": "/w", "session_id": CLAUDE_RESULT["session_id"], "tools": ["Edit"]}
+_SONNET = "claude-sonnet-4-5-20250929"
+CLAUDE_ARRAY = [
+    {**_INIT, "model": _SONNET, "permissionMode": "default"},
+    {"type": "assistant", "message": _TEXT | {"model": _SONNET}, "session_id": _INIT["session_id"]},
+    {"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "content": "ok"}]}},
+    CLAUDE_RESULT,
+]
 
 # Codex, `codex exec --json`: the sample output of codex's docs/exec.md.
 _TURN = {"input_tokens": 24763, "cached_input_tokens": 24448, "output_tokens": 122}
@@ -132,6 +144,35 @@ def test_claude_codes_stream_gives_its_last_result_and_the_init_lines_session(tm
     assert (got.usd, got.session) == (None, "s-1") and "no Claude Code result" in (got.problem or "")
 
 
+@pytest.mark.parametrize("form", [None, "claude-json"])
+@pytest.mark.parametrize("indent", [None, 2], ids=["one line", "pretty-printed"])
+def test_claude_codes_json_array_of_messages_gives_its_results_figures(
+    tmp_path: Path, form: str | None, indent: int | None
+) -> None:
+    """``--verbose`` turns ``--output-format json``'s one object into an array of every message, the result last."""
+    out = json.dumps(CLAUDE_ARRAY, indent=indent, separators=(",", ":") if indent is None else None)
+    got = _usage(tmp_path, f"stderr: a warning before it\n{out}\nstderr: and one after", form)
+    assert got == Cost(0.1834, CLAUDE_TOKENS, "4f6c1a9e-2b7d-4c35-9e0a-1d2f3b4c5d6e", "claude-json", None)
+    # a pretty-printed result object alone, and the array read as it arrives in pieces
+    assert _usage(tmp_path, json.dumps(CLAUDE_RESULT, indent=2), form).usd == 0.1834
+    r = UsageReader()
+    data = out.encode()
+    for i in range(0, len(data), 7):
+        r.feed(data[i : i + 7])
+    r.finish()
+    assert (r.claude_usd, r.claude_session) == (0.1834, CLAUDE_RESULT["session_id"])
+
+
+def test_an_array_cut_off_before_its_end_is_a_warning(tmp_path: Path) -> None:
+    out = json.dumps(CLAUDE_ARRAY, indent=2)
+    got = _usage(tmp_path, out[: out.rindex('"usage"')], "claude-json")
+    assert got.usd is None and "not JSON (cut off?)" in (got.problem or "")
+    # brackets that are no report: nothing said
+    assert _usage(tmp_path, "[\n  1,\n  2\n]\n[INFO] done\n[{not json}]") == Cost()
+    # a bracket alone that never closes does not swallow a report printed after it
+    assert _usage(tmp_path, f"{{\n  int x;\n{CLAUDE_JSON}").usd == 0.1834
+
+
 def test_results_of_one_process_are_running_totals_and_sessions_add_up() -> None:
     r = UsageReader()
     for session, usd in [("a", 0.1), ("a", 0.3), ("b", 0.2), ("a", 0.05)]:  # a drop: a new process of a
@@ -142,8 +183,15 @@ def test_results_of_one_process_are_running_totals_and_sessions_add_up() -> None
 def test_codex_events_give_tokens_and_the_thread_never_dollars(tmp_path: Path) -> None:
     got = _usage(tmp_path, CODEX_EVENTS)
     assert got == Cost(None, 24763 + 122, "0199a213-81c0-7800-8aa1-bbab2a035a53", "codex-json", None)
-    two_turns = CODEX_EVENTS + '{"type":"turn.completed","usage":{"input_tokens":100,"output_tokens":5}}\n'
-    assert _usage(tmp_path, two_turns, "codex-json").tokens == 24763 + 122 + 105
+    # each turn.completed's usage is the thread's total so far: the last one counts, never their sum
+    total = {"input_tokens": 24863, "cached_input_tokens": 24448, "output_tokens": 127}
+    turn = {"type": "turn.completed", "usage": total}
+    two_turns = CODEX_EVENTS + json.dumps(turn) + "\n"
+    assert _usage(tmp_path, two_turns, "codex-json").tokens == 24863 + 127
+    # a second thread in the same output (a wrapper that ran codex twice) adds its own total
+    other = {"type": "thread.started", "thread_id": "t-2"}
+    more = two_turns + json.dumps(other) + "\n" + json.dumps({**turn, "usage": {"input_tokens": 50}}) + "\n"
+    assert _usage(tmp_path, more, "codex-json").tokens == 24863 + 127 + 50
 
 
 def test_aiders_analytics_log_in_the_cost_file(tmp_path: Path) -> None:
@@ -159,6 +207,13 @@ def test_the_cost_file_still_works_and_wins_over_a_report(tmp_path: Path) -> Non
     assert _usage(tmp_path, CLAUDE_JSON, "file", '{"usd": 0.2}').usd == 0.2
     assert _usage(tmp_path, CLAUDE_JSON, "claude-json", '{"usd": 0.2}').usd == 0.1834
     assert read_cost(tmp_path / "absent.json") == Cost()
+
+
+def test_a_named_cost_file_not_written_is_a_warning_never_a_silent_zero(tmp_path: Path) -> None:
+    got = _usage(tmp_path, "edited 2 files", "file")
+    assert got == Cost(form="file", problem="no cost file written ($MILEPOST_COST_FILE)")
+    assert got.usd is None and got.tokens is None
+    assert _usage(tmp_path, "edited 2 files") == Cost()  # unnamed: a plain script, nothing to say
 
 
 def test_a_plain_script_has_no_report_and_no_warning(tmp_path: Path) -> None:
@@ -207,6 +262,133 @@ def test_a_bad_cost_file_is_a_warning_and_its_good_figures_count(tmp_path: Path,
 def test_a_session_id_that_cannot_be_kept_is_not_kept(tmp_path: Path) -> None:
     long = json.dumps({"type": "result", "session_id": "x" * 500, "total_cost_usd": 0.1})
     assert _usage(tmp_path, long).session is None
+
+
+# Claude Code, `claude -p --output-format stream-json --verbose` (one prompt): an assistant line a content block, each
+# with its API call's message id, model and usage (the last block's output_tokens the call's); the cost only at the end.
+_5M = {"ephemeral_5m_input_tokens": 4200, "ephemeral_1h_input_tokens": 0}
+
+
+def _said(mid: str, block: dict[str, object], usage: dict[str, object], model: str = _SONNET) -> dict[str, object]:
+    message = {"id": mid, "type": "message", "role": "assistant", "model": model, "content": [block]}
+    message |= {"stop_reason": None, "usage": usage | {"service_tier": "standard"}}
+    return {"type": "assistant", "message": message, "parent_tool_use_id": None, "session_id": "s-9"}
+
+
+_A = {"input_tokens": 3, "cache_creation_input_tokens": 4200, "cache_read_input_tokens": 13000, "cache_creation": _5M}
+_B = {"input_tokens": 5, "cache_creation_input_tokens": 800, "cache_read_input_tokens": 17200, "output_tokens": 600}
+_EDIT = {"type": "tool_use", "id": "toolu_1", "name": "Edit", "input": {"file_path": "src/a.py"}}
+STREAMED_TURNS = [
+    {**_INIT, "session_id": "s-9", "model": _SONNET},
+    _said("msg_01A", {"type": "text", "text": "I'll read it."}, _A | {"output_tokens": 8}),
+    _said("msg_01A", _EDIT, _A | {"output_tokens": 150}),  # (the same call: counted once, its last figures)
+    {"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "content": "ok"}]}},
+    _said("msg_01B", {"type": "text", "text": "Done."}, _B),
+]
+# Sonnet, USD per million: input 3, output 15, 5-minute cache writes 3.75, cache reads 0.30
+TURNS_USD = (3 * 3 + 150 * 15 + 4200 * 3.75 + 13000 * 0.3 + 5 * 3 + 600 * 15 + 800 * 3.75 + 17200 * 0.3) / 1e6
+TURNS_TOKENS = 3 + 4200 + 13000 + 150 + 5 + 800 + 17200 + 600
+
+
+def _lines(objs: list[dict[str, object]]) -> str:
+    return "".join(json.dumps(o) + "\n" for o in objs)
+
+
+def test_the_prices_are_anthropics_by_model_family() -> None:
+    assert family("claude-sonnet-4-5-20250929") == "claude-sonnet-4-5"
+    assert (
+        family("us.anthropic.claude-opus-4-1-20250805-v1:0") == family("claude-opus-4-1@20250805") == "claude-opus-4-1"
+    )
+    assert price_of("claude-opus-4-20250514") == Price(15.0, 75.0)
+    assert price_of("claude-opus-4-5-20251101") == Price(5.0, 25.0)
+    assert price_of("claude-haiku-4-5-20251001") == Price(1.0, 5.0)
+    assert price_of("gpt-5-codex") is None and price_of("<synthetic>") is None
+    one_hour = {"cache_creation_input_tokens": 1000, "ephemeral_1h_input_tokens": 400, "cache_read_input_tokens": 0}
+    assert Price(3.0, 15.0).usd(one_hour) == pytest.approx((600 * 3.75 + 400 * 6.0) / 1e6)
+    assert set(PRICES) >= {"claude-opus-4-5", "claude-sonnet-4-5", "claude-haiku-4-5"}
+
+
+def test_a_stream_cut_before_its_result_is_charged_the_estimate_of_its_turns_said_as_such(tmp_path: Path) -> None:
+    got = _usage(tmp_path, _lines(STREAMED_TURNS), "claude-json")
+    assert (got.usd, got.tokens, got.session) == (pytest.approx(TURNS_USD), TURNS_TOKENS, "s-9")
+    assert got.problem == (
+        "no Claude Code result in its output (it ended before its result line): its cost is milepost's estimate"
+        " from its assistant lines' token counts at list prices"
+    )
+    # its result line gives the real total: it replaces the estimate
+    result = {"type": "result", "subtype": "success", "session_id": "s-9", "total_cost_usd": 0.05, "usage": _B}
+    assert _usage(tmp_path, _lines([*STREAMED_TURNS, result])) == Cost(0.05, 18605, "s-9", "claude-json", None)
+
+
+def test_the_watch_stops_a_single_prompt_stream_on_its_estimate(tmp_path: Path) -> None:
+    log = tmp_path / "do.log"
+    log.write_text("=== [do] $ claude -p ...\n")
+    watch = BudgetWatch(log, left=0.03)
+    with open(log, "a") as f:
+        f.write(_lines(STREAMED_TURNS[:3]))
+        f.flush()
+        assert watch.check() is None  # $0.0219 so far
+        f.write(_lines(STREAMED_TURNS[3:]))
+    assert watch.check() == "budget: its doer's estimated cost $0.04 passed the $0.03 left of its budget"
+
+
+def test_a_model_without_a_price_is_not_estimated_said_once_and_its_result_counts(tmp_path: Path) -> None:
+    other = [_said(f"m{i}", {"type": "text", "text": "."}, _B, "claude-nova-9") for i in range(3)]
+    log = _log(tmp_path, "")
+    watch = BudgetWatch(log, left=0.0, form="claude-json")
+    with open(log, "a") as f:
+        f.write(_lines([STREAMED_TURNS[0], *other]))
+    assert watch.check() is None and watch.pos == log.stat().st_size  # read, no estimate: no stop
+    unread = read_usage(log, tmp_path / "none.json", "claude-json")
+    said = "no price known for model claude-nova-9: its running cost is not estimated"
+    assert unread.usd is None and (unread.problem or "").count(said) == 1
+    result = {"type": "result", "session_id": "s-9", "total_cost_usd": 0.8}
+    got = _usage(tmp_path, _lines([STREAMED_TURNS[0], *other, result]), "claude-json")
+    assert got.usd == 0.8 and said in (got.problem or "")
+    # Claude Code's own synthetic messages (no API call, no tokens) are no model to price
+    synthetic = _said("m", {"type": "text", "text": "No response requested."}, {"input_tokens": 0}, "<synthetic>")
+    assert _usage(tmp_path, _lines([STREAMED_TURNS[0], synthetic, result])).problem is None
+
+
+def test_a_plans_prices_add_a_model_or_replace_one(tmp_path: Path, service: Service) -> None:
+    """``doer.prices``: a model milepost has no price for is estimated at the
+    plan's; the drive hands them to the watch as MILEPOST_DO_PRICES."""
+    text = (
+        "objective: o\n"
+        "doer:\n"
+        "  prices:\n"
+        "    claude-nova-9: {input: 2, output: 10}\n"
+        "    claude-sonnet-4-5-20250929: {input: 30, output: 150}\n"
+        "milestones:\n"
+        "  - {name: a, do: ./agent, gate: 'true'}\n"
+    )
+    item = service.apply_plan(parse_plan(text))
+    prices = service.get_item(item.id).doer.prices
+    table = price_table(prices)
+    assert table["claude-nova-9"] == Price(2.0, 10.0) and table["claude-sonnet-4-5"] == Price(30.0, 150.0)
+    assert table["claude-haiku-4-5"] == PRICES["claude-haiku-4-5"] and PRICES["claude-sonnet-4-5"] == Price(3.0, 15.0)
+    assert plan_from_item(service.get_item(item.id))["doer"]["prices"]["claude-nova-9"] == {
+        "input": 2.0,
+        "output": 10.0,
+    }
+    assert prices_from_env(prices_env(prices)) == table
+    assert prices_from_env('{"m": {"input": -1, "output": 1}}') == prices_from_env(None) == PRICES
+    other = [_said(f"m{i}", {"type": "text", "text": "."}, _B, "claude-nova-9") for i in range(3)]
+    log = _log(tmp_path, "")
+    watch = BudgetWatch(log, left=0.01, form="claude-json", prices=prices_from_env(prices_env(prices)))
+    with open(log, "a") as f:
+        f.write(_lines([STREAMED_TURNS[0], *other]))
+    nova = 3 * (5 * 2 + 600 * 10 + 800 * 2.5 + 17200 * 0.2) / 1e6
+    assert watch.check() == f"budget: its doer's estimated cost ${nova:.2f} passed the $0.01 left of its budget"
+    got = read_usage(log, tmp_path / "none.json", "claude-json", prices=table)
+    assert got.usd == pytest.approx(nova) and "no price known" not in (got.problem or "")
+
+
+def test_a_bad_price_is_a_plan_error_at_its_line() -> None:
+    text = "objective: o\ndoer:\n  prices:\n    claude-nova-9: {input: -2, output: 10}\nmilestones: []\n"
+    with pytest.raises(MilepostError) as info:
+        parse_plan(text, "plan.yaml")
+    assert info.value.message.startswith("plan.yaml:4: invalid doer.prices.claude-nova-9.input:"), info.value.message
 
 
 def test_the_watch_reads_the_stream_as_it_grows_lines_cut_anywhere(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ the same change again made no progress). See docs/doers.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ from milepost._schema import DO_RUNS, MILESTONES
 from milepost.errors import NotFoundError
 from milepost.gates.attempt import AttemptFiles
 from milepost.gates.outcome import GateResult
-from milepost.gates.usage import Cost, read_usage
+from milepost.gates.prices import price_table
+from milepost.gates.usage import CODEX, Cost, read_usage
+from milepost.graph.models import ModelPrice
 from milepost.results import Claim, DoRun
 from milepost.retry import retried
 from milepost.service._find import milestone_pk, of_attempt, resolve
@@ -25,7 +29,16 @@ from milepost.service._tx import Context
 # The most paths a do run keeps of its change (a doer that rewrote a whole tree is said in one entry more).
 _MAX_FILES = 1000
 
-__all__ = ["do_run", "do_runs", "last_do_run", "record_do_run", "session_of", "set_merge_commit", "spent"]
+__all__ = [
+    "do_run",
+    "do_runs",
+    "last_do_run",
+    "record_do_run",
+    "session_of",
+    "session_where",
+    "set_merge_commit",
+    "spent",
+]
 
 _FIELDS = (
     "attempt",
@@ -52,13 +65,26 @@ _FIELDS = (
 )
 
 
-def do_run_of(claim: Claim, result: GateResult, usage: str | None = None, **facts: Any) -> DoRun:
+def do_run_of(
+    claim: Claim,
+    result: GateResult,
+    usage: str | None = None,
+    *,
+    ctx: Context | None = None,
+    prices: Mapping[str, ModelPrice] | None = None,
+    **facts: Any,
+) -> DoRun:
     """The do run of ``claim``'s attempt as ``result`` (its do task's) tells
     it, with what its usage report says (in the form ``usage``: its output's,
-    or its cost file's; None: found); ``facts``: what else is known of it
-    (host, worktree, base commit), or read otherwise."""
+    or its cost file's; None: found; with ``ctx``, a resumed Codex thread's
+    tokens beyond what its earlier do runs recorded; a streamed Claude Code
+    stopped before its result line estimated at milepost's prices and the
+    plan's ``prices``); ``facts``: what else is known of it (host, worktree,
+    base commit), or read otherwise."""
     files = AttemptFiles(Path(claim.log_path)).do
-    cost = read_usage(files.log, files.cost, usage)
+    cost = read_usage(files.log, files.cost, usage, prices=price_table(prices))
+    if ctx is not None:
+        cost = _thread_growth(ctx, claim, cost)
     fields: dict[str, Any] = {
         "item": claim.item,
         "milestone": claim.milestone.name,
@@ -78,6 +104,31 @@ def do_run_of(claim: Claim, result: GateResult, usage: str | None = None, **fact
         "finished_at": result.finished_at,
     }
     return DoRun(**{**fields, **facts})
+
+
+def _thread_growth(ctx: Context, claim: Claim, cost: Cost) -> Cost:
+    """Codex's tokens are its thread's running total: a resumed thread's
+    report restates what the item's earlier do runs in that thread recorded,
+    so only what it grew by is this run's. A total below theirs is a thread
+    counted afresh (a Codex that does not carry it over): all of it counts."""
+    if cost.form != CODEX or cost.session is None or cost.tokens is None:
+        return cost
+    before = _thread_tokens(ctx, claim, cost.session)
+    if before == 0 or cost.tokens < before:
+        return cost
+    return replace(cost, tokens=cost.tokens - before)
+
+
+@retried
+def _thread_tokens(ctx: Context, claim: Claim, session: str) -> int:
+    """The tokens the item's other do runs in ``session`` recorded."""
+    q = select(func.coalesce(func.sum(DO_RUNS.c.tokens), 0)).where(
+        DO_RUNS.c.item_id == claim.item,
+        DO_RUNS.c.session == session,
+        (DO_RUNS.c.milestone_id != claim.pk) | (DO_RUNS.c.attempt != claim.attempt),
+    )
+    with ctx.store.read() as conn:
+        return int(conn.execute(q).scalar() or 0)
 
 
 def _stopped_at_cap(result: GateResult, cost: Cost) -> str | None:
@@ -104,6 +155,24 @@ def record_do_run(ctx: Context, claim: Claim, run: DoRun) -> None:
                 conn.execute(update(MILESTONES).where(MILESTONES.c.id == claim.pk).values(doer_session=run.session))
     except IntegrityError:
         return
+
+
+@retried
+def session_where(ctx: Context, pk: int) -> tuple[str | None, str | None]:
+    """The agent session a milestone's doers work in (:func:`session_of`)
+    and the host of the last do run that reported it (None: not known): its
+    agent keeps the session on that machine's disk, where alone it resumes."""
+    with ctx.store.read() as conn:
+        session = conn.execute(select(MILESTONES.c.doer_session).where(MILESTONES.c.id == pk)).scalar()
+        if not session:
+            return None, None
+        host = conn.execute(
+            select(DO_RUNS.c.host)
+            .where(DO_RUNS.c.milestone_id == pk, DO_RUNS.c.session == session)
+            .order_by(DO_RUNS.c.attempt.desc())
+            .limit(1)
+        ).scalar()
+    return str(session), str(host) if host else None
 
 
 @retried

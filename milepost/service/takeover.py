@@ -49,6 +49,7 @@ from milepost.gates.integration import find_merge
 from milepost.gates.liveness import Life, boot_id, group_alive, life, still_ours
 from milepost.gates.supervisor import host_identity
 from milepost.gates.worktrees import Worktrees, doer_branch
+from milepost.graph.models import DoerSettings
 from milepost.graph.status import MilestoneStatus
 from milepost.results import Claim, DoneResult
 from milepost.retry import retrying
@@ -244,13 +245,12 @@ def _as_merged(claim: Claim, result: GateResult, merged: str | None) -> GateResu
     return result
 
 
-def _item_usage(ctx: Context, item: int) -> str | None:
-    """The form of the item's doers' usage reports (its ``doer.usage``), as its drive reads them."""
+def _item_doer(ctx: Context, item: int) -> DoerSettings:
+    """The item's ``doer:`` block (its usage form and prices), as its drive reads its doers' reports."""
     with contextlib.suppress(Exception), ctx.store.read() as conn:  # (unknown: found by looking, as unnamed)
         doer = conn.execute(select(ITEMS.c.doer).where(ITEMS.c.id == item)).scalar_one_or_none()
-        usage = (doer or {}).get("usage") if isinstance(doer, dict) else None
-        return usage if isinstance(usage, str) else None
-    return None
+        return DoerSettings.model_validate(doer or {})
+    return DoerSettings()
 
 
 def _killed_doer(ctx: Context, claim: Claim, result: GateResult, merged: str | None) -> None:
@@ -263,7 +263,10 @@ def _killed_doer(ctx: Context, claim: Claim, result: GateResult, merged: str | N
         return
     # (nothing of the doer's own end is known but its time: not its exit or its output)
     ended = {"outcome": Outcome.INTERRUPTED.value, "exit_code": None, "duration": files.ran_for()}
-    run = do_run_of(claim, result, claim.milestone.do_usage or _item_usage(ctx, claim.item), host=result.host, **ended)
+    doer = _item_doer(ctx, claim.item)
+    run = do_run_of(
+        claim, result, claim.milestone.do_usage or doer.usage, ctx=ctx, prices=doer.prices, host=result.host, **ended
+    )
     record_do_run(ctx, claim, run)
     if merged is not None:
         set_merge_commit(ctx, claim, merged)

@@ -3,21 +3,28 @@ network): ``claude``, ``codex`` and ``aider`` executables that do a scripted
 edit and print their usage report in the form each agent documents.
 
 - ``claude -p PROMPT --output-format json|stream-json [--resume ID]``: Claude
-  Code's result object (``total_cost_usd``, ``usage``, ``session_id``); with
-  ``stream-json`` a ``system`` init line, an ``assistant`` line, then one
-  ``result`` line per cost in ``stream`` (each the process's running total,
-  as with ``--input-format stream-json``), ``gap`` seconds apart.
+  Code's result object (``total_cost_usd``, ``usage``: the sum of its
+  turns', ``session_id``); with ``stream-json`` a ``system`` init line, then
+  for each turn (one API call) its ``assistant`` message as Claude Code
+  prints it, one line a content block (a text, then a tool use), each with
+  the message's ``id``, ``model`` and ``usage``, ``gap`` seconds apart; then
+  its ``result`` line (one per cost in ``stream``, each the process's
+  running total, as with ``--input-format stream-json``).
 - ``codex exec [flags] [resume ID] PROMPT`` with ``--json``: Codex's JSONL
   events (``thread.started``, ``turn.started``, ``item.completed``,
-  ``turn.completed`` with its ``usage``).
+  ``turn.completed`` with its ``usage``: the thread's running total, so a
+  resumed thread's includes its earlier runs').
 - ``aider ... --analytics-log FILE``: aider's human lines on stdout and its
   analytics events (``message_send`` with ``cost`` and ``total_tokens``)
   appended to FILE.
 
 ``STANDIN_SCENARIO`` (a JSON file) maps ``milestone#attempt`` (or
 ``milestone``) to a step: ``write`` {path: text}, ``usd``, ``tokens``
-{input, output, cache_read, cache_creation}, ``session`` (a new session's
-id), ``stream`` [usd, ...], ``gap``, ``sleep`` (seconds after the report),
+{input, output, cache_read, cache_creation} (Claude Code: one turn's; ``turns``
+[tokens, ...]: each turn's), ``model`` (Claude Code's: ``claude-sonnet-4-5-20250929``),
+``session`` (a new session's id), ``stream`` [usd, ...], ``gap``,
+``before_result`` (seconds after its turns, before its result line),
+``sleep`` (seconds after the report),
 ``raw`` (printed instead of the report), ``exit``, ``capped`` (Claude Code
 past its ``--max-budget-usd``: its result says ``error_max_budget_usd``, and
 it exits 1). Each run appends its
@@ -65,15 +72,33 @@ def _emit(obj: dict[str, Any]) -> None:
     print(json.dumps(obj), flush=True)
 
 
+def _claude_usage(t: dict[str, int]) -> dict[str, int]:
+    return {
+        "input_tokens": t.get("input", 0),
+        "cache_creation_input_tokens": t.get("cache_creation", 0),
+        "cache_read_input_tokens": t.get("cache_read", 0),
+        "output_tokens": t.get("output", 0),
+    }
+
+
+def _turn(n: int, session: str, model: str, usage: dict[str, int]) -> None:
+    """One API call's assistant message, one line a content block, as Claude Code's stream-json prints it."""
+    blocks = [
+        {"type": "text", "text": "Working on it."},
+        {"type": "tool_use", "id": f"toolu_{n}", "name": "Edit", "input": {"file_path": "src/x.py"}},
+    ]
+    for block in blocks:
+        message = {"id": f"msg_{session}_{n}", "type": "message", "role": "assistant", "model": model}
+        message |= {"content": [block], "stop_reason": None, "usage": usage}
+        _emit({"type": "assistant", "message": message, "parent_tool_use_id": None, "session_id": session})
+
+
 def claude(argv: list[str], key: str, step: dict[str, Any]) -> None:
     session = _option(argv, "--resume") or step.get("session") or f"claude-session-{key}"
-    t = step.get("tokens", {"input": 12, "output": 340, "cache_read": 1000, "cache_creation": 200})
-    usage = {
-        "input_tokens": t["input"],
-        "cache_creation_input_tokens": t["cache_creation"],
-        "cache_read_input_tokens": t["cache_read"],
-        "output_tokens": t["output"],
-    }
+    model = step.get("model", "claude-sonnet-4-5-20250929")
+    one = step.get("tokens", {"input": 12, "output": 340, "cache_read": 1000, "cache_creation": 200})
+    turns = step.get("turns") or [one]
+    usage = {k: sum(_claude_usage(t)[k] for t in turns) for k in _claude_usage({})}
 
     capped = bool(step.get("capped"))
 
@@ -98,9 +123,11 @@ def claude(argv: list[str], key: str, step: dict[str, Any]) -> None:
     elif fmt == "json":
         _emit(result(step.get("usd", 0.1)))
     elif fmt == "stream-json":
-        _emit({"type": "system", "subtype": "init", "cwd": os.getcwd(), "session_id": session, "model": "stand-in"})
-        message = {"role": "assistant", "content": [{"type": "text", "text": "Working on it."}], "usage": usage}
-        _emit({"type": "assistant", "message": message, "session_id": session})
+        _emit({"type": "system", "subtype": "init", "cwd": os.getcwd(), "session_id": session, "model": model})
+        for n, t in enumerate(turns):
+            _turn(n, session, model, _claude_usage(t))
+            time.sleep(step.get("gap", 0.0))
+        time.sleep(step.get("before_result", 0.0))
         for usd in step.get("stream", [step.get("usd", 0.1)]):
             _emit(result(usd))
             time.sleep(step.get("gap", 0.0))
@@ -124,7 +151,20 @@ def codex(argv: list[str], key: str, step: dict[str, Any]) -> None:
     _emit({"type": "turn.started"})
     _emit({"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": "Done."}})
     usage = {"input_tokens": t["input"], "cached_input_tokens": t["cached"], "output_tokens": t["output"]}
-    _emit({"type": "turn.completed", "usage": usage})
+    _emit({"type": "turn.completed", "usage": _thread_total(thread, usage)})
+
+
+def _thread_total(thread: str, usage: dict[str, int]) -> dict[str, int]:
+    """Codex's turn.completed usage is its thread's running total: a resumed
+    thread's includes what its earlier runs used (kept beside STANDIN_RECORD)."""
+    record = os.environ.get("STANDIN_RECORD")
+    if not record:
+        return usage
+    kept = Path(record + ".threads.json")
+    threads = json.loads(kept.read_text()) if kept.exists() else {}
+    total = {k: v + threads.get(thread, {}).get(k, 0) for k, v in usage.items()}
+    kept.write_text(json.dumps({**threads, thread: total}))
+    return total
 
 
 def aider(argv: list[str], key: str, step: dict[str, Any]) -> None:

@@ -126,13 +126,14 @@ milestones:
 def test_a_streamed_run_past_its_budget_is_stopped_mid_run(
     prefect_api: str, service: Service, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The documented recipe's form (one prompt): Claude Code prints its cost
+    only in its result line at the end; its assistant lines' token counts,
+    priced (milepost.gates.prices), are what stops it before then."""
     repo(workspace)
-    # three turns' results ($0.20, $0.40, $0.70 so far), then a long last turn it never reaches the end of
-    agents = Agents(
-        tmp_path,
-        monkeypatch,
-        {"a": {"write": {"src/a.py": "A = 1\n"}, "stream": [0.2, 0.4, 0.7], "gap": 0.3, "sleep": 120}},
-    )
+    # three API calls of Opus 4.1 ($75 per million output tokens): $0.30, $0.60, $0.90 so far; its result never comes
+    turn = {"input": 0, "output": 4000, "cache_read": 0, "cache_creation": 0}
+    step = {"write": {"src/a.py": "A = 1\n"}, "model": "claude-opus-4-1-20250805", "turns": [turn] * 3, "gap": 2.0}
+    agents = Agents(tmp_path, monkeypatch, {"a": step | {"before_result": 120, "usd": 0.95}})
     item = apply(
         service,
         f"""objective: a streamed doer
@@ -145,13 +146,15 @@ milestones:
     assert time.monotonic() - t0 < 90 and not summary.ok
     assert service.get_item(item).milestones[0].status is S.STUCK
     (run,) = do_runs(service.ctx, "a", item)
-    why = "budget: its doer's reported cost $0.70 passed the $0.50 left of its budget"
-    assert (run.outcome, run.reason, run.cost_usd, run.session) == ("failed", why, 0.7, "claude-session-a#1")
+    why = "budget: its doer's estimated cost $0.60 passed the $0.50 left of its budget"
+    assert (run.outcome, run.reason, run.session) == ("failed", why, "claude-session-a#1")
+    assert run.cost_usd == pytest.approx(0.6) and run.tokens == 8000  # charged the estimate, said as such
+    assert run.usage_warning is not None and "its cost is milepost's estimate" in run.usage_warning
     assert run.duration < 60
     assert _gone(agents.seen()["a#1"]["pid"])  # its process group was stopped
     # the attempt fails with the reason budget; no second doer starts (the milestone's budget is spent)
     reasons = [r.reason for r in service.runs("a", item)]
-    assert reasons[0] == why and reasons[1].startswith("budget: a's doers cost $0.70 of do_budget_usd $0.50")
+    assert reasons[0] == why and reasons[1].startswith("budget: a's doers cost $0.60 of do_budget_usd $0.50")
     assert "a#2" not in agents.seen()
     # its session is kept with the milestone until a reset forgets it (the next doer starts a new one)
     with service.ctx.store.read() as conn:
