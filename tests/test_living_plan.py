@@ -178,6 +178,45 @@ def test_a_running_attempt_is_neither_changed_nor_removed(any_service: Service) 
     assert any_service.get_item(1) == before and any_service.events(1) == events
 
 
+BROKEN = """
+objective: refactor
+milestones:
+  - {name: a, gate: "false"}
+  - {name: b, deps: [a, zz], gate: "true"}
+  - {name: x, deps: [y]}
+  - {name: y, deps: [x]}
+"""
+
+
+def test_a_broken_plan_and_running_attempts_are_refused_in_one_pass(any_service: Service) -> None:
+    """A plan with an unknown dep and a cycle that also removes a running
+    milestone and reopens another: one refusal names every problem."""
+    from milepost.agent.tools import call_tool
+    from milepost.errors import InputError
+
+    any_service.apply_plan(parse_plan(PLAN))
+    any_service.start("a")
+    assert any_service.done("a").passed
+    any_service.start("b")  # b runs, built on a, whose gate the plan changes
+    any_service.start("c")  # c runs, and the plan removes it
+    before, events = any_service.get_item(1), any_service.events(1)
+    for refine in (
+        lambda: any_service.revise_text(BROKEN, "broken.yaml", item=1),
+        lambda: any_service.revise_text(BROKEN, "broken.yaml", item=1, dry_run=True),
+        lambda: call_tool(any_service, "work_item", {"action": "revise", "id": 1, "plan": BROKEN}),
+    ):
+        with pytest.raises(InputError) as e:
+            refine()
+        message = e.value.message
+        assert "depends on unknown milestone 'zz'" in message and "form a cycle" in message, message
+        assert "cannot remove 'c' runs attempt 1" in message, message
+        assert "cannot re-prove 'a': it would reopen 'b' runs attempt 1" in message, message
+        assert e.value.exit_code == 2
+        said = [p["message"] for p in e.value.details["problems"]]
+        assert any(m.startswith("cannot remove 'c'") for m in said) and any("cycle" in m for m in said), said
+    assert any_service.get_item(1) == before and any_service.events(1) == events
+
+
 def test_edit_and_add_on_a_ready_plan_are_revisions(proven: Service) -> None:
     proven.update_item(1, plan_status=PlanStatus.READY)
     r = proven.edit_milestone("c", {"gate": "test 2 = 2", "deps": ["a"]})
@@ -238,6 +277,20 @@ def test_cli_bad_revision_reports_every_problem_and_changes_nothing(applied: CLI
         " (keep it, or drop the dep)" in r.err
     )
     assert "milestone deps form a cycle: c -> d -> c" in r.err
+    assert applied.json("item", "show") == before
+
+
+def test_cli_bad_revision_names_running_attempts_too(applied: CLI, workspace: Path) -> None:
+    applied("start", "c", check=True)  # c runs; the plan removes it and has a cycle
+    (workspace / "bad.yaml").write_text(
+        "objective: refactor\nmilestones:\n  - {name: a, gate: 'true'}\n  - {name: b, deps: [a], gate: 'true'}\n"
+        "  - {name: x, deps: [y]}\n  - {name: y, deps: [x]}\n"
+    )
+    before = applied.json("item", "show")
+    r = applied("plan", "apply", "bad.yaml", "--item", "1")
+    assert r.code == 2, r.err
+    assert "milestone deps form a cycle" in r.err and "cannot remove 'c' runs attempt 1" in r.err, r.err
+    assert "wait until it ends" in r.err
     assert applied.json("item", "show") == before
 
 

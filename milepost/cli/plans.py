@@ -70,23 +70,21 @@ def plan_apply(c: Ctx, file: Path, item: int | None, expect_revision: int | None
     it starts and the milestone's name; nothing is written unless all is sound.
     A refinement keeps unchanged milestones' status and proofs and proves again
     those whose gate, inputs or deps changed (docs/plan-files.md)."""
-    from milepost.planfile import gc_paused, load_plan
+    from milepost.planfile import gc_paused, load_plan, read_plan_text
 
     if item is None and (expect_revision is not None or dry_run):
         flag = "--expect-revision" if expect_revision is not None else "--dry-run"
         raise InvalidValueError(f"{flag} refines an existing item: pass --item N with it (or leave {flag} out)")
     with gc_paused():  # a large plan is millions of objects, none of them garbage
-        try:
-            p = load_plan(file)  # validated before the store is touched
-        except InputError as e:
-            if item is None:
-                raise
-            raise _named_removed(c, item, e) from None
         if item is not None:
-            r = c.service.revise_item(p, item=item, expect_revision=expect_revision, dry_run=dry_run)
+            text = read_plan_text(file)
+            try:  # (a plan refused on its own is refused with what it would do to running attempts)
+                r = c.service.revise_text(text, str(file), item=item, expect_revision=expect_revision, dry_run=dry_run)
+            except InputError as e:
+                raise _named_removed(c, item, e) from None
             c.emit(r.model_dump(mode="json"), lambda con: show_revision(con, r))
             return
-        it = c.service.apply_plan(p)
+        it = c.service.apply_plan(load_plan(file))  # validated before the store is touched
     c.emit(
         it.model_dump(mode="json") if c.json else None,
         lambda con: con.print(
