@@ -360,6 +360,56 @@ def test_a_scaffold_again_after_a_new_module_runs_only_its_gate(cli: CLI, worksp
     assert any(r["reason"].startswith("pk.c attempt 1") for r in cli.json("ref", "list")["work_refs"])
 
 
+def test_a_scaffold_again_is_a_conflict_when_the_item_changed_after_it_was_read(
+    cli: CLI, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write between the scaffold's read of the item and its apply (here:
+    another process's edit, made while the merge runs) is a conflict, not
+    merged over and lost; the scaffold applies once run again."""
+    from milepost.scaffold import rescaffold
+    from tests.conftest import CLI as RealCLI
+    from tests.test_scaffold import make_package
+
+    make_package(workspace, "pk", {"": "", "a": "X = 1\n", "b": "from pk import a\n"})
+    cli("plan", "scaffold", "pk", "--apply", check=True)
+    make_package(workspace, "pk", {"c": "Y = 2\n"})
+    read_at = cli.json("item", "show")["revision"]
+    merge = rescaffold.merge
+
+    def merge_then_someone_edits(*args: object, **kw: object) -> rescaffold.Merged:
+        merged = merge(*args, **kw)  # type: ignore[arg-type]
+        RealCLI(workspace)("edit", "pk.a", "--acceptance", "a keeps X", check=True)
+        return merged
+
+    monkeypatch.setattr(rescaffold, "merge", merge_then_someone_edits)
+    r = cli("plan", "scaffold", "pk", "--item", "1", "--apply")
+    assert r.code == 2 and f"is at revision {read_at + 1}, not {read_at}" in r.err, r.err
+    shown = {m["name"]: m for m in cli.json("item", "show")["milestones"]}
+    assert set(shown) == {"pk", "pk.a", "pk.b"} and shown["pk.a"]["acceptance"] == "a keeps X"  # nothing lost
+    monkeypatch.setattr(rescaffold, "merge", merge)
+    data = cli.json("plan", "scaffold", "pk", "--item", "1", "--apply")
+    assert data["revision"]["added"] == ["pk.c"] and data["kept_edits"] == {"pk.a": ["acceptance"]}
+
+
+def test_a_scaffold_base_not_kept_leaves_the_revision_applied(
+    cli: CLI, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_scaffold import make_package
+
+    make_package(workspace, "pk", {"": "", "a": "X = 1\n"})
+    cli("plan", "scaffold", "pk", "--apply", check=True)
+    make_package(workspace, "pk", {"c": "Y = 2\n"})
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Service, "keep_scaffold", full)
+    r = cli("plan", "scaffold", "pk", "--item", "1", "--apply")
+    assert r.code == 0, r.err
+    assert "note: the scaffold was applied, but its base for the next `plan scaffold --item 1` was not kept" in r.err
+    assert "pk.c" in {m["name"] for m in cli.json("item", "show")["milestones"]}
+
+
 def test_a_scaffold_of_part_of_a_package_is_not_merged_with_an_item(cli: CLI, workspace: Path) -> None:
     r = cli("plan", "scaffold", "pk", "--item", "1", "--affected-by", "HEAD")
     assert r.code == 2 and "--affected-by writes the milestones a change touched, not the whole plan" in r.err

@@ -295,6 +295,10 @@ class Service:
     def export_plan(self, item: int | None = None) -> dict[str, Any]:
         return milestones.export_plan(self.ctx, item)
 
+    def export_plan_at(self, item: int | None = None) -> tuple[dict[str, Any], int]:
+        """:meth:`export_plan` and the revision it was read at."""
+        return milestones.export_plan_at(self.ctx, item)
+
     def revise_item(
         self, plan: Plan, *, item: int | None = None, expect_revision: int | None = None, dry_run: bool = False
     ) -> PlanRevision:

@@ -38,6 +38,7 @@ __all__ = [
     "add_milestone",
     "apply_plan",
     "export_plan",
+    "export_plan_at",
     "milestone_views",
     "next_milestone",
     "plan_order",
@@ -273,9 +274,16 @@ def apply_plan(ctx: Context, plan: Plan) -> WorkItem:
 
 
 def export_plan(ctx: Context, item: int | None = None) -> dict[str, Any]:
+    return export_plan_at(ctx, item)[0]
+
+
+def export_plan_at(ctx: Context, item: int | None = None) -> tuple[dict[str, Any], int]:
+    """The item as a plan file, and the revision it was read at (one read):
+    a change made from it passes that revision as ``expect_revision``."""
     from milepost.graph.plan import plan_from_item
 
-    return plan_from_item(read(ctx, resolve(ctx, item))[0])
+    it = read(ctx, resolve(ctx, item))[0]
+    return plan_from_item(it), it.revision
 
 
 def plan_order(ctx: Context, item: int | None = None, until: str | None = None) -> DryRun:
