@@ -30,6 +30,7 @@ from milepost.graph.errors import TransitionError
 from milepost.graph.models import Milestone
 from milepost.graph.status import Action, MilestoneStatus
 from milepost.graph.steps import Change
+from milepost.graph.validate import running_attempt
 
 __all__ = [
     "DEFINITION",
@@ -200,10 +201,7 @@ def revise(old: WorkGraph, new: Sequence[Milestone], leases: Mapping[str, str | 
 
 
 def _attempt(m: Milestone, leases: Mapping[str, str | None]) -> str:
-    owner = leases.get(m.name)
-    by = f" by {owner}" if owner else ""
-    kind = "waits for review of" if m.awaiting_review else "runs"
-    return f"{m.name!r} {kind} attempt {max(m.attempts, 1)}{by}"
+    return running_attempt(m, leases.get(m.name))
 
 
 def running_problems(old: WorkGraph, new: Sequence[Milestone], leases: Mapping[str, str | None]) -> list[str]:

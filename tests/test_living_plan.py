@@ -294,6 +294,19 @@ def test_cli_bad_revision_names_running_attempts_too(applied: CLI, workspace: Pa
     assert applied.json("item", "show") == before
 
 
+def test_cli_remove_of_a_running_milestone_names_its_attempt(applied: CLI) -> None:
+    applied("start", "c", check=True)
+    before = applied.json("item", "show")
+    r = applied("remove", "c")
+    assert r.code == 2, r.err
+    assert "cannot remove 'c' runs attempt 1" in r.err and "wait until it ends (or stop its drive)" in r.err, r.err
+    assert applied.json("item", "show") == before
+    applied("done", "c", check=True)
+    applied("remove", "c", check=True)
+    removed = [e for e in applied.json("history")["events"] if e["action"] == "remove"]
+    assert [(e["milestone"], e["reason"]) for e in removed] == [("c", "1 run kept as work refs")]
+
+
 def test_cli_edit(applied: CLI) -> None:
     r = applied("edit", "b", "--gate", "test 3 = 3", "--retries", "4")
     assert r.code == 0, r.err

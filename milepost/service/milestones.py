@@ -22,6 +22,7 @@ from milepost.graph.models import DoerSettings, GateCommand, ItemDefaults, Miles
 from milepost.graph.status import Action, MilestoneStatus
 from milepost.graph.steps import nothing_ready_reason
 from milepost.graph.validate import check_removable
+from milepost.graph.words import count
 from milepost.results import ActionResult, DryRun, GateRun, MilestoneView, NextResult
 from milepost.retry import retried
 from milepost.service._find import milestone_pk, of_attempt
@@ -152,7 +153,8 @@ def remove_milestone(
             .scalars()
             .all()
         )
-        check_removable(m, dependents)
+        owner = tx.conn.execute(select(MILESTONES.c.lease_owner).where(MILESTONES.c.id == pk)).scalar()
+        check_removable(m, dependents, owner)
         from milepost.service.revise import keep_evidence
 
         kept = keep_evidence(tx, m, pk)  # its runs stay readable as work refs
@@ -162,7 +164,10 @@ def remove_milestone(
             held.graph.remove(name)
             del held.pks[name]
         tx.emit(
-            ItemEvent.REMOVE, name, before=m.status.value, reason=f"{kept} runs kept as work refs" if kept else None
+            ItemEvent.REMOVE,
+            name,
+            before=m.status.value,
+            reason=f"{count(kept, 'run')} kept as work refs" if kept else None,
         )
         return ActionResult(item=tx.id, revision=tx.next_revision, milestone=m)
 
