@@ -13,7 +13,7 @@ from milepost.errors import StaleRevisionError, TransitionError
 from milepost.graph.status import PlanStatus
 from milepost.planfile import dump_plan, parse_plan
 from milepost.service import Service
-from tests.conftest import CLI
+from tests.conftest import CLI, InProcessCLI
 
 PLAN = """
 objective: refactor
@@ -230,8 +230,23 @@ def test_edit_and_add_on_a_ready_plan_are_revisions(proven: Service) -> None:
 # -- the CLI ---------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_cli(request: pytest.FixtureRequest, workspace: Path) -> CLI:
+    """The CLI in this process, in a workspace initialized on a SQLite file or
+    on a PostgreSQL database of the test's own (``MILEPOST_DB``)."""
+    env = {}
+    if request.param == "postgresql":
+        name = "mp_lp_" + request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:50]
+        env["MILEPOST_DB"] = request.getfixturevalue("postgres").create_db(name)
+    c = InProcessCLI(workspace, env)
+    c("init", check=True)
+    assert (workspace / ".milepost" / "milepost.db").exists() is (request.param == "sqlite")  # the store it says
+    return c
+
+
 @pytest.fixture
-def applied(cli: CLI, workspace: Path) -> CLI:
+def applied(store_cli: CLI, workspace: Path) -> CLI:
+    cli = store_cli
     (workspace / "plan.yaml").write_text(PLAN)
     cli("plan", "apply", "plan.yaml", check=True)
     for n in ("a", "b"):
@@ -340,7 +355,8 @@ def test_the_tools_revise_edit_and_remove_within_their_list(proven: Service) -> 
 # -- scaffold again ---------------------------------------------------------------------
 
 
-def test_a_scaffold_again_after_a_new_module_runs_only_its_gate(cli: CLI, workspace: Path) -> None:
+def test_a_scaffold_again_after_a_new_module_runs_only_its_gate(store_cli: CLI, workspace: Path) -> None:
+    cli = store_cli
     from tests.test_scaffold import make_package
 
     make_package(workspace, "pk", {"": "", "a": "X = 1\n", "b": "from pk import a\n"})
@@ -374,11 +390,12 @@ def test_a_scaffold_again_after_a_new_module_runs_only_its_gate(cli: CLI, worksp
 
 
 def test_a_scaffold_again_is_a_conflict_when_the_item_changed_after_it_was_read(
-    cli: CLI, workspace: Path, monkeypatch: pytest.MonkeyPatch
+    store_cli: CLI, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A write between the scaffold's read of the item and its apply (here:
     another process's edit, made while the merge runs) is a conflict, not
     merged over and lost; the scaffold applies once run again."""
+    cli = store_cli
     from milepost.scaffold import rescaffold
     from tests.conftest import CLI as RealCLI
     from tests.test_scaffold import make_package
@@ -391,7 +408,7 @@ def test_a_scaffold_again_is_a_conflict_when_the_item_changed_after_it_was_read(
 
     def merge_then_someone_edits(*args: object, **kw: object) -> rescaffold.Merged:
         merged = merge(*args, **kw)  # type: ignore[arg-type]
-        RealCLI(workspace)("edit", "pk.a", "--acceptance", "a keeps X", check=True)
+        RealCLI(workspace, cli.extra)("edit", "pk.a", "--acceptance", "a keeps X", check=True)
         return merged
 
     monkeypatch.setattr(rescaffold, "merge", merge_then_someone_edits)
@@ -423,6 +440,7 @@ def test_a_scaffold_base_not_kept_leaves_the_revision_applied(
     assert "pk.c" in {m["name"] for m in cli.json("item", "show")["milestones"]}
 
 
-def test_a_scaffold_of_part_of_a_package_is_not_merged_with_an_item(cli: CLI, workspace: Path) -> None:
+def test_a_scaffold_of_part_of_a_package_is_not_merged_with_an_item(store_cli: CLI, workspace: Path) -> None:
+    cli = store_cli
     r = cli("plan", "scaffold", "pk", "--item", "1", "--affected-by", "HEAD")
     assert r.code == 2 and "--affected-by writes the milestones a change touched, not the whole plan" in r.err
