@@ -322,6 +322,27 @@ def test_cli_remove_of_a_running_milestone_names_its_attempt(applied: CLI) -> No
     assert [(e["milestone"], e["reason"]) for e in removed] == [("c", "1 run kept as work refs")]
 
 
+def test_cli_dry_run_says_what_changed_in_a_long_gate(cli: CLI, workspace: Path) -> None:
+    """A gate too long for its line (a scaffold's test files, one unit each)
+    shows what changed: the files added to its units, or the command it
+    became; not two cut lines that read the same (the new-user trial)."""
+    run = "{name: pytest, run: 'python3 -m pytest -q {file}', each: [tests/test_first_one.py, tests/test_second.py]}"
+    (workspace / "plan.yaml").write_text(
+        f"objective: units\nmilestones:\n  - {{name: a, gate: [{run}]}}\n  - {{name: b, gate: [{run}]}}\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    more = run.replace("tests/test_second.py]", "tests/test_second.py, tests/test_third.py]")
+    tight = "python3 -m pytest -q -W error -p no:cacheprovider tests/test_first_one.py tests/test_second.py"
+    (workspace / "new.yaml").write_text(
+        f"objective: units\nmilestones:\n  - {{name: a, gate: [{more}]}}\n  - {{name: b, gate: '{tight}'}}\n"
+    )
+    r = cli("plan", "apply", "new.yaml", "--item", "1", "--dry-run")
+    assert r.code == 0, r.err
+    assert "  ~ a; proven again:\n      gate: pytest each: + tests/test_third.py\n" in r.out, r.out
+    said = f"      gate: python3 -m pytest -q {{file}} (each of 2 files) -> {tight}\n"
+    assert f"  ~ b; proven again:\n{said}" in r.out, r.out
+
+
 def test_cli_edit(applied: CLI) -> None:
     r = applied("edit", "b", "--gate", "test 3 = 3", "--retries", "4")
     assert r.code == 0, r.err
