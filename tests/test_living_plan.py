@@ -343,6 +343,30 @@ def test_cli_dry_run_says_what_changed_in_a_long_gate(cli: CLI, workspace: Path)
     assert f"  ~ b; proven again:\n{said}" in r.out, r.out
 
 
+def test_cli_edit_of_a_gate_of_units_keeps_its_files(store_cli: CLI, workspace: Path) -> None:
+    """The new-user trial: a scaffold's gate (a command run once per test
+    file) tightened by `edit --gate '... {file}'` stays a gate of units with
+    its files; it became one command with a literal {file} in it."""
+    cli = store_cli
+    units = "[{name: pytest, run: 'python3 -m pytest -q {file}', each: [t_one.py, t_two.py]}]"
+    (workspace / "plan.yaml").write_text(
+        f"objective: units\nmilestones:\n  - {{name: a, gate: {units}}}\n  - {{name: b, gate: 'true'}}\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    r = cli("edit", "a", "--gate", "python3 -m pytest -q -W error {file}")
+    assert r.code == 0, r.err
+    assert "      gate: pytest run: python3 -m pytest -q {file} -> python3 -m pytest -q -W error {file}" in r.out
+    a = cli.json("plan", "export")["milestones"][0]
+    assert a["gate"] == [
+        {"name": "pytest", "run": "python3 -m pytest -q -W error {file}", "each": ["t_one.py", "t_two.py"]}
+    ]
+    before = cli.json("item", "show")
+    r = cli("edit", "b", "--gate", "pytest {file}")
+    assert r.code == 2 and "--gate 'pytest {file}' names {file}, filled from a gate command's each: files" in r.err
+    assert "milestone 'b''s gate has no command with each: files" in r.err, r.err
+    assert cli.json("item", "show") == before
+
+
 def test_cli_edit(applied: CLI) -> None:
     r = applied("edit", "b", "--gate", "test 3 = 3", "--retries", "4")
     assert r.code == 0, r.err

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, delete, func, insert, select, update
 
 from milepost._schema import DO_RUNS, utcnow
-from milepost.errors import InputError, MilepostError, StaleRevisionError
+from milepost.errors import InputError, InvalidValueError, MilepostError, StaleRevisionError
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import DoerSettings, ItemDefaults, Milestone
 from milepost.graph.plan import Plan, plan_from_item
@@ -162,12 +162,32 @@ def _edit_once(
             for key, value in changes.items():
                 if value is None:
                     entry.pop(key, None)
+                elif key == "gate" and isinstance(value, str) and "{file}" in value:
+                    entry[key] = _units_run(name, entry.get("gate"), value)
                 else:
                     entry[key] = value
     plan = Plan.model_validate(data)
     plan.check()
     at = it.revision if expect_revision is None else expect_revision
     return revise_item(ctx, plan, item=item_id, expect_revision=at, dry_run=dry_run)
+
+
+def _units_run(name: str, gate: Any, run: str) -> list[dict[str, Any]]:
+    """A gate of units (a command run once per file of its ``each:``, as a
+    scaffold writes it) given a new command with ``{file}``: the same units
+    run by the new command (a tightened ``pytest -W error {file}`` keeps its
+    files and stays units). Refused when there is no such command, or more
+    than one to choose from."""
+    units = [c for c in gate if isinstance(c, dict) and c.get("each")] if isinstance(gate, list) else []
+    if len(units) != 1 or len(gate) != 1:
+        found = "no command with each: files" if not units else f"{len(gate)} commands"
+        raise InvalidValueError(
+            f"--gate {run!r} names {{file}}, filled from a gate command's each: files, and milestone {name!r}'s"
+            f" gate has {found}: give the command without {{file}} (with its files), or change the gate in a plan"
+            " file (`plan export -o p.yaml`, edit, `plan apply p.yaml --item N`)",
+            milestone=name,
+        )
+    return [{**units[0], "run": run}]
 
 
 def _leases(conn: Connection, item_id: int) -> dict[str, str | None]:
