@@ -230,7 +230,7 @@ def running_problems(old: WorkGraph, new: Sequence[Milestone], leases: Mapping[s
                 todo += below.get(n, ())
         busy = [n for n in sorted(seen, key=lambda n: old.get(n).id if n in old else 0) if n in old]
         problems += [_reopens(e.name, old.get(n), leases) for n in busy if old.get(n).status is S.IN_PROGRESS]
-    return problems
+    return list(dict.fromkeys(problems))  # (a name written twice in the plan is named once)
 
 
 def _reopens(name: str, busy: Milestone, leases: Mapping[str, str | None]) -> str:
