@@ -362,7 +362,7 @@ def test_cli_edit_of_a_gate_of_units_keeps_its_files(store_cli: CLI, workspace: 
     ]
     before = cli.json("item", "show")
     r = cli("edit", "b", "--gate", "pytest {file}")
-    assert r.code == 2 and "--gate 'pytest {file}' names {file}, filled from a gate command's each: files" in r.err
+    assert r.code == 2 and "the gate 'pytest {file}' names {file}, filled from a gate command's each: files" in r.err
     assert "milestone 'b''s gate has no command with each: files" in r.err, r.err
     assert cli.json("item", "show") == before
 

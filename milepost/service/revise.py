@@ -182,9 +182,9 @@ def _units_run(name: str, gate: Any, run: str) -> list[dict[str, Any]]:
     if len(units) != 1 or len(gate) != 1:
         found = "no command with each: files" if not units else f"{len(gate)} commands"
         raise InvalidValueError(
-            f"--gate {run!r} names {{file}}, filled from a gate command's each: files, and milestone {name!r}'s"
+            f"the gate {run!r} names {{file}}, filled from a gate command's each: files, and milestone {name!r}'s"
             f" gate has {found}: give the command without {{file}} (with its files), or change the gate in a plan"
-            " file (`plan export -o p.yaml`, edit, `plan apply p.yaml --item N`)",
+            " file (`plan export --item N -o p.yaml`, edit, `plan apply p.yaml --item N`)",
             milestone=name,
         )
     return [{**units[0], "run": run}]
