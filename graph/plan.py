@@ -236,6 +236,14 @@ class Plan(_Strict):
     def to_milestones(self) -> list[Milestone]:
         """The plan's milestones with ids in file order, validated whole:
         names, duplicates, self-deps, unknown deps, cycles."""
+        out = self.each_milestone()
+        validate_milestones(out)
+        return out
+
+    def each_milestone(self) -> list[Milestone]:
+        """The plan's milestones with ids in file order, each validated on its
+        own but not as a set (a dep may be unknown, the deps may form a cycle):
+        what a refused revision is compared with (:func:`milepost.graph.revise.running_problems`)."""
         out = []
         d = self.defaults
         pending, hypothesis = MilestoneStatus.PENDING, MilestoneStatus.HYPOTHESIS
@@ -277,7 +285,6 @@ class Plan(_Strict):
                     }
                 )
             )
-        validate_milestones(out)
         return out
 
 

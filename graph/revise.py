@@ -30,6 +30,7 @@ from milepost.graph.errors import TransitionError
 from milepost.graph.models import Milestone
 from milepost.graph.status import Action, MilestoneStatus
 from milepost.graph.steps import Change
+from milepost.graph.validate import running_attempt
 
 __all__ = [
     "DEFINITION",
@@ -40,6 +41,7 @@ __all__ = [
     "Revised",
     "refuse",
     "revise",
+    "running_problems",
 ]
 
 S = MilestoneStatus
@@ -199,10 +201,40 @@ def revise(old: WorkGraph, new: Sequence[Milestone], leases: Mapping[str, str | 
 
 
 def _attempt(m: Milestone, leases: Mapping[str, str | None]) -> str:
-    owner = leases.get(m.name)
-    by = f" by {owner}" if owner else ""
-    kind = "waits for review of" if m.awaiting_review else "runs"
-    return f"{m.name!r} {kind} attempt {max(m.attempts, 1)}{by}"
+    return running_attempt(m, leases.get(m.name))
+
+
+def running_problems(old: WorkGraph, new: Sequence[Milestone], leases: Mapping[str, str | None]) -> list[str]:
+    """What :func:`revise` would refuse of ``new`` for the running attempts
+    of ``old`` (removed, changed, or reopened under them), for a plan whose
+    milestones are not sound as a set (an unknown dep, a cycle: no graph can
+    be made of them), so that one refusal names every problem of a revision.
+    A reopen follows the new plan's deps that name milestones it has."""
+    names = {m.name for m in new}
+    removed = [m for m in old if m.name not in names]
+    edits = [e for m in new if m.name in old and (e := _edit(old.get(m.name), m)) is not None]
+    problems = _running(old, removed, edits, leases)
+    below: dict[str, list[str]] = {}
+    for m in new:
+        for d in m.deps:
+            below.setdefault(d, []).append(m.name)
+    for e in edits:
+        if not e.reprove or old.get(e.name).status is not S.DONE:
+            continue
+        seen: set[str] = set()
+        todo = list(below.get(e.name, ()))
+        while todo:  # (the deps may form a cycle: each milestone once)
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo += below.get(n, ())
+        busy = [n for n in sorted(seen, key=lambda n: old.get(n).id if n in old else 0) if n in old]
+        problems += [_reopens(e.name, old.get(n), leases) for n in busy if old.get(n).status is S.IN_PROGRESS]
+    return list(dict.fromkeys(problems))  # (a name written twice in the plan is named once)
+
+
+def _reopens(name: str, busy: Milestone, leases: Mapping[str, str | None]) -> str:
+    return f"cannot re-prove {name!r}: it would reopen {_attempt(busy, leases)}; wait until it ends, then apply again"
 
 
 def _running(
@@ -231,11 +263,7 @@ def _reprove(
         why = "the plan changed its " + ", ".join(fields[name])
         if m.status is S.DONE:
             busy = [n for n in g.descendants(name) if g.get(n).status is S.IN_PROGRESS]
-            for n in busy:
-                problems.append(
-                    f"cannot re-prove {name!r}: it would reopen {_attempt(g.get(n), leases)};"
-                    " wait until it ends, then apply again"
-                )
+            problems += [_reopens(name, g.get(n), leases) for n in busy]
             if busy:
                 continue
             change = steps.act(m, Action.REOPEN, reason=f"{why}: proven again")

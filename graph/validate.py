@@ -19,12 +19,14 @@ from milepost.graph.hints import known_names
 from milepost.graph.models import NAME_PATTERN, Milestone, check_name
 from milepost.graph.status import MilestoneStatus
 
-__all__ = ["check_removable", "milestone_problems", "validate_milestones"]
+__all__ = ["check_removable", "milestone_problems", "running_attempt", "validate_milestones"]
 
 S = MilestoneStatus
 
 
-def check_removable(m: Milestone, dependents: Sequence[str]) -> None:
+def check_removable(m: Milestone, dependents: Sequence[str], owner: str | None = None) -> None:
+    """Refuse the removal of ``m`` while a milestone depends on it or an
+    attempt of it runs (``owner``: who runs it, to name them)."""
     if dependents:
         one = len(dependents) == 1
         raise TransitionError(
@@ -33,7 +35,19 @@ def check_removable(m: Milestone, dependents: Sequence[str]) -> None:
             milestone=m.name,
         )
     if m.status is S.IN_PROGRESS:
-        raise TransitionError(f"cannot remove {m.name!r}: status is in_progress; finish or fix it first")
+        raise TransitionError(
+            f"cannot remove {running_attempt(m, owner)}: wait until it ends (or stop its drive), then remove it",
+            milestone=m.name,
+            owner=owner,
+        )
+
+
+def running_attempt(m: Milestone, owner: str | None = None) -> str:
+    """An in-progress milestone's attempt as a refusal names it: ``'b' runs
+    attempt 2 by driver@host`` (or ``waits for review of attempt 2``)."""
+    by = f" by {owner}" if owner else ""
+    kind = "waits for review of" if m.awaiting_review else "runs"
+    return f"{m.name!r} {kind} attempt {max(m.attempts, 1)}{by}"
 
 
 def _cycle_path(edges: dict[str, list[str]], order: dict[str, int]) -> str:

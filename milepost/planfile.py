@@ -48,7 +48,16 @@ from milepost.plandoc import (
     yaml_problem,
 )
 
-__all__ = ["MAX_ALIAS_NODES", "MAX_PROBLEMS", "dump_plan", "gc_paused", "load_plan", "parse_plan"]
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_PROBLEMS",
+    "dump_plan",
+    "gc_paused",
+    "load_plan",
+    "parse_plan",
+    "read_plan_text",
+    "unchecked_plan",
+]
 
 
 MAX_PLAN_BYTES = 64 * 1024 * 1024
@@ -57,6 +66,12 @@ MAX_PROBLEMS = 50
 
 
 def load_plan(path: Path) -> Plan:
+    return parse_plan(read_plan_text(path), str(path))
+
+
+def read_plan_text(path: Path) -> str:
+    """The text of the plan file at ``path`` (refused: missing, a folder, larger than
+    :data:`MAX_PLAN_BYTES`, not UTF-8)."""
     try:
         if path.stat().st_size > MAX_PLAN_BYTES:
             raise PlanFileError(
@@ -73,7 +88,7 @@ def load_plan(path: Path) -> Plan:
         ) from None
     except OSError as e:
         raise PlanFileError(f"cannot read plan file {str(path)!r}: {e.strerror or e}", file=str(path)) from None
-    return parse_plan(text, str(path))
+    return text
 
 
 def _refuse(source: str, problems: Sequence[Problem], error: InputError | None = None) -> NoReturn:
@@ -115,8 +130,14 @@ def parse_plan(text: str, source: str = "<plan>") -> Plan:
         return _parse_plan(text, source)
 
 
-def _parse_plan(text: str, source: str) -> Plan:
-    is_json = source.endswith(".json") or text.lstrip().startswith("{")
+def _is_json(text: str, source: str) -> bool:
+    return source.endswith(".json") or text.lstrip().startswith("{")
+
+
+def _document(text: str, source: str) -> tuple[dict[str, Any], Node | None]:
+    """The plan document in ``text`` (a mapping) and its YAML node tree when
+    one was composed; anything else refused naming the line."""
+    is_json = _is_json(text, source)
     root: Node | None = None
     try:
         if is_json:
@@ -139,6 +160,25 @@ def _parse_plan(text: str, source: str) -> Plan:
             source,
             [Problem(None, f"a plan file holds one mapping (objective, milestones, ...), found {type(data).__name__}")],
         )
+    return data, root
+
+
+def unchecked_plan(text: str, source: str = "<plan>") -> Plan | None:
+    """The plan in ``text`` with its fields validated but not its milestones
+    as a set (an unknown dep or a cycle is let through), or None when its
+    fields are not sound: what a plan refused by :func:`parse_plan` would
+    change of a work item (milepost/service/revise.py)."""
+    with gc_paused():
+        try:
+            data, _ = _document(text, source)
+            return Plan.model_validate(data)
+        except (InputError, ValidationError):
+            return None
+
+
+def _parse_plan(text: str, source: str) -> Plan:
+    data, root = _document(text, source)
+    is_json = _is_json(text, source)
 
     @functools.cache
     def lines() -> dict[Loc, int]:  # only wanted for an error

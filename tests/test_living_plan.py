@@ -13,7 +13,7 @@ from milepost.errors import StaleRevisionError, TransitionError
 from milepost.graph.status import PlanStatus
 from milepost.planfile import dump_plan, parse_plan
 from milepost.service import Service
-from tests.conftest import CLI
+from tests.conftest import CLI, InProcessCLI
 
 PLAN = """
 objective: refactor
@@ -178,6 +178,45 @@ def test_a_running_attempt_is_neither_changed_nor_removed(any_service: Service) 
     assert any_service.get_item(1) == before and any_service.events(1) == events
 
 
+BROKEN = """
+objective: refactor
+milestones:
+  - {name: a, gate: "false"}
+  - {name: b, deps: [a, zz], gate: "true"}
+  - {name: x, deps: [y]}
+  - {name: y, deps: [x]}
+"""
+
+
+def test_a_broken_plan_and_running_attempts_are_refused_in_one_pass(any_service: Service) -> None:
+    """A plan with an unknown dep and a cycle that also removes a running
+    milestone and reopens another: one refusal names every problem."""
+    from milepost.agent.tools import call_tool
+    from milepost.errors import InputError
+
+    any_service.apply_plan(parse_plan(PLAN))
+    any_service.start("a")
+    assert any_service.done("a").passed
+    any_service.start("b")  # b runs, built on a, whose gate the plan changes
+    any_service.start("c")  # c runs, and the plan removes it
+    before, events = any_service.get_item(1), any_service.events(1)
+    for refine in (
+        lambda: any_service.revise_text(BROKEN, "broken.yaml", item=1),
+        lambda: any_service.revise_text(BROKEN, "broken.yaml", item=1, dry_run=True),
+        lambda: call_tool(any_service, "work_item", {"action": "revise", "id": 1, "plan": BROKEN}),
+    ):
+        with pytest.raises(InputError) as e:
+            refine()
+        message = e.value.message
+        assert "depends on unknown milestone 'zz'" in message and "form a cycle" in message, message
+        assert "cannot remove 'c' runs attempt 1" in message, message
+        assert "cannot re-prove 'a': it would reopen 'b' runs attempt 1" in message, message
+        assert e.value.exit_code == 2
+        said = [p["message"] for p in e.value.details["problems"]]
+        assert any(m.startswith("cannot remove 'c'") for m in said) and any("cycle" in m for m in said), said
+    assert any_service.get_item(1) == before and any_service.events(1) == events
+
+
 def test_edit_and_add_on_a_ready_plan_are_revisions(proven: Service) -> None:
     proven.update_item(1, plan_status=PlanStatus.READY)
     r = proven.edit_milestone("c", {"gate": "test 2 = 2", "deps": ["a"]})
@@ -191,8 +230,23 @@ def test_edit_and_add_on_a_ready_plan_are_revisions(proven: Service) -> None:
 # -- the CLI ---------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_cli(request: pytest.FixtureRequest, workspace: Path) -> CLI:
+    """The CLI in this process, in a workspace initialized on a SQLite file or
+    on a PostgreSQL database of the test's own (``MILEPOST_DB``)."""
+    env = {}
+    if request.param == "postgresql":
+        name = "mp_lp_" + request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:50]
+        env["MILEPOST_DB"] = request.getfixturevalue("postgres").create_db(name)
+    c = InProcessCLI(workspace, env)
+    c("init", check=True)
+    assert (workspace / ".milepost" / "milepost.db").exists() is (request.param == "sqlite")  # the store it says
+    return c
+
+
 @pytest.fixture
-def applied(cli: CLI, workspace: Path) -> CLI:
+def applied(store_cli: CLI, workspace: Path) -> CLI:
+    cli = store_cli
     (workspace / "plan.yaml").write_text(PLAN)
     cli("plan", "apply", "plan.yaml", check=True)
     for n in ("a", "b"):
@@ -241,6 +295,78 @@ def test_cli_bad_revision_reports_every_problem_and_changes_nothing(applied: CLI
     assert applied.json("item", "show") == before
 
 
+def test_cli_bad_revision_names_running_attempts_too(applied: CLI, workspace: Path) -> None:
+    applied("start", "c", check=True)  # c runs; the plan removes it and has a cycle
+    (workspace / "bad.yaml").write_text(
+        "objective: refactor\nmilestones:\n  - {name: a, gate: 'true'}\n  - {name: b, deps: [a], gate: 'true'}\n"
+        "  - {name: x, deps: [y]}\n  - {name: y, deps: [x]}\n"
+    )
+    before = applied.json("item", "show")
+    r = applied("plan", "apply", "bad.yaml", "--item", "1")
+    assert r.code == 2, r.err
+    assert "milestone deps form a cycle" in r.err and "cannot remove 'c' runs attempt 1" in r.err, r.err
+    assert "wait until it ends" in r.err
+    assert applied.json("item", "show") == before
+
+
+def test_cli_remove_of_a_running_milestone_names_its_attempt(applied: CLI) -> None:
+    applied("start", "c", check=True)
+    before = applied.json("item", "show")
+    r = applied("remove", "c")
+    assert r.code == 2, r.err
+    assert "cannot remove 'c' runs attempt 1" in r.err and "wait until it ends (or stop its drive)" in r.err, r.err
+    assert applied.json("item", "show") == before
+    applied("done", "c", check=True)
+    applied("remove", "c", check=True)
+    removed = [e for e in applied.json("history")["events"] if e["action"] == "remove"]
+    assert [(e["milestone"], e["reason"]) for e in removed] == [("c", "1 run kept as work refs")]
+
+
+def test_cli_dry_run_says_what_changed_in_a_long_gate(cli: CLI, workspace: Path) -> None:
+    """A gate too long for its line (a scaffold's test files, one unit each)
+    shows what changed: the files added to its units, or the command it
+    became; not two cut lines that read the same (the new-user trial)."""
+    run = "{name: pytest, run: 'python3 -m pytest -q {file}', each: [tests/test_first_one.py, tests/test_second.py]}"
+    (workspace / "plan.yaml").write_text(
+        f"objective: units\nmilestones:\n  - {{name: a, gate: [{run}]}}\n  - {{name: b, gate: [{run}]}}\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    more = run.replace("tests/test_second.py]", "tests/test_second.py, tests/test_third.py]")
+    tight = "python3 -m pytest -q -W error -p no:cacheprovider tests/test_first_one.py tests/test_second.py"
+    (workspace / "new.yaml").write_text(
+        f"objective: units\nmilestones:\n  - {{name: a, gate: [{more}]}}\n  - {{name: b, gate: '{tight}'}}\n"
+    )
+    r = cli("plan", "apply", "new.yaml", "--item", "1", "--dry-run")
+    assert r.code == 0, r.err
+    assert "  ~ a; proven again:\n      gate: pytest each: + tests/test_third.py\n" in r.out, r.out
+    said = f"      gate: python3 -m pytest -q {{file}} (each of 2 files) -> {tight}\n"
+    assert f"  ~ b; proven again:\n{said}" in r.out, r.out
+
+
+def test_cli_edit_of_a_gate_of_units_keeps_its_files(store_cli: CLI, workspace: Path) -> None:
+    """The new-user trial: a scaffold's gate (a command run once per test
+    file) tightened by `edit --gate '... {file}'` stays a gate of units with
+    its files; it became one command with a literal {file} in it."""
+    cli = store_cli
+    units = "[{name: pytest, run: 'python3 -m pytest -q {file}', each: [t_one.py, t_two.py]}]"
+    (workspace / "plan.yaml").write_text(
+        f"objective: units\nmilestones:\n  - {{name: a, gate: {units}}}\n  - {{name: b, gate: 'true'}}\n"
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    r = cli("edit", "a", "--gate", "python3 -m pytest -q -W error {file}")
+    assert r.code == 0, r.err
+    assert "      gate: pytest run: python3 -m pytest -q {file} -> python3 -m pytest -q -W error {file}" in r.out
+    a = cli.json("plan", "export")["milestones"][0]
+    assert a["gate"] == [
+        {"name": "pytest", "run": "python3 -m pytest -q -W error {file}", "each": ["t_one.py", "t_two.py"]}
+    ]
+    before = cli.json("item", "show")
+    r = cli("edit", "b", "--gate", "pytest {file}")
+    assert r.code == 2 and "the gate 'pytest {file}' names {file}, filled from a gate command's each: files" in r.err
+    assert "milestone 'b''s gate has no command with each: files" in r.err, r.err
+    assert cli.json("item", "show") == before
+
+
 def test_cli_edit(applied: CLI) -> None:
     r = applied("edit", "b", "--gate", "test 3 = 3", "--retries", "4")
     assert r.code == 0, r.err
@@ -274,7 +400,8 @@ def test_the_tools_revise_edit_and_remove_within_their_list(proven: Service) -> 
 # -- scaffold again ---------------------------------------------------------------------
 
 
-def test_a_scaffold_again_after_a_new_module_runs_only_its_gate(cli: CLI, workspace: Path) -> None:
+def test_a_scaffold_again_after_a_new_module_runs_only_its_gate(store_cli: CLI, workspace: Path) -> None:
+    cli = store_cli
     from tests.test_scaffold import make_package
 
     make_package(workspace, "pk", {"": "", "a": "X = 1\n", "b": "from pk import a\n"})
@@ -307,6 +434,58 @@ def test_a_scaffold_again_after_a_new_module_runs_only_its_gate(cli: CLI, worksp
     assert any(r["reason"].startswith("pk.c attempt 1") for r in cli.json("ref", "list")["work_refs"])
 
 
-def test_a_scaffold_of_part_of_a_package_is_not_merged_with_an_item(cli: CLI, workspace: Path) -> None:
+def test_a_scaffold_again_is_a_conflict_when_the_item_changed_after_it_was_read(
+    store_cli: CLI, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write between the scaffold's read of the item and its apply (here:
+    another process's edit, made while the merge runs) is a conflict, not
+    merged over and lost; the scaffold applies once run again."""
+    cli = store_cli
+    from milepost.scaffold import rescaffold
+    from tests.conftest import CLI as RealCLI
+    from tests.test_scaffold import make_package
+
+    make_package(workspace, "pk", {"": "", "a": "X = 1\n", "b": "from pk import a\n"})
+    cli("plan", "scaffold", "pk", "--apply", check=True)
+    make_package(workspace, "pk", {"c": "Y = 2\n"})
+    read_at = cli.json("item", "show")["revision"]
+    merge = rescaffold.merge
+
+    def merge_then_someone_edits(*args: object, **kw: object) -> rescaffold.Merged:
+        merged = merge(*args, **kw)  # type: ignore[arg-type]
+        RealCLI(workspace, cli.extra)("edit", "pk.a", "--acceptance", "a keeps X", check=True)
+        return merged
+
+    monkeypatch.setattr(rescaffold, "merge", merge_then_someone_edits)
+    r = cli("plan", "scaffold", "pk", "--item", "1", "--apply")
+    assert r.code == 2 and f"is at revision {read_at + 1}, not {read_at}" in r.err, r.err
+    shown = {m["name"]: m for m in cli.json("item", "show")["milestones"]}
+    assert set(shown) == {"pk", "pk.a", "pk.b"} and shown["pk.a"]["acceptance"] == "a keeps X"  # nothing lost
+    monkeypatch.setattr(rescaffold, "merge", merge)
+    data = cli.json("plan", "scaffold", "pk", "--item", "1", "--apply")
+    assert data["revision"]["added"] == ["pk.c"] and data["kept_edits"] == {"pk.a": ["acceptance"]}
+
+
+def test_a_scaffold_base_not_kept_leaves_the_revision_applied(
+    cli: CLI, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_scaffold import make_package
+
+    make_package(workspace, "pk", {"": "", "a": "X = 1\n"})
+    cli("plan", "scaffold", "pk", "--apply", check=True)
+    make_package(workspace, "pk", {"c": "Y = 2\n"})
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Service, "keep_scaffold", full)
+    r = cli("plan", "scaffold", "pk", "--item", "1", "--apply")
+    assert r.code == 0, r.err
+    assert "note: the scaffold was applied, but its base for the next `plan scaffold --item 1` was not kept" in r.err
+    assert "pk.c" in {m["name"] for m in cli.json("item", "show")["milestones"]}
+
+
+def test_a_scaffold_of_part_of_a_package_is_not_merged_with_an_item(store_cli: CLI, workspace: Path) -> None:
+    cli = store_cli
     r = cli("plan", "scaffold", "pk", "--item", "1", "--affected-by", "HEAD")
     assert r.code == 2 and "--affected-by writes the milestones a change touched, not the whole plan" in r.err

@@ -198,6 +198,10 @@ def test_prime_and_plan_schema_from_the_cli(refactor: Path) -> None:
     assert brief.startswith("milepost work item 1") and "ready (lowest id first):" in brief
     assert "analyze-a: the public surface of module A is known" in brief
     assert len(brief) / CHARS_PER_TOKEN < 1000
+    # How to refine: this item in place, with the commands that do it (the item's own id in them).
+    assert "Refine this item, never a new one for the\n  same goal" in brief
+    assert "`plan export --item 1 -o p.yaml`" in brief
+    assert "`plan apply p.yaml --item 1 --dry-run`, then `plan apply p.yaml --item 1`" in brief
     schema = json.loads(cli("plan", "schema", check=True).out)
     assert schema["title"] == "milepost plan" and schema["additionalProperties"] is False
     milestone = schema["$defs"]["PlanMilestone"]["properties"]

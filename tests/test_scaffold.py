@@ -622,6 +622,31 @@ def test_a_bare_python_gate_beside_a_virtualenv_is_noted(
     assert [n for n in data["notes"] if VENV_NOTE in n] == [notes[0].removeprefix("note: ")]
 
 
+COVERAGE_NOTE = "the gates' pytest units run under coverage.py, which"
+
+
+def test_a_test_interpreter_without_coverage_is_noted(tmp_path: Path) -> None:
+    """The new-user trial on toolz: a project's virtualenv without coverage.py
+    failed every pytest unit of the first drive (exit 4); the scaffold says so
+    before, naming the install. An interpreter with it gets no note."""
+    make_package(tmp_path, "geo", {"": "", "shapes": "AREA = 1\n"})
+    write(tmp_path, {"tests/test_shapes.py": "from geo import shapes\n\ndef test_area():\n    assert shapes.AREA\n"})
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / ".venv")], check=True)
+    python = tmp_path / ".venv" / "bin" / "python"
+    cli = InProcessCLI(tmp_path)
+    r = cli("plan", "scaffold", "geo", "--gate", ".venv/bin/python -m pytest -q {tests}", "-o", "p.yaml", check=True)
+    [note] = [line for line in r.err.splitlines() if COVERAGE_NOTE in line]
+    assert note == (
+        f"note: {COVERAGE_NOTE} `.venv/bin/python` ({python}) does not have: each would fail at once (exit 4);"
+        f" install it first ({python} -m pip install coverage)"
+    )
+    assert f"# {note.removeprefix('note: ')}" in (tmp_path / "p.yaml").read_text()
+    r = cli("plan", "scaffold", "geo", "--gate", f"{sys.executable} -m pytest -q {{tests}}", check=True)
+    assert COVERAGE_NOTE not in r.err + r.out
+    r = cli("plan", "scaffold", "geo", "--gate", ".venv/bin/python -m compileall -q {path}", check=True)
+    assert COVERAGE_NOTE not in r.err + r.out  # no pytest unit
+
+
 def test_the_final_gate_is_a_gate_too(example: CLI) -> None:
     make_venv(example.cwd, ".venv")
     data = example.json(

@@ -18,7 +18,7 @@ HOW = """How to work (milepost: the work state lives in a store, not in this con
   operator's `approve`/`reject`. stale: done, but files it was proven on changed
   since; `verify` re-runs those gates.
 - The plan is wrong or incomplete? Refine this item, never a new one for the
-  same goal: `add`, `remove`, `edit NAME --gate CMD`, or `plan export -o p.yaml`,
+  same goal: `add`, `remove`, `edit NAME --gate CMD`, or `plan export --item N -o p.yaml`,
   edit it, `plan apply p.yaml --item N --dry-run`, then `plan apply p.yaml --item N`.
   Unchanged milestones keep their proofs; a changed gate, inputs or deps is
   proven again.
@@ -71,4 +71,4 @@ def prime(svc: Service, item: int | None = None) -> str:
         lines.append(f"stale (done, but their inputs changed): {', '.join(stale[:8])}{more}; `verify` re-proves them")
     if not ready:
         lines.append(g.why_nothing_ready())
-    return "\n".join(lines) + "\n\n" + HOW + "\n"
+    return "\n".join(lines) + "\n\n" + HOW.replace("--item N", f"--item {it.id}") + "\n"  # (the item it is about)

@@ -99,10 +99,8 @@ def work_item(svc: Service, a: WorkItemArgs) -> dict[str, Any]:
         it = svc.create_item(_need(a.objective, "objective (or plan)", "create"))
         return _item(it, svc)
     if a.action == "revise":
-        from milepost.planfile import parse_plan
-
-        plan = parse_plan(_need(a.plan, "plan", "revise"), "<plan>")
-        revised = svc.revise_item(plan, item=a.id, expect_revision=rev, dry_run=a.dry_run)
+        text = _need(a.plan, "plan", "revise")
+        revised = svc.revise_text(text, "<plan>", item=a.id, expect_revision=rev, dry_run=a.dry_run)
         return {"revised": revised.model_dump(mode="json", exclude={"item_fields"}) | {"summary": revised.summary()}}
     if a.action == "show":
         return _item(svc.graph(a.id)[0], svc)  # readiness knows the stale milestones

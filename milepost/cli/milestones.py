@@ -156,7 +156,13 @@ def remove(c: Ctx, name: str, item: int | None, expect_revision: int | None) -> 
 
 @cli.command()
 @click.argument("name")
-@click.option("--gate", default=None, metavar="CMD", help="The new gate: one shell command (exit 0 = pass).")
+@click.option(
+    "--gate",
+    default=None,
+    metavar="CMD",
+    help="The new gate: one shell command (exit 0 = pass); one with {file} runs the gate's units (its each: files,"
+    " as a scaffold writes them) with it.",
+)
 @click.option("--deps", default=None, metavar="A,B", help="The new deps, comma-separated ('' for none).")
 @click.option(
     "--inputs",

@@ -70,23 +70,21 @@ def plan_apply(c: Ctx, file: Path, item: int | None, expect_revision: int | None
     it starts and the milestone's name; nothing is written unless all is sound.
     A refinement keeps unchanged milestones' status and proofs and proves again
     those whose gate, inputs or deps changed (docs/plan-files.md)."""
-    from milepost.planfile import gc_paused, load_plan
+    from milepost.planfile import gc_paused, load_plan, read_plan_text
 
     if item is None and (expect_revision is not None or dry_run):
         flag = "--expect-revision" if expect_revision is not None else "--dry-run"
         raise InvalidValueError(f"{flag} refines an existing item: pass --item N with it (or leave {flag} out)")
     with gc_paused():  # a large plan is millions of objects, none of them garbage
-        try:
-            p = load_plan(file)  # validated before the store is touched
-        except InputError as e:
-            if item is None:
-                raise
-            raise _named_removed(c, item, e) from None
         if item is not None:
-            r = c.service.revise_item(p, item=item, expect_revision=expect_revision, dry_run=dry_run)
+            text = read_plan_text(file)
+            try:  # (a plan refused on its own is refused with what it would do to running attempts)
+                r = c.service.revise_text(text, str(file), item=item, expect_revision=expect_revision, dry_run=dry_run)
+            except InputError as e:
+                raise _named_removed(c, item, e) from None
             c.emit(r.model_dump(mode="json"), lambda con: show_revision(con, r))
             return
-        it = c.service.apply_plan(p)
+        it = c.service.apply_plan(load_plan(file))  # validated before the store is touched
     c.emit(
         it.model_dump(mode="json") if c.json else None,
         lambda con: con.print(
@@ -270,15 +268,18 @@ def plan_scaffold(
     if output is not None:
         write_file(output, text)
     made, revised = None, None
+    notes = result.notes + (merged.notes if merged else [])
     if apply_:
         from milepost.graph.plan import Plan
 
-        if item is not None:
-            revised = c.service.revise_item(Plan.model_validate(plan_data), item=item)
+        if merged is not None:
+            # At the revision the merge read the item at: a change in between (an edit, a drive's
+            # move) is a conflict (exit 2, nothing written), never merged over and lost.
+            plan = Plan.model_validate(plan_data)
+            revised = c.service.revise_item(plan, item=item, expect_revision=merged.revision)
         else:
             made = c.service.apply_plan(Plan.model_validate(result.plan))  # validated as it was written
-        c.service.keep_scaffold(item if item is not None else made.id, result.plan)  # type: ignore[union-attr]
-    notes = result.notes + (merged.notes if merged else [])
+        notes += _kept_base(c, item if item is not None else made.id, result.plan)  # type: ignore[union-attr]
     data: dict[str, Any] = {
         "milestones": len(plan_data["milestones"]),
         "modules": result.modules,
@@ -315,6 +316,23 @@ def _said_scaffolded(
         show_revision(c.console(), revised)
 
 
+def _kept_base(c: Ctx, item: int, plan: dict[str, Any]) -> list[str]:
+    """Keep the plan a scaffold applied as the item's base for the next
+    scaffold. It is a file beside the store, not a row, so it cannot share the
+    revision's transaction: it is written after the revision committed, and
+    its failure is made harmless (a note, exit 0): the revision stands, and the
+    next ``--item`` scaffold merges against the older base, which at worst
+    keeps this scaffold's values as if edited by hand (nothing is lost)."""
+    try:
+        c.service.keep_scaffold(item, plan)
+    except OSError as e:
+        return [
+            f"the scaffold was applied, but its base for the next `plan scaffold --item {item}` was not kept"
+            f" ({e.strerror or e}): that one will keep this scaffold's values as if you had edited them"
+        ]
+    return []
+
+
 @dataclass
 class _Rescaffold:
     plan: dict[str, Any]
@@ -322,6 +340,7 @@ class _Rescaffold:
     notes: list[str]
     kept_edits: dict[str, list[str]]
     kept_milestones: list[str]
+    revision: int  # the item's revision the merge read it at
 
 
 def _merged(c: Ctx, item: int, plan: dict[str, Any], text: str) -> _Rescaffold:
@@ -330,12 +349,15 @@ def _merged(c: Ctx, item: int, plan: dict[str, Any], text: str) -> _Rescaffold:
     from milepost.scaffold.rescaffold import merge
 
     plain = json.loads(json.dumps(plan))  # (the scaffold's lists are flow-style lists for its own YAML)
-    m = merge(c.service.scaffold_base(item), c.service.export_plan(item), plain)
+    base = c.service.scaffold_base(item)
+    current, revision = c.service.export_plan_at(item)
+    m = merge(base, current, plain)
     head = [line for line in text.splitlines() if line.startswith("#")][:8]
     edits = "; ".join(f"{n} ({', '.join(f)})" for n, f in m.kept_edits.items())
     head.append(f"# merged with work item {item}'s plan: your edits kept: {edits or 'none'}")
     head.append(f"# apply it with `milepost plan apply FILE --item {item}` (--dry-run first)")
-    return _Rescaffold(m.plan, "\n".join(head) + "\n" + dump_plan(m.plan), m.notes, m.kept_edits, m.kept_milestones)
+    text = "\n".join(head) + "\n" + dump_plan(m.plan)
+    return _Rescaffold(m.plan, text, m.notes, m.kept_edits, m.kept_milestones, revision)
 
 
 @plan.command("cycles")

@@ -78,12 +78,76 @@ def show_changes(con: Console, changes: list[Any], name: str) -> None:
         con.print(f"{ch.milestone}: {ch.from_status} -> {styled(ch.to_status)}{extra}")
 
 
-def _short(value: Any) -> str:
-    """A field's value on one line, cut at 60 characters."""
+# Characters a field's value is shown in, and names a list's change shows.
+SHORT = 60
+LISTED = 5
+
+
+def _text(value: Any) -> str:
     import json
 
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _short(value: Any) -> str:
+    """A field's value on one line, cut at 60 characters."""
+    text = _text(value)
+    return text if len(text) <= SHORT else text[: SHORT - 3] + "..."
+
+
+def _change(before: Any, after: Any) -> str:
+    """A field's change on one line: ``before -> after`` when both fit; else
+    what differs (a list's entries added and removed; a gate's commands by
+    name, field by field), so that a long value's change is not cut away."""
+    if len(_text(before)) <= SHORT and len(_text(after)) <= SHORT:
+        return f"{_text(before)} -> {_text(after)}"
+    if {type(before), type(after)} == {str, list}:  # a gate from one command to commands, or back
+        return f"{_commands_text(before)} -> {_commands_text(after)}"
+    if isinstance(before, list) and isinstance(after, list):
+        if all(isinstance(x, str) for x in [*before, *after]):
+            return _entries(before, after)
+        if all(isinstance(x, dict) for x in [*before, *after]):
+            return _commands(before, after)
+    return f"{_short(before)} -> {_short(after)}"
+
+
+def _entries(before: list[Any], after: list[Any]) -> str:
+    """A list's change: ``+ added; - removed`` (the first few of each)."""
+
+    def names(xs: list[Any]) -> str:
+        more = f" and {len(xs) - LISTED} more" if len(xs) > LISTED else ""
+        return ", ".join(_short(x) for x in xs[:LISTED]) + more
+
+    added = [x for x in after if x not in before]
+    removed = [x for x in before if x not in after]
+    parts = ([f"+ {names(added)}"] if added else []) + ([f"- {names(removed)}"] if removed else [])
+    return "; ".join(parts) or "the same entries, reordered"
+
+
+def _commands_text(gate: Any) -> str:
+    """A gate (a command, or a list of commands) on one line, each command's files counted."""
+    if isinstance(gate, str):
+        return gate if len(gate) <= 2 * SHORT else gate[: 2 * SHORT - 3] + "..."
+    cut = [
+        f"{c.get('run', '')}" + (f" (each of {count(len(c['each']), 'file')})" if c.get("each") else "")
+        for c in gate
+        if isinstance(c, dict)
+    ]
+    return _commands_text("; ".join(cut))
+
+
+def _commands(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> str:
+    """A gate's change, command by command (by name): added, removed, and each changed field."""
+    old = {str(c.get("name")): c for c in before}
+    new = {str(c.get("name")): c for c in after}
+    parts = [f"+ command {n}" for n in new if n not in old] + [f"- command {n}" for n in old if n not in new]
+    for n in (n for n in new if n in old and new[n] != old[n]):
+        for key in dict.fromkeys([*old[n], *new[n]]):
+            x, y = old[n].get(key), new[n].get(key)
+            if x != y:
+                said = _entries(x or [], y or []) if key == "each" else f"{_short(x)} -> {_short(y)}"
+                parts.append(f"{n} {key}: {said}")
+    return "; ".join(parts) or "the same commands, reordered"
 
 
 def show_revision(con: Console, r: PlanRevision) -> None:
@@ -103,9 +167,9 @@ def show_revision(con: Console, r: PlanRevision) -> None:
         again = "; proven again" if e.reprove else ""
         con.print(f"  ~ {e.name}{again}:")
         for f in e.fields:
-            con.print(f"      {f.field}: {esc(_short(f.before))} -> {esc(_short(f.after))}")
+            con.print(f"      {f.field}: {esc(_change(f.before, f.after))}")
     for f in r.item_fields:
-        con.print(f"  ~ item {f.field}: {esc(_short(f.before))} -> {esc(_short(f.after))}")
+        con.print(f"  ~ item {f.field}: {esc(_change(f.before, f.after))}")
     for name, why in r.stale.items():
         con.print(f"  ! {name}: {esc(why)}")
     if r.dry_run:

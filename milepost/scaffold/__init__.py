@@ -185,10 +185,8 @@ def scaffold(
     if o.final:
         milestones.append(_final_milestone(o, r, ms))
     notes = r.notes + _notes(o, r, skipped)
-    venv = _venv_note(o)
-    if venv:
-        notes.append(venv)
-    return _result(o, r, ms, milestones, notes, objective, venv)
+    setup = [n for n in [_venv_note(o), *_coverage_notes(o)] if n]  # (in the file's header too)
+    return _result(o, r, ms, milestones, notes + setup, objective, setup)
 
 
 def _options(
@@ -447,7 +445,7 @@ def _result(
     milestones: list[dict[str, Any]],
     notes: list[str],
     objective: str | None,
-    venv: str | None,
+    setup: list[str],
 ) -> Scaffold:
     """The plan, its YAML text under a header comment, validated, and what was found."""
     unit_word, n_units = o.unit_word, count(len(ms.units), o.unit_word)
@@ -469,8 +467,7 @@ def _result(
         )
     if ms.left_out:
         header.append(f"# {count(ms.left_out, 'unaffected milestone')} left out.")
-    if venv:
-        header.append(f"# {venv}")
+    header += [f"# {n}" for n in setup]
     heads = {id(n.cycle): n.name for n in ms.nodes if n.kind in ("cycle", "cut")}
     cycle_lines = _cycle_lines(ms.found, heads)
     header += _cycle_header(ms.found, cycle_lines, o.split_cycles)
@@ -515,6 +512,43 @@ def _venv_note(o: _Options) -> str | None:
         f" {venv}; to run them in the project's virtualenv, write `{fixed.rstrip()}`"
         ' (docs/drive.md, "Gates in the project\'s virtualenv")'
     )
+
+
+def _coverage_notes(o: _Options) -> list[str]:
+    """A note for each interpreter that would run the gates' pytest units
+    (each a test file, run under coverage.py: gates/unit_blocks.py) and has
+    no coverage.py: each unit would fail at once (exit 4), the whole first
+    drive with them (the new-user trial on toolz). Found as a drive finds
+    it, with this command's PATH."""
+    import subprocess
+
+    from milepost.gates.pyenv import gate_entries, interpreter_of
+    from milepost.gates.unit_blocks import coverable
+    from milepost.graph.models import ENV_PREFIX, GateCommand
+
+    templates = [t for t in [*o.gates, *([o.final_gate] if o.final_gate else [])] if "{tests}" in t]
+    path_env = os.environ.get("PATH")
+    seen: dict[str, str] = {}
+    for t in templates:
+        if not coverable(GateCommand(name="pytest", run=t.replace("{tests}", "{file}")), "t.py"):
+            continue
+        for entry in gate_entries(t.replace("{tests}", "t.py"), None, o.base, path_env):
+            python, _ = interpreter_of(entry.removeprefix(ENV_PREFIX), o.base, path_env)
+            if python is not None and python not in seen.values():
+                seen[entry.removeprefix(ENV_PREFIX)] = python
+    notes = []
+    for name, python in seen.items():
+        ask = "import importlib.util, sys; sys.exit(importlib.util.find_spec('coverage') is None)"
+        try:
+            has = subprocess.run([python, "-c", ask], capture_output=True, timeout=60).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            continue  # (cannot ask it: the drive will say what it finds)
+        if not has:
+            notes.append(
+                f"the gates' pytest units run under coverage.py, which `{name}` ({python}) does not have: each"
+                f" would fail at once (exit 4); install it first ({shlex.quote(python)} -m pip install coverage)"
+            )
+    return notes
 
 
 def _virtualenv(base: Path) -> str | None:

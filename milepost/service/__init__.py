@@ -295,6 +295,10 @@ class Service:
     def export_plan(self, item: int | None = None) -> dict[str, Any]:
         return milestones.export_plan(self.ctx, item)
 
+    def export_plan_at(self, item: int | None = None) -> tuple[dict[str, Any], int]:
+        """:meth:`export_plan` and the revision it was read at."""
+        return milestones.export_plan_at(self.ctx, item)
+
     def revise_item(
         self, plan: Plan, *, item: int | None = None, expect_revision: int | None = None, dry_run: bool = False
     ) -> PlanRevision:
@@ -302,6 +306,21 @@ class Service:
         from milepost.service import revise
 
         return revise.revise_item(self.ctx, plan, item=item, expect_revision=expect_revision, dry_run=dry_run)
+
+    def revise_text(
+        self,
+        text: str,
+        source: str = "<plan>",
+        *,
+        item: int | None = None,
+        expect_revision: int | None = None,
+        dry_run: bool = False,
+    ) -> PlanRevision:
+        """:meth:`revise_item` with the plan as text: a plan refused on its own
+        is refused with what it would do to running attempts in the same error."""
+        from milepost.service import revise
+
+        return revise.revise_text(self.ctx, text, source, item=item, expect_revision=expect_revision, dry_run=dry_run)
 
     def edit_milestone(
         self,

@@ -22,6 +22,7 @@ from milepost.graph.models import DoerSettings, GateCommand, ItemDefaults, Miles
 from milepost.graph.status import Action, MilestoneStatus
 from milepost.graph.steps import nothing_ready_reason
 from milepost.graph.validate import check_removable
+from milepost.graph.words import count
 from milepost.results import ActionResult, DryRun, GateRun, MilestoneView, NextResult
 from milepost.retry import retried
 from milepost.service._find import milestone_pk, of_attempt
@@ -38,6 +39,7 @@ __all__ = [
     "add_milestone",
     "apply_plan",
     "export_plan",
+    "export_plan_at",
     "milestone_views",
     "next_milestone",
     "plan_order",
@@ -151,7 +153,8 @@ def remove_milestone(
             .scalars()
             .all()
         )
-        check_removable(m, dependents)
+        owner = tx.conn.execute(select(MILESTONES.c.lease_owner).where(MILESTONES.c.id == pk)).scalar()
+        check_removable(m, dependents, owner)
         from milepost.service.revise import keep_evidence
 
         kept = keep_evidence(tx, m, pk)  # its runs stay readable as work refs
@@ -161,7 +164,10 @@ def remove_milestone(
             held.graph.remove(name)
             del held.pks[name]
         tx.emit(
-            ItemEvent.REMOVE, name, before=m.status.value, reason=f"{kept} runs kept as work refs" if kept else None
+            ItemEvent.REMOVE,
+            name,
+            before=m.status.value,
+            reason=f"{count(kept, 'run')} kept as work refs" if kept else None,
         )
         return ActionResult(item=tx.id, revision=tx.next_revision, milestone=m)
 
@@ -273,9 +279,16 @@ def apply_plan(ctx: Context, plan: Plan) -> WorkItem:
 
 
 def export_plan(ctx: Context, item: int | None = None) -> dict[str, Any]:
+    return export_plan_at(ctx, item)[0]
+
+
+def export_plan_at(ctx: Context, item: int | None = None) -> tuple[dict[str, Any], int]:
+    """The item as a plan file, and the revision it was read at (one read):
+    a change made from it passes that revision as ``expect_revision``."""
     from milepost.graph.plan import plan_from_item
 
-    return plan_from_item(read(ctx, resolve(ctx, item))[0])
+    it = read(ctx, resolve(ctx, item))[0]
+    return plan_from_item(it), it.revision
 
 
 def plan_order(ctx: Context, item: int | None = None, until: str | None = None) -> DryRun:

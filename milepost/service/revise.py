@@ -15,21 +15,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from pydantic import ValidationError
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from milepost._schema import DO_RUNS, utcnow
-from milepost.errors import StaleRevisionError
+from milepost.errors import InputError, InvalidValueError, MilepostError, StaleRevisionError
+from milepost.graph.dag import WorkGraph
 from milepost.graph.models import DoerSettings, ItemDefaults, Milestone
 from milepost.graph.plan import Plan, plan_from_item
-from milepost.graph.revise import FieldChange, PlanRevision, Revised, refuse, revise
+from milepost.graph.revise import FieldChange, PlanRevision, Revised, refuse, revise, running_problems
 from milepost.graph.status import MilestoneStatus, PlanStatus
 from milepost.graph.words import count
+from milepost.retry import retried
 from milepost.service import _rows as rows
+from milepost.service._find import head
 from milepost.service._rows import DEPS, ITEMS, MILESTONES, REFS, RUNS
 from milepost.service._tx import Context, ItemEvent, Tx, change_result, write
-from milepost.service.items import insert_milestones, read, resolve
+from milepost.service.items import graph_of, insert_milestones, read, resolve
 
-__all__ = ["edit_milestone", "revise_item"]
+__all__ = ["edit_milestone", "revise_item", "revise_text"]
 
 
 def revise_item(
@@ -46,7 +50,7 @@ def revise_item(
     def fn(tx: Tx) -> PlanRevision:
         tx.check_open()
         loaded = tx.graph()
-        leases = _leases(tx)
+        leases = _leases(tx.conn, tx.id)
         out = revise(loaded.graph, new, leases)
         if out.problems:
             raise refuse(out.problems, tx.id)
@@ -61,6 +65,65 @@ def revise_item(
         return answer
 
     return write(ctx, item_id, fn, expect_revision)
+
+
+def revise_text(
+    ctx: Context,
+    text: str,
+    source: str,
+    *,
+    item: int | None = None,
+    expect_revision: int | None = None,
+    dry_run: bool = False,
+) -> PlanRevision:
+    """:func:`revise_item` with the plan in ``text`` (YAML or JSON; ``source``
+    names it in errors): ``plan apply FILE --item N`` and the MCP ``revise``.
+    A plan that is not sound on its own (an unknown dep, a cycle) is refused
+    with what it would do to running attempts in the same error: one refusal
+    names every problem, not one kind a try."""
+    from milepost.planfile import parse_plan
+
+    try:
+        plan = parse_plan(text, source)
+    except InputError as e:
+        raise _with_running(ctx, item, text, source, e) from None
+    return revise_item(ctx, plan, item=item, expect_revision=expect_revision, dry_run=dry_run)
+
+
+def _with_running(ctx: Context, item: int | None, text: str, source: str, error: InputError) -> InputError:
+    """``error`` (a plan refused on its own) with the running attempts of
+    ``item`` that the plan would remove or change added; ``error`` as it was
+    when there are none, when the plan's fields are not sound (what it would
+    change is not known) or when the item cannot be read (its own error first)."""
+    from milepost.planfile import unchecked_plan
+
+    plan = unchecked_plan(text, source)
+    try:
+        new = plan.each_milestone() if plan is not None else None
+    except (InputError, ValidationError):
+        new = None
+    if not new:
+        return error
+    try:
+        old, leases = _running_now(ctx, resolve(ctx, item))
+    except MilepostError:
+        return error
+    problems = running_problems(old, new, leases)
+    if not problems:
+        return error
+    details = dict(error.details)
+    shown = details.get("problems")
+    if isinstance(shown, list):
+        details["problems"] = shown + [{"line": None, "milestone": None, "field": None, "message": p} for p in problems]
+    return type(error)(f"{error.message}; {'; '.join(problems)}", **details)
+
+
+@retried
+def _running_now(ctx: Context, item_id: int) -> tuple[WorkGraph, dict[str, str | None]]:
+    """The item's graph and who runs each of its running attempts, read together."""
+    with ctx.store.read() as conn:
+        graph = graph_of(conn, head(conn, item_id), ctx.cache).graph
+        return graph, _leases(conn, item_id)
 
 
 def edit_milestone(
@@ -99,6 +162,8 @@ def _edit_once(
             for key, value in changes.items():
                 if value is None:
                     entry.pop(key, None)
+                elif key == "gate" and isinstance(value, str) and "{file}" in value:
+                    entry[key] = _units_run(name, entry.get("gate"), value)
                 else:
                     entry[key] = value
     plan = Plan.model_validate(data)
@@ -107,12 +172,30 @@ def _edit_once(
     return revise_item(ctx, plan, item=item_id, expect_revision=at, dry_run=dry_run)
 
 
-def _leases(tx: Tx) -> dict[str, str | None]:
+def _units_run(name: str, gate: Any, run: str) -> list[dict[str, Any]]:
+    """A gate of units (a command run once per file of its ``each:``, as a
+    scaffold writes it) given a new command with ``{file}``: the same units
+    run by the new command (a tightened ``pytest -W error {file}`` keeps its
+    files and stays units). Refused when there is no such command, or more
+    than one to choose from."""
+    units = [c for c in gate if isinstance(c, dict) and c.get("each")] if isinstance(gate, list) else []
+    if len(units) != 1 or len(gate) != 1:
+        found = "no command with each: files" if not units else f"{len(gate)} commands"
+        raise InvalidValueError(
+            f"the gate {run!r} names {{file}}, filled from a gate command's each: files, and milestone {name!r}'s"
+            f" gate has {found}: give the command without {{file}} (with its files), or change the gate in a plan"
+            " file (`plan export --item N -o p.yaml`, edit, `plan apply p.yaml --item N`)",
+            milestone=name,
+        )
+    return [{**units[0], "run": run}]
+
+
+def _leases(conn: Connection, item_id: int) -> dict[str, str | None]:
     """Who runs each in-progress milestone's attempt (a drive's lease owner)."""
     query = select(MILESTONES.c.name, MILESTONES.c.lease_owner).where(
-        MILESTONES.c.item_id == tx.id, MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value
+        MILESTONES.c.item_id == item_id, MILESTONES.c.status == MilestoneStatus.IN_PROGRESS.value
     )
-    return {n: o for n, o in tx.conn.execute(query)}
+    return {n: o for n, o in conn.execute(query)}
 
 
 def _item_fields(tx: Tx, plan: Plan) -> list[FieldChange]:

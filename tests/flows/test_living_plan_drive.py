@@ -1,15 +1,18 @@
 """A plan revised while a drive runs it, on a real Prefect server: the drive
 sees the revision at its next pick (a new milestone runs in it, a changed
 one is proven again, a removed one is never started, no gate runs twice),
-and a revision touching the running milestone is refused."""
+and a revision touching the running milestone is refused; the next drive's
+flow run draws the revised DAG."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import InProcessCLI, wait_until
+from tests.flows.conftest import api_post
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
@@ -61,11 +64,18 @@ def test_a_revision_during_a_drive_is_seen_at_its_next_pick(
     shown = {m["name"]: m["status"] for m in cli.json("list")["milestones"]}
     assert shown == {"a": "done", "slow": "done", "n": "done"}
     assert (workspace / ".milepost" / "milepost.db").exists() is (store == "sqlite")  # the store it says
+    # The next drive's flow run draws the revised DAG: n (added) is in it, c (removed) is not.
+    cli("edit", "n", "--gate", "echo n2 >> ran.txt", check=True)  # (something for the next drive to run)
+    r = cli("--json", "drive", "--wait-recorded")
+    assert r.code == 0, r.err + r.out
+    flow_run = json.loads(r.out.strip().splitlines()[-1])["flow_run_id"]
+    runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run]}}})
+    drawn = {t["name"]: (t["state"]["name"], "milepost-plan-node" in t["tags"]) for t in runs}
+    assert drawn == {"a": ("Done earlier", True), "slow": ("Done earlier", True), "n": ("Completed", False)}, drawn
+    assert (workspace / "ran.txt").read_text().split() == [*ran, "n2"]
 
 
 def test_a_scaffold_again_after_a_new_module_drives_only_its_gate(prefect_api: str, workspace: Path) -> None:
-    import json
-
     from tests.test_scaffold import make_package
 
     cli = InProcessCLI(workspace)

@@ -10,7 +10,7 @@ from typing import Any
 from milepost.graph.dag import WorkGraph
 from milepost.graph.models import GateCommand, Milestone
 from milepost.graph.plan import Plan
-from milepost.graph.revise import revise
+from milepost.graph.revise import revise, running_problems
 from milepost.graph.status import MilestoneStatus
 from milepost.scaffold.rescaffold import merge
 
@@ -97,6 +97,28 @@ def test_a_running_attempt_refuses_every_change_that_touches_it_in_one_pass() ->
     assert out.problems == [
         "cannot remove 'c' runs attempt 2: wait until it ends (or stop its drive), then apply again",
         "cannot change gate of 'b' runs attempt 1 by drive@host: wait until it ends, then apply again",
+        "cannot re-prove 'a': it would reopen 'b' runs attempt 1 by drive@host; wait until it ends, then apply again",
+    ]
+
+
+def test_a_plan_with_a_cycle_and_an_unknown_dep_still_names_the_running_attempts_it_touches() -> None:
+    """running_problems: the refusals of revise() for milestones that make no
+    graph (b and x form a cycle, y needs an unknown one), in one pass."""
+    old = stored(("a", [], S.DONE, 1), ("b", ["a"], S.IN_PROGRESS, 1), ("c", [], S.IN_PROGRESS, 2))
+    new = Plan.model_validate(
+        {
+            "objective": "o",
+            "milestones": [
+                {"name": "a", "gate": "make a"},
+                {"name": "x", "deps": ["b"]},
+                {"name": "b", "deps": ["a", "x"], "gate": "true"},
+                {"name": "y", "deps": ["nowhere"]},
+            ],
+        }
+    ).each_milestone()
+    assert running_problems(old, new, {"b": "drive@host"}) == [
+        "cannot remove 'c' runs attempt 2: wait until it ends (or stop its drive), then apply again",
+        "cannot change deps of 'b' runs attempt 1 by drive@host: wait until it ends, then apply again",
         "cannot re-prove 'a': it would reopen 'b' runs attempt 1 by drive@host; wait until it ends, then apply again",
     ]
 
