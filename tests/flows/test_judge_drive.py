@@ -6,11 +6,14 @@ it judges there: a broken change is never done nor merged."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from milepost.flows.drive import run_drive
+from milepost.gates.git import Repo
+from milepost.gates.worktrees import repo_key, worktrees_root
 from milepost.graph import MilestoneStatus
 from milepost.service import Service
 from tests.flows.test_doers import Doer, apply, merges, statuses
@@ -201,3 +204,52 @@ milestones:
     assert (workspace / "notes.txt").read_text() == "my notes\n" and "MERGED" not in (
         workspace / _helpers(name, "src")
     ).read_text()
+
+
+def test_a_unit_run_ahead_in_the_integration_worktree_imports_from_it_and_its_pass_proves_that_code(
+    prefect_api: str,
+    service: Service,
+    workspace: Path,
+    tmp_path: Path,
+    venv: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Uncommitted changes: units of a dependent milestone run ahead (while
+    its dependency's doer works) in the integration worktree, as its gate
+    would: importing the package from there, not from the workspace the
+    editable install points at. Their pass then names the code they ran: the
+    doer's merged change (a broken helper) makes the dependent's unit run
+    again, and fail. (Run ahead with the driver's environment, the unit
+    proved the workspace's copy and its record, blind to it, stood for the
+    merged code: the dependent was done on a broken helper.)"""
+    name = _package(workspace, venv, "src", monkeypatch)
+    ran = tmp_path / "imported.txt"  # where each run of the unit imported the helper from
+    (workspace / "tests" / "test_odd.py").write_text(
+        f"from {name} import helpers\nfrom {name}.helpers import is_even\n\n\n"
+        f"def test_odd():\n    with open({str(ran)!r}, 'a') as f:\n        f.write(helpers.__file__ + '\\n')\n"
+        "    assert not is_even(3)\n"
+    )
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "a test of its own")
+    (workspace / "notes.txt").write_text("my notes\n")  # uncommitted: the drive integrates elsewhere
+    # a's doer breaks the helper once b's unit ran ahead, its record of the code it ran kept (in the
+    # integration worktree: docs/doers.md), so that it ran on the code before the merge
+    folder = worktrees_root(os.environ["MILEPOST_WORKTREES"]) / repo_key(Repo(workspace.resolve()))
+    records = f"{folder}/item-*/_integration/.milepost/cache/units/*.json"
+    doer = Doer(tmp_path, {"a": {"wait_for": records, "write": {_helpers(name, "src"): BROKEN}}})
+    step = "{name: t, run: 'python -m pytest -q -p no:cacheprovider {file}', each: [tests/test_odd.py]}"
+    item = apply(
+        service,
+        f"""objective: run ahead where merged
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'true'}}
+  - {{name: b, deps: [a], retries: 0, gate: [{step}]}}
+""",
+    )
+    assert not run_drive(service, item, max_parallel=2).ok
+    assert statuses(service, item) == {"a": S.DONE, "b": S.STUCK}
+    [run] = service.runs("b", item)
+    assert run.outcome.value == "failed" and "assert not is_even(3)" in Path(run.log_path or "").read_text()
+    [integration] = list(folder.glob("item-*/_integration"))
+    # ahead (a's doer waited for its record), then b's gate: both imported the helper from where they ran
+    assert ran.read_text().splitlines() == [str(integration / _helpers(name, "src"))] * 2
