@@ -98,7 +98,11 @@ def test_the_judge_has_no_ignored_file_of_the_doer_and_its_setup_is_cached_by_ke
 ) -> None:
     name = _package(workspace, venv, "src", monkeypatch)
     path = _helpers(name, "src")
-    where, counter = tmp_path / "where.txt", tmp_path / "setups.txt"
+    # what the driver has that neither the judge's set-up nor its gate may see (as for a doer)
+    monkeypatch.setenv("MILEPOST_DB", service.store.url)
+    monkeypatch.setenv("SECRET_TOKEN", "s3cret-token-value")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/the-drivers-agent.sock")
+    where, counter, seen = tmp_path / "where.txt", tmp_path / "setups.txt", tmp_path / "env.txt"
     doer = Doer(
         tmp_path,
         {
@@ -107,11 +111,13 @@ def test_the_judge_has_no_ignored_file_of_the_doer_and_its_setup_is_cached_by_ke
             "b": {"append": {"pyproject.toml": "# a key file changed\n", path: "X = 1\n"}},
         },
     )
-    gate = f"pwd >> {where} && test ! -e build/flag.txt && python -m pytest -q -p no:cacheprovider tests"
+    gate = (
+        f"pwd >> {where} && env >> {seen} && test ! -e build/flag.txt && python -m pytest -q -p no:cacheprovider tests"
+    )
     item = apply(
         service,
         f"""objective: judged with a set-up
-doer: {{protect: ['tests/**'], judge_setup: 'echo ran >> {counter} && mkdir -p .built'}}
+doer: {{protect: ['tests/**'], judge_setup: 'echo ran >> {counter} && env >> {seen} && mkdir -p .built'}}
 milestones:
   - {{name: a, retries: 1, do: '{doer.command}', gate: '{gate}'}}
   - {{name: b, deps: [a], do: '{doer.command}', gate: '{gate} && test -d .built'}}
@@ -129,6 +135,11 @@ milestones:
     assert counter.read_text() == "ran\nran\n"
     assert (workspace / path).read_text() == FIXED + "X = 1\n"
     assert not (workspace / "build").exists()
+    # the judge's set-up (twice) and gate (three times) ran with the scrubbed environment
+    text = seen.read_text()
+    assert text.count("MILEPOST_AGENT=doer") == 5 and "PATH=" in text
+    assert "MILEPOST_DB" not in text and service.store.url not in text
+    assert "SECRET_TOKEN" not in text and "s3cret-token-value" not in text and "SSH_AUTH_SOCK" not in text
 
 
 def test_a_failing_judge_setup_and_a_package_resolving_outside_fail_their_attempts(
