@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from milepost.errors import MilepostError
-from milepost.gates.inputs import Snapshot
+from milepost.gates.inputs import Snapshot, gate_fingerprint
 from milepost.gates.pyenv import EnvProbe, gate_entries, gate_entry, interpreter_of
 from milepost.gates.units import unit_digest
 from milepost.graph.models import GateCommand
@@ -398,6 +398,56 @@ milestones:
     assert unit["outcome"] == "cached", unit
 
 
+@pytest.mark.slow  # (four pip runs and two pytest gates)
+def test_uninstalling_a_dependency_makes_a_plan_without_env_entries_stale_and_reinstalling_serves_the_cache(
+    cli: CLI, pkg: Path, tmp_path: Path
+) -> None:
+    """A hand-written milestone whose pytest step runs per file, with no
+    ``env:`` entry: its fingerprint covers the step's environment (docs/proofs.md)."""
+    python = bare_venv(pkg / ".venv")
+    dist = tiny_dist(tmp_path / "tiny", "1.0")
+    install(python, dist)
+    write(
+        pkg,
+        {
+            "tests/test_prices.py": PACKAGE["tests/test_prices.py"] + "\nimport tinydep\n",
+            "plan.yaml": """
+objective: env
+milestones:
+  - name: prices
+    gate:
+      - {name: pytest, run: "PYTHONPATH=src .venv/bin/python -m pytest -q -p no:randomly -p no:cacheprovider {file}",
+         each: [tests/test_prices.py]}
+    inputs: ["module:shop.prices", "module:tests/test_prices.py"]
+""",
+        },
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    cli("start", "prices", check=True)
+    cli("done", "prices", check=True)
+    (m,) = cli.json("list")["milestones"]
+    assert m["view"] == "done"
+    pip(python, "uninstall", "-y", "tinydep")
+    (m,) = cli.json("list")["milestones"]
+    assert m["view"] == "stale" and m["stale"]["changed"] == ["env:.venv/bin/python[tinydep]"]
+    install(python, dist)
+    (m,) = cli.json("list")["milestones"]
+    assert m["view"] == "done"  # put back as proven
+    pip(python, "install", "--no-index", "--no-build-isolation", "--no-deps", str(tiny_dist(tmp_path / "t2", "2.0")))
+    (m,) = cli.json("list")["milestones"]
+    assert m["view"] == "stale" and m["stale"]["changed"] == ["env:.venv/bin/python[tinydep]"]  # upgraded
+    r = cli("--json", "verify")
+    assert r.code == 0, r.err
+    assert [v["outcome"] for v in r.data["verified"]] == ["passed"]  # run on 2.0
+    install(python, dist)  # (a downgrade: 1.0 again)
+    (m,) = cli.json("list")["milestones"]
+    assert m["view"] == "stale"
+    r = cli("--json", "verify")
+    assert r.code == 0, r.err
+    (v,) = r.data["verified"]
+    assert v["outcome"] == "cached" and v["status"] == "done"  # the proof on 1.0 serves it
+
+
 def test_a_units_digest_follows_the_environment_its_command_runs(pkg: Path, tmp_path: Path) -> None:
     python = bare_venv(pkg / ".venv")
     cmd = GateCommand(name="t", run=".venv/bin/python -m pytest -q {file}", each=["tests/test_prices.py"])
@@ -418,6 +468,35 @@ def test_a_units_digest_follows_the_environment_its_command_runs(pkg: Path, tmp_
     assert plain_after == plain  # a command that starts no Python does not follow it
     pip(python, "uninstall", "-y", "tinydep")
     assert digests() == (before, plain)  # put back: the same unit, its pass kept in the store applies
+
+
+def test_a_gates_fingerprint_follows_the_environment_of_its_each_steps(pkg: Path, tmp_path: Path) -> None:
+    """A milestone with an ``each:`` step whose command starts a Python is
+    bound to that environment without an ``env:`` entry of its own, as its
+    units are; a step that starts none, or runs once, is not."""
+    python = bare_venv(pkg / ".venv")
+    inputs = ["module:shop.prices", "module:tests/test_prices.py"]
+    each = GateCommand(name="t", run=".venv/bin/python -m pytest -q {file}", each=["tests/test_prices.py"])
+    plain = GateCommand(name="t", run="grep -q def {file}", each=["tests/test_prices.py"])
+    once = GateCommand(name="t", run=".venv/bin/python -m pytest -q tests")
+
+    def digests() -> list[str | None]:
+        snap = Snapshot(pkg)
+        return [gate_fingerprint(snap, inputs, [c], None).digest for c in (each, plain, once)]
+
+    before = digests()
+    assert all(before)
+    derived = gate_fingerprint(Snapshot(pkg), inputs, [each], None).files
+    assert derived["env:.venv/bin/python[pytest]"].startswith("dist:")
+    named = gate_fingerprint(Snapshot(pkg), [*inputs, "env:.venv/bin/python"], [each], None)
+    assert named.files == derived  # named on the milestone: the same keys, once
+    install(python, tiny_dist(tmp_path / "tiny", "1.0"))
+    time.sleep(0.01)
+    after = digests()
+    assert after[0] != before[0]  # a distribution added where its each: step's python imports from
+    assert after[1:] == before[1:]  # no Python started per file, or no each: the plan's env: entries decide
+    pip(python, "uninstall", "-y", "tinydep")
+    assert digests() == before  # put back: the same fingerprint, the gate cache serves it
 
 
 def test_an_env_entry_naming_no_interpreter_makes_the_fingerprint_incomplete(pkg: Path) -> None:
