@@ -26,7 +26,7 @@ from milepost.gates.units import unit_digest
 from milepost.graph.models import GateCommand
 from milepost.planfile import parse_plan
 from milepost.service import Service
-from tests.conftest import CLI
+from tests.conftest import CLI, InProcessCLI
 from tests.venvs import bare_venv
 
 
@@ -55,6 +55,15 @@ def pkg(workspace: Path) -> Path:
     write(workspace, {".gitignore": ".venv/\n"})
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
     return workspace
+
+
+@pytest.fixture
+def any_cli(store_url: str, workspace: Path) -> CLI:
+    """The CLI in this process, in an initialized workspace, its store on SQLite and on PostgreSQL
+    (``store_url``: the PostgreSQL one marked ``postgres``)."""
+    c = InProcessCLI(workspace, {"MILEPOST_DB": store_url})
+    assert c.json("init")["db"].partition(":")[0] == store_url.partition(":")[0]  # (that store, not the default)
+    return c
 
 
 def fp_files(root: Path, *entries: str) -> dict[str, str]:
@@ -123,7 +132,8 @@ milestones:
     assert units == {"tests/test_prices.py": "cached", "tests/deep/test_deep.py": "passed"}
 
 
-def test_a_bad_pytest_option_makes_the_proofs_stale_and_removing_it_serves_the_cache(cli: CLI, pkg: Path) -> None:
+def test_a_bad_pytest_option_makes_the_proofs_stale_and_removing_it_serves_the_cache(any_cli: CLI, pkg: Path) -> None:
+    cli = any_cli
     python = sys.executable  # a real pytest, run by the gate
     write(
         pkg,
@@ -347,8 +357,9 @@ def test_the_probe_reads_a_folder_again_only_when_its_stat_changed(pkg: Path, tm
 
 @pytest.mark.slow  # (five pip runs and three pytest gates: about 20 s on 2 cores)
 def test_uninstalling_a_dependency_makes_the_proofs_stale_and_reinstalling_serves_the_cache(
-    cli: CLI, pkg: Path, tmp_path: Path
+    any_cli: CLI, pkg: Path, tmp_path: Path
 ) -> None:
+    cli = any_cli
     python = bare_venv(pkg / ".venv")
     dist = tiny_dist(tmp_path / "tiny", "1.0")
     install(python, dist)
@@ -400,10 +411,11 @@ milestones:
 
 @pytest.mark.slow  # (four pip runs and two pytest gates)
 def test_uninstalling_a_dependency_makes_a_plan_without_env_entries_stale_and_reinstalling_serves_the_cache(
-    cli: CLI, pkg: Path, tmp_path: Path
+    any_cli: CLI, pkg: Path, tmp_path: Path
 ) -> None:
     """A hand-written milestone whose pytest step runs per file, with no
     ``env:`` entry: its fingerprint covers the step's environment (docs/proofs.md)."""
+    cli = any_cli
     python = bare_venv(pkg / ".venv")
     dist = tiny_dist(tmp_path / "tiny", "1.0")
     install(python, dist)

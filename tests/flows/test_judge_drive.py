@@ -17,6 +17,7 @@ from milepost.gates.worktrees import repo_key, worktrees_root
 from milepost.graph import MilestoneStatus
 from milepost.service import Service
 from tests.flows.test_doers import Doer, apply, merges, statuses
+from tests.flows.test_doers import any_service as _on_both_stores  # noqa: F401 (the fixture any_service)
 from tests.venvs import BROKEN, FIXED, HELPERS, git, install_editable, package_repo, shared_venv
 
 pytestmark = pytest.mark.xdist_group("prefect")
@@ -46,13 +47,14 @@ def _helpers(name: str, layout: str) -> str:
 @pytest.mark.parametrize("layout", ["src", "flat"])
 def test_a_doer_that_breaks_the_code_is_never_done_and_a_correct_one_is_merged(
     prefect_api: str,
-    service: Service,
+    any_service: Service,
     workspace: Path,
     tmp_path: Path,
     venv: Path,
     layout: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    service = any_service  # (SQLite and PostgreSQL)
     name = _package(workspace, venv, layout, monkeypatch)
     path = _helpers(name, layout)
     doer = Doer(tmp_path, {"broken": {"write": {path: BROKEN}}, "fixed": {"write": {path: FIXED}}})
@@ -219,7 +221,7 @@ milestones:
 
 def test_a_unit_run_ahead_in_the_integration_worktree_imports_from_it_and_its_pass_proves_that_code(
     prefect_api: str,
-    service: Service,
+    any_service: Service,
     workspace: Path,
     tmp_path: Path,
     venv: Path,
@@ -233,6 +235,7 @@ def test_a_unit_run_ahead_in_the_integration_worktree_imports_from_it_and_its_pa
     again, and fail. (Run ahead with the driver's environment, the unit
     proved the workspace's copy and its record, blind to it, stood for the
     merged code: the dependent was done on a broken helper.)"""
+    service = any_service  # (SQLite and PostgreSQL: units' passes are kept in the store)
     name = _package(workspace, venv, "src", monkeypatch)
     ran = tmp_path / "imported.txt"  # where each run of the unit imported the helper from
     (workspace / "tests" / "test_odd.py").write_text(
