@@ -26,7 +26,7 @@ from pathlib import Path
 from milepost.gates import log_room
 from milepost.gates._crash import crash_point
 from milepost.gates.attempt import AttemptFiles, read_tail
-from milepost.gates.inputs import Fingerprint, Snapshot, changed_paths, describe_changes, spec_digest
+from milepost.gates.inputs import Fingerprint, Snapshot, changed_paths, describe_changes, gate_fingerprint
 from milepost.gates.log_room import command_header
 from milepost.gates.outcome import CachedFrom, CommandResult, ExitStatus, GateResult, Outcome, judge, verdict
 from milepost.gates.supervisor import LaunchError, supervisor
@@ -286,7 +286,7 @@ def _fingerprint(
     in the log) when it cannot be taken: then nothing is proven."""
     try:
         snap = Snapshot(root)
-        fp = snap.fingerprint(inputs, spec_digest(commands, default_timeout))
+        fp = gate_fingerprint(snap, inputs, commands, default_timeout)
         snap.save()
     except Exception as e:  # the proof is lost, the attempt is not: it still runs and is recorded
         _note(fd, f"could not fingerprint the inputs: {type(e).__name__}: {e}")

@@ -27,11 +27,22 @@ DOER_AGENT = "doer"
 # Variables a doer (and a judge's gate) never inherits unless ``doer.env`` names them: milepost's own
 # (MILEPOST_DB is the store's URL: a doer must not reach the store that judges it), the usual carriers of
 # credentials, an SSH agent's socket and a Kubernetes config; and any variable whose value holds a URL with
-# a password in it (scheme://user:pass@host). PATH, HOME, LANG and the like pass.
+# credentials in it: a password (scheme://user:pass@host), or a user alone outside an ssh URL (a token given
+# as the user: https://ghp_x@github.com; ssh://git@host names a login, its key is the agent's). PATH, HOME,
+# LANG and the like pass.
 _SCRUBBED_PREFIXES = ("MILEPOST_", "PREFECT_", "DATABASE_", "PG", "AWS_", "GOOGLE_", "AZURE_")
 _SCRUBBED_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "APIKEY", "PRIVATE_KEY")
 _SCRUBBED_NAMES = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "KUBECONFIG"})
-_CREDENTIAL_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]*@")
+_URL_USER = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/\s:@]*)(:[^/\s@]*)?@")
+_LOGIN_SCHEMES = frozenset({"ssh", "git+ssh", "ssh+git", "sftp"})  # a user alone there is a login name
+
+
+def _credential_url(value: str) -> bool:
+    """Whether ``value`` holds a URL with a password, or with a user alone outside an ssh URL."""
+    for m in _URL_USER.finditer(value):
+        if m.group(3) is not None or (m.group(2) and m.group(1).lower() not in _LOGIN_SCHEMES):
+            return True
+    return False
 
 
 def _scrubbed(name: str, value: str) -> bool:
@@ -40,14 +51,15 @@ def _scrubbed(name: str, value: str) -> bool:
         upper.startswith(_SCRUBBED_PREFIXES)
         or any(part in upper for part in _SCRUBBED_PARTS)
         or upper in _SCRUBBED_NAMES
-        or _CREDENTIAL_URL.search(value) is not None
+        or _credential_url(value)
     )
 
 
 def scrubbed_env(inherited: Mapping[str, str], allowed: Sequence[str]) -> dict[str, str]:
     """``inherited`` without milepost's own variables, likely secrets,
     ``SSH_AUTH_SOCK``, ``KUBECONFIG`` and any variable whose value holds a
-    URL with credentials (``scheme://user:pass@host``), except the names in
+    URL with credentials (``scheme://user:pass@host``, or
+    ``https://token@host``: a user alone, outside an ssh URL), except the names in
     ``allowed`` (the item's ``doer.env``): what a doer, and the gate that
     judges it, may see of the driver's environment."""
     keep = set(allowed)

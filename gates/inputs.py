@@ -14,7 +14,10 @@ work tree, what git ignores. Content decides, not modification times: a
 Besides files: a test file among the inputs brings pytest's configuration
 sections (``pyproject.toml[tool.pytest]``, see :mod:`.runner_config`), and an
 ``env:NAME`` entry the interpreter it names and its installed distributions
-(``env:NAME[dist]``, see :mod:`.pyenv`), each a key of the file list.
+(``env:NAME[dist]``, see :mod:`.pyenv`), each a key of the file list. A
+gate's fingerprint (:func:`gate_fingerprint`) adds the environment of each of
+its ``each:`` steps, as its units key it (the ``env:`` entries of the
+interpreters the step starts), unless its inputs name that entry already.
 
 A **stat cache** (path, size, mtime, ctime, inode -> content digest) in the
 workspace's ``.milepost/cache/`` keeps unchanged files from being hashed
@@ -45,7 +48,7 @@ from pathlib import Path
 from milepost.gates.import_memo import ImportMemo
 from milepost.gates.imports import ImportIndex, is_module_entry, is_test_file
 from milepost.gates.listing import NEVER, FileIndex, git_files, walk_files
-from milepost.gates.pyenv import ENV_CACHE_FILE, PATH_VARIABLES, EnvProbe, interpreter_of, is_env_entry
+from milepost.gates.pyenv import ENV_CACHE_FILE, PATH_VARIABLES, EnvProbe, gate_entries, interpreter_of, is_env_entry
 from milepost.gates.runner_config import config_inputs, section_digest
 from milepost.graph.models import GateCommand
 
@@ -56,6 +59,7 @@ __all__ = [
     "StatCache",
     "changed_paths",
     "describe_changes",
+    "gate_fingerprint",
     "spec_digest",
 ]
 
@@ -230,6 +234,7 @@ class Snapshot:
         # What this snapshot found of the environments and the runner's configuration, once each.
         self._envs: dict[tuple[str, ...], tuple[dict[str, str], str | None]] = {}
         self._sections: dict[tuple[str, str], str] = {}
+        self._steps: dict[tuple[str, str | None, str | None], list[str]] = {}  # a step's env: entries
 
     @property
     def envs(self) -> EnvProbe:
@@ -389,6 +394,14 @@ class Snapshot:
         keys.update({f"{entry}[{dist}]": "dist:" + version for dist, version in facts.distributions.items()})
         return keys, None
 
+    def step_entries(self, cmd: GateCommand, env: Mapping[str, str]) -> list[str]:
+        """The ``env:`` entries of the interpreters ``cmd`` starts, found with
+        ``env``'s ``PATH`` (see :func:`milepost.gates.pyenv.gate_entries`); once per snapshot."""
+        key = (cmd.run, cmd.cwd, env.get("PATH"))
+        if key not in self._steps:
+            self._steps[key] = gate_entries(cmd.run, cmd.cwd, self.root, env.get("PATH"))
+        return self._steps[key]
+
     def save(self) -> None:
         """Keep what was hashed and parsed for the next time (best effort)."""
         self.cache.save()
@@ -398,12 +411,45 @@ class Snapshot:
             self._probe.save()
 
 
+def gate_fingerprint(
+    snap: Snapshot,
+    inputs: Sequence[str],
+    commands: Sequence[GateCommand],
+    default_timeout: float | None,
+    env: Mapping[str, str] | None = None,
+) -> Fingerprint:
+    """A gate's fingerprint now: its ``inputs`` and spec, and the environment
+    of each of its ``each:`` steps (the ``env:`` entries of the interpreters
+    it starts, found with ``PATH`` as the step sees it: ``env``, default this
+    process's, then the step's own), as its units key it: adding, removing or
+    upgrading a distribution there makes the milestone stale, putting it back
+    restores its fingerprint. An entry its inputs name already is not added
+    again; one that cannot be read counts as such (a key, not an incomplete
+    fingerprint: nothing the user named is missing)."""
+    fp = snap.fingerprint(inputs, spec_digest(commands, default_timeout), env)
+    named = {e for e in inputs if is_env_entry(e)}
+    base = os.environ if env is None else env
+    added: dict[str, str] = {}
+    for cmd in commands:
+        if not cmd.each:
+            continue
+        seen = {**base, **cmd.env} if cmd.env else base
+        for entry in snap.step_entries(cmd, seen):
+            if entry in named or entry in added:
+                continue
+            keys, why = snap.environment(entry, seen)
+            added.update(keys if why is None else {entry: f"unreadable: {why}"})
+    if not added:
+        return fp
+    return Fingerprint(spec=fp.spec, files={**added, **fp.files}, unreadable=fp.unreadable)
+
+
 def fingerprint_of(
     root: Path, patterns: Sequence[str], commands: Sequence[GateCommand], default_timeout: float | None
 ) -> Fingerprint:
     """One milestone's fingerprint, now (a snapshot of its own)."""
     snap = Snapshot(root)
     try:
-        return snap.fingerprint(patterns, spec_digest(commands, default_timeout))
+        return gate_fingerprint(snap, patterns, commands, default_timeout)
     finally:
         snap.save()

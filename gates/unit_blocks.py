@@ -46,7 +46,7 @@ from milepost.gates.blocks import Block, blocks_of, executed
 from milepost.gates.inputs import Snapshot, spec_digest
 from milepost.gates.listing import NEVER
 from milepost.gates.outcome import CommandResult, Outcome
-from milepost.gates.units import unit_command, unit_digest, unit_env_inputs
+from milepost.gates.units import import_tag, unit_command, unit_digest, unit_env_inputs
 from milepost.graph.models import GateCommand
 
 __all__ = [
@@ -284,12 +284,16 @@ def env_tag(snap: Snapshot, cmd: GateCommand, env: Mapping[str, str] | None = No
     """The environment a unit's command runs in, as one digest: its
     interpreters and their installed distributions (the ``env:`` entries of
     :func:`milepost.gates.units.unit_env_inputs`); '' when it starts no
-    Python, 'unknown' when they cannot be read."""
+    Python, 'unknown' when they cannot be read; then, after a ``|``, where it
+    imports code from first when that is not the default
+    (:func:`milepost.gates.units.import_tag`)."""
+    imports = import_tag(snap.root, cmd, env)
+    suffix = "|" + hashlib.sha256(imports.encode("utf-8", "surrogateescape")).hexdigest()[:32] if imports else ""
     entries = unit_env_inputs(snap, cmd, env)
     if not entries:
-        return ""
+        return suffix
     seen = {**(os.environ if env is None else env), **cmd.env}
-    return snap.fingerprint(entries, "", seen).digest or "unknown"
+    return (snap.fingerprint(entries, "", seen).digest or "unknown") + suffix
 
 
 def static_inputs(path: str) -> list[str]:

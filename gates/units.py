@@ -8,7 +8,11 @@ it imports at run time and, for a test file, its ``conftest.py`` files and
 pytest's configuration; see :mod:`.imports` and :mod:`.runner_config`); for
 any other file, the file itself; and the environment its command starts
 (:func:`unit_env_inputs`: the ``env:`` entry of its interpreter, see
-:mod:`.pyenv`). It does not depend on
+:mod:`.pyenv`), and where its Python looks first for code (:func:`import_tag`:
+the ``PYTHONPATH`` it inherits, the import rule's outside the workspace, each
+folder relative to the unit's root when inside it), so that a pass that
+imported one checkout's code never stands for a run importing another's. It
+does not depend on
 which milestone's gate runs it: every gate that includes the same unit in
 the same state shares one result.
 
@@ -61,6 +65,7 @@ __all__ = [
     "AheadRun",
     "Together",
     "UnitBook",
+    "import_tag",
     "unit_command",
     "unit_digest",
     "unit_env_inputs",
@@ -91,6 +96,34 @@ def unit_env_inputs(snap: Snapshot, cmd: GateCommand, env: Mapping[str, str] | N
     return gate_entries(cmd.run, cmd.cwd, snap.root, seen.get("PATH"))
 
 
+def import_tag(root: Path, cmd: GateCommand, env: Mapping[str, str] | None = None) -> str:
+    """Where a unit's Python looks first for code, as a part of its key: the
+    ``PYTHONPATH`` it runs with (``env``, the gate's, then the step's
+    ``env:``), each folder relative to ``root`` when inside it (a relative one
+    is taken from the command's folder), others as they are; milepost's own
+    (``.milepost/``: coverage's plugin) left out; '' when none. A gate outside
+    the workspace gets its checkout's source roots there (the import rule,
+    :func:`milepost.gates.judge.import_rule`): ``src`` in every such checkout,
+    nothing in a workspace that imports its code through an editable install,
+    so a pass run with one never stands for a run with the other."""
+    value = {**(os.environ if env is None else env), **cmd.env}.get("PYTHONPATH", "")
+    if not value:
+        return ""
+    top = os.path.realpath(root)
+    base = os.path.join(top, cmd.cwd) if cmd.cwd else top
+    out: list[str] = []
+    for entry in value.split(os.pathsep):
+        if not entry:
+            continue
+        where = os.path.realpath(os.path.join(base, entry))
+        rel = os.path.relpath(where, top)
+        if rel == ".." or rel.startswith("../"):
+            out.append(where)
+        elif rel.split("/")[0] != ".milepost":
+            out.append(rel)
+    return os.pathsep.join(out)
+
+
 def unit_digest(
     snap: Snapshot, cmd: GateCommand, path: str, default_timeout: float | None, env: Mapping[str, str] | None = None
 ) -> str | None:
@@ -98,7 +131,9 @@ def unit_digest(
     ``env``: the gate's environment (default this process's), where its interpreter is found."""
     seen = {**(os.environ if env is None else env), **cmd.env}
     inputs = unit_inputs(path) + unit_env_inputs(snap, cmd, env)
-    fp = snap.fingerprint(inputs, spec_digest([unit_command(cmd, path)], default_timeout), seen)
+    spec = spec_digest([unit_command(cmd, path)], default_timeout)
+    tag = import_tag(snap.root, cmd, env)
+    fp = snap.fingerprint(inputs, f"{spec}\nimports:{tag}" if tag else spec, seen)
     if fp.digest is None or path not in fp.files:
         return None
     return hashlib.sha256(f"{FORMAT}\n{fp.digest}".encode()).hexdigest()

@@ -59,6 +59,20 @@ def test_a_doers_environment_carries_no_store_and_no_credential(attempt: tuple[D
     assert start.env["MILEPOST_AGENT"] == "doer" and start.env["MILEPOST_MILESTONE"] == "a"
 
 
+def test_the_judges_gate_starts_from_the_doers_scrubbed_environment(attempt: tuple[Doing, DoStart, Claim]) -> None:
+    """The environment the judge's set-up and gate start from (the drive's
+    loop gives it whole: inherit_env False) carries no more than the doer's."""
+    doing, _, claim = attempt
+    judged = doing.judge_order(claim, [])
+    assert judged is not None
+    env = judged.env
+    assert "MILEPOST_DB" not in env and "MIRROR_URL" not in env and "STORE_MIRROR" not in env
+    assert not any("the-store.db" in v for v in env.values())
+    assert "SSH_AUTH_SOCK" not in env and "KUBECONFIG" not in env
+    assert not any("hunter2" in v or "s3cret" in v for v in env.values())
+    assert env["MILEPOST_AGENT"] == "doer" and "PATH" in env
+
+
 def test_a_protected_path_the_doer_committed_itself_is_refused_before_any_gate(
     attempt: tuple[Doing, DoStart, Claim], workspace: Path
 ) -> None:

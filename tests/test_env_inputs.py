@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from milepost.errors import MilepostError
-from milepost.gates.inputs import Snapshot
+from milepost.gates.inputs import Snapshot, gate_fingerprint
 from milepost.gates.pyenv import EnvProbe, gate_entries, gate_entry, interpreter_of
 from milepost.gates.units import unit_digest
 from milepost.graph.models import GateCommand
 from milepost.planfile import parse_plan
 from milepost.service import Service
-from tests.conftest import CLI
+from tests.conftest import CLI, InProcessCLI
 from tests.venvs import bare_venv
 
 
@@ -55,6 +55,15 @@ def pkg(workspace: Path) -> Path:
     write(workspace, {".gitignore": ".venv/\n"})
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
     return workspace
+
+
+@pytest.fixture
+def any_cli(store_url: str, workspace: Path) -> CLI:
+    """The CLI in this process, in an initialized workspace, its store on SQLite and on PostgreSQL
+    (``store_url``: the PostgreSQL one marked ``postgres``)."""
+    c = InProcessCLI(workspace, {"MILEPOST_DB": store_url})
+    assert c.json("init")["db"].partition(":")[0] == store_url.partition(":")[0]  # (that store, not the default)
+    return c
 
 
 def fp_files(root: Path, *entries: str) -> dict[str, str]:
@@ -123,7 +132,8 @@ milestones:
     assert units == {"tests/test_prices.py": "cached", "tests/deep/test_deep.py": "passed"}
 
 
-def test_a_bad_pytest_option_makes_the_proofs_stale_and_removing_it_serves_the_cache(cli: CLI, pkg: Path) -> None:
+def test_a_bad_pytest_option_makes_the_proofs_stale_and_removing_it_serves_the_cache(any_cli: CLI, pkg: Path) -> None:
+    cli = any_cli
     python = sys.executable  # a real pytest, run by the gate
     write(
         pkg,
@@ -347,8 +357,9 @@ def test_the_probe_reads_a_folder_again_only_when_its_stat_changed(pkg: Path, tm
 
 @pytest.mark.slow  # (five pip runs and three pytest gates: about 20 s on 2 cores)
 def test_uninstalling_a_dependency_makes_the_proofs_stale_and_reinstalling_serves_the_cache(
-    cli: CLI, pkg: Path, tmp_path: Path
+    any_cli: CLI, pkg: Path, tmp_path: Path
 ) -> None:
+    cli = any_cli
     python = bare_venv(pkg / ".venv")
     dist = tiny_dist(tmp_path / "tiny", "1.0")
     install(python, dist)
@@ -398,6 +409,57 @@ milestones:
     assert unit["outcome"] == "cached", unit
 
 
+@pytest.mark.slow  # (four pip runs and two pytest gates)
+def test_uninstalling_a_dependency_makes_a_plan_without_env_entries_stale_and_reinstalling_serves_the_cache(
+    any_cli: CLI, pkg: Path, tmp_path: Path
+) -> None:
+    """A hand-written milestone whose pytest step runs per file, with no
+    ``env:`` entry: its fingerprint covers the step's environment (docs/proofs.md)."""
+    cli = any_cli
+    python = bare_venv(pkg / ".venv")
+    dist = tiny_dist(tmp_path / "tiny", "1.0")
+    install(python, dist)
+    write(
+        pkg,
+        {
+            "tests/test_prices.py": PACKAGE["tests/test_prices.py"] + "\nimport tinydep\n",
+            "plan.yaml": """
+objective: env
+milestones:
+  - name: prices
+    gate:
+      - {name: pytest, run: "PYTHONPATH=src .venv/bin/python -m pytest -q -p no:randomly -p no:cacheprovider {file}",
+         each: [tests/test_prices.py]}
+    inputs: ["module:shop.prices", "module:tests/test_prices.py"]
+""",
+        },
+    )
+    cli("plan", "apply", "plan.yaml", check=True)
+    cli("start", "prices", check=True)
+    cli("done", "prices", check=True)
+    (m,) = cli.json("list")["milestones"]
+    assert m["view"] == "done"
+    pip(python, "uninstall", "-y", "tinydep")
+    (m,) = cli.json("list")["milestones"]
+    assert m["view"] == "stale" and m["stale"]["changed"] == ["env:.venv/bin/python[tinydep]"]
+    install(python, dist)
+    (m,) = cli.json("list")["milestones"]
+    assert m["view"] == "done"  # put back as proven
+    pip(python, "install", "--no-index", "--no-build-isolation", "--no-deps", str(tiny_dist(tmp_path / "t2", "2.0")))
+    (m,) = cli.json("list")["milestones"]
+    assert m["view"] == "stale" and m["stale"]["changed"] == ["env:.venv/bin/python[tinydep]"]  # upgraded
+    r = cli("--json", "verify")
+    assert r.code == 0, r.err
+    assert [v["outcome"] for v in r.data["verified"]] == ["passed"]  # run on 2.0
+    install(python, dist)  # (a downgrade: 1.0 again)
+    (m,) = cli.json("list")["milestones"]
+    assert m["view"] == "stale"
+    r = cli("--json", "verify")
+    assert r.code == 0, r.err
+    (v,) = r.data["verified"]
+    assert v["outcome"] == "cached" and v["status"] == "done"  # the proof on 1.0 serves it
+
+
 def test_a_units_digest_follows_the_environment_its_command_runs(pkg: Path, tmp_path: Path) -> None:
     python = bare_venv(pkg / ".venv")
     cmd = GateCommand(name="t", run=".venv/bin/python -m pytest -q {file}", each=["tests/test_prices.py"])
@@ -418,6 +480,35 @@ def test_a_units_digest_follows_the_environment_its_command_runs(pkg: Path, tmp_
     assert plain_after == plain  # a command that starts no Python does not follow it
     pip(python, "uninstall", "-y", "tinydep")
     assert digests() == (before, plain)  # put back: the same unit, its pass kept in the store applies
+
+
+def test_a_gates_fingerprint_follows_the_environment_of_its_each_steps(pkg: Path, tmp_path: Path) -> None:
+    """A milestone with an ``each:`` step whose command starts a Python is
+    bound to that environment without an ``env:`` entry of its own, as its
+    units are; a step that starts none, or runs once, is not."""
+    python = bare_venv(pkg / ".venv")
+    inputs = ["module:shop.prices", "module:tests/test_prices.py"]
+    each = GateCommand(name="t", run=".venv/bin/python -m pytest -q {file}", each=["tests/test_prices.py"])
+    plain = GateCommand(name="t", run="grep -q def {file}", each=["tests/test_prices.py"])
+    once = GateCommand(name="t", run=".venv/bin/python -m pytest -q tests")
+
+    def digests() -> list[str | None]:
+        snap = Snapshot(pkg)
+        return [gate_fingerprint(snap, inputs, [c], None).digest for c in (each, plain, once)]
+
+    before = digests()
+    assert all(before)
+    derived = gate_fingerprint(Snapshot(pkg), inputs, [each], None).files
+    assert derived["env:.venv/bin/python[pytest]"].startswith("dist:")
+    named = gate_fingerprint(Snapshot(pkg), [*inputs, "env:.venv/bin/python"], [each], None)
+    assert named.files == derived  # named on the milestone: the same keys, once
+    install(python, tiny_dist(tmp_path / "tiny", "1.0"))
+    time.sleep(0.01)
+    after = digests()
+    assert after[0] != before[0]  # a distribution added where its each: step's python imports from
+    assert after[1:] == before[1:]  # no Python started per file, or no each: the plan's env: entries decide
+    pip(python, "uninstall", "-y", "tinydep")
+    assert digests() == before  # put back: the same fingerprint, the gate cache serves it
 
 
 def test_an_env_entry_naming_no_interpreter_makes_the_fingerprint_incomplete(pkg: Path) -> None:

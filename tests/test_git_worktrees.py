@@ -585,6 +585,9 @@ def test_the_scrub_removes_the_store_secrets_agents_kube_and_credential_urls() -
         "PIP_OPTIONS": "--extra-index-url https://me:tok@pypi.example/simple",
         "PLAIN_URL": "https://pypi.org/simple",
         "GIT_REMOTE": "ssh://git@github.com/org/repo.git",
+        "ORIGIN": "https://ghp_x@github.com/org/repo.git",  # a token given as the user alone
+        "CLONE_FROM": "git clone https://oauth2token@gitlab.example/org/repo.git",
+        "EMPTY_USER": "https://:tok@pypi.example/simple",
     }
     kept = scrubbed_env(inherited, ["ANTHROPIC_API_KEY"])
     assert kept == {

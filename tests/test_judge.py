@@ -127,6 +127,42 @@ def test_an_editable_install_points_at_the_workspace_and_the_rule_points_the_gat
     assert run.returncode == 1 and "test_odd" in run.stdout, run.stdout
 
 
+def test_a_units_key_names_where_it_imports_from_so_one_import_root_never_serves_another(
+    shared: tuple[Path, dict[str, Path]], tmp_path: Path
+) -> None:
+    """A unit run with the import rule (outside the workspace) and one without
+    (the workspace's editable install; a unit run ahead before the fix) have
+    other keys: a pass of one never stands for the other. Two checkouts with
+    the rule share theirs (content decides, not where the checkout is)."""
+    from milepost.gates.inputs import Snapshot
+    from milepost.gates.unit_blocks import env_tag, unit_state
+    from milepost.gates.units import import_tag
+
+    python, spaces = shared
+    ws = spaces["src"]
+    one, two = _checkout(ws, tmp_path / "one"), _checkout(ws, tmp_path / "two")
+    pytest_step = GateCommand(run=f"{python} -m pytest -q {{file}}", each=["tests/test_helpers.py"])
+    plain_step = GateCommand(run=f"{python} -c 'import sys' {{file}}", each=["tests/test_helpers.py"])
+    env = dict(os.environ)
+
+    def ruled(root: Path) -> dict[str, str]:
+        rule = J.import_rule(root, ["kvsrc"], [pytest_step], env)
+        assert rule.refusal is None
+        return {**env, **rule.env}
+
+    plugin = f"{one / '.milepost' / 'cache' / 'pytest-plugin'}"
+    assert import_tag(one, pytest_step, {"PYTHONPATH": f"{plugin}:{one}/src:/elsewhere:lib"}) == "src:/elsewhere:lib"
+    for step in (pytest_step, plain_step):
+        without = unit_state(Snapshot(one), step, "tests/test_helpers.py", None, env)
+        with_one = unit_state(Snapshot(one), step, "tests/test_helpers.py", None, ruled(one))
+        with_two = unit_state(Snapshot(two), step, "tests/test_helpers.py", None, ruled(two))
+        assert without.digest and with_one.digest
+        assert without.digest != with_one.digest
+        assert with_one.digest == with_two.digest
+    assert env_tag(Snapshot(one), pytest_step, env) != env_tag(Snapshot(one), pytest_step, ruled(one))
+    assert env_tag(Snapshot(one), pytest_step, ruled(one)) == env_tag(Snapshot(two), pytest_step, ruled(two))
+
+
 @pytest.mark.parametrize("gate", ["PYTHONPATH={ws}/src:{ws} {python} -m pytest", "{python} -I -m pytest"])
 def test_a_package_that_resolves_outside_the_checkout_is_refused_naming_the_path(
     shared: tuple[Path, dict[str, Path]], tmp_path: Path, gate: str

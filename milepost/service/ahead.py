@@ -16,6 +16,14 @@ together (:meth:`Ahead.together`), as one pytest session
 unit's result does not depend on the milestone whose gate runs it, so such a
 session has no ``MILEPOST_MILESTONE`` when its units are of several. Each
 unit's log is the session's output, with a line saying so.
+
+Outside the workspace (the drive's gates moved to its integration checkout:
+docs/doers.md), a unit runs ahead there as its gate would: with the import
+rule's ``PYTHONPATH`` (:func:`milepost.gates.judge.import_rule`), its digest
+taken with it; a step the rule refuses (its python would import a package
+from elsewhere) does not run ahead (its gate is refused in turn). A unit
+whose digest was taken in another checkout than the one the drive works in
+when its run starts is not run.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from pathlib import Path
 
 from milepost.gates.command import run_gate
 from milepost.gates.inputs import Snapshot
+from milepost.gates.judge import ImportRule, import_rule
 from milepost.gates.outcome import CommandResult
 from milepost.gates.unit_blocks import coverable, env_tag, unit_state, watched
 from milepost.gates.unit_session import Session
@@ -45,11 +54,25 @@ _WAITING = (MilestoneStatus.PENDING, MilestoneStatus.NEEDS_FIX)  # (not claimed,
 class Ahead:
     """The units one drive may run ahead: its jobs, their digests now, and a run."""
 
-    def __init__(self, ctx: Context, item: int, folder: Path, hold: Callable[[str], object] | None = None) -> None:
-        self.ctx = ctx
+    def __init__(
+        self,
+        ctx: Context,
+        item: int,
+        folder: Path,
+        *,
+        workspace: Path | None = None,
+        packages: Sequence[str] = (),
+        hold: Callable[[str], object] | None = None,
+    ) -> None:
+        self.ctx = ctx  # (its store's root: where the drive's gates run now; DriveSession.work_in moves it)
         self.item = item
         self.folder = folder
+        self.workspace = Path(ctx.store.root) if workspace is None else workspace
+        self.packages = tuple(packages)  # what the plan's module: entries name (the import rule checks them)
         self.hold = hold  # the book's, called before a unit's record is written (gates/unit_blocks.py: Watch.hold)
+        self._lock = threading.Lock()
+        self._rules: dict[tuple[str, str], ImportRule] = {}  # (root, step) -> its import rule
+        self._roots: dict[str, str] = {}  # digest -> the root it was taken in
 
     @staticmethod
     def jobs(g: WorkGraph, scope: set[str] | None) -> list[AheadJob]:
@@ -71,12 +94,35 @@ class Ahead:
                         out.append(AheadJob(cmd=cmd, path=path, milestone=m.name, timeout=m.timeout))
         return out
 
+    def _base(self, root: Path, job: AheadJob) -> dict[str, str] | None:
+        """The environment a unit of ``job`` runs ahead with in ``root`` (this
+        process's, and outside the workspace the import rule's); None: refused."""
+        if root.resolve() == self.workspace.resolve():
+            return dict(os.environ)
+        step = job.cmd.model_dump_json(exclude={"each"})
+        with self._lock:
+            rule = self._rules.get((str(root), step))
+        if rule is None:
+            env = {**os.environ, "MILEPOST_WORKSPACE": str(root)}
+            rule = import_rule(root, self.packages, [unit_command(job.cmd, job.path)], env)
+            with self._lock:
+                self._rules[(str(root), step)] = rule
+        return None if rule.refusal is not None else {**os.environ, **rule.env}
+
     def digest(self, job: AheadJob) -> str | None:
-        snap = Snapshot(self.ctx.store.root)
+        root = Path(self.ctx.store.root)
+        base = self._base(root, job)
+        if base is None:
+            return None  # (its gate is refused: nothing to run ahead)
+        snap = Snapshot(root)
         try:
-            return unit_state(snap, job.cmd, job.path, job.timeout).digest
+            found = unit_state(snap, job.cmd, job.path, job.timeout, base).digest
         finally:
             snap.save()
+        if found is not None:
+            with self._lock:
+                self._roots[found] = str(root)
+        return found
 
     @staticmethod
     def together(job: AheadJob) -> Hashable | None:
@@ -88,46 +134,66 @@ class Ahead:
     def run(
         self, jobs: Sequence[AheadJob], digests: Sequence[str], stop: threading.Event
     ) -> list[tuple[CommandResult | None, Path | None]]:
-        """``jobs`` run ahead in one run: one command, or several pytest units in one session."""
+        """``jobs`` run ahead in one run: one command, or several pytest units in one session
+        (in the checkout the drive works in now: a unit whose digest was taken in another is not run)."""
+        root = Path(self.ctx.store.root)
+        with self._lock:
+            here = [self._roots.pop(d, None) == str(root) for d in digests]
+        base = self._base(root, jobs[0]) if any(here) else None
+        if base is None:
+            return [(None, None)] * len(jobs)
+        mine = [(job, d) for job, d, ok in zip(jobs, digests, here, strict=True) if ok]
         self.folder.mkdir(parents=True, exist_ok=True)
-        if len(jobs) == 1:
-            return [self._one(jobs[0], digests[0], stop)]
-        return self._session(jobs, digests, stop)
+        ran: dict[str, tuple[CommandResult | None, Path | None]]
+        if len(mine) == 1:
+            ran = {mine[0][1]: self._one(root, base, mine[0][0], mine[0][1], stop)}
+        else:
+            found = self._session(root, base, [j for j, _ in mine], [d for _, d in mine], stop)
+            ran = {d: r for (_, d), r in zip(mine, found, strict=True)}
+        return [ran.get(d, (None, None)) for d in digests]
 
-    def _env(self, jobs: Sequence[AheadJob]) -> dict[str, str]:
-        env = {"MILEPOST_ITEM": str(self.item), "MILEPOST_WORKSPACE": str(self.ctx.store.root)}
+    def _env(self, root: Path, jobs: Sequence[AheadJob]) -> dict[str, str]:
+        env = {"MILEPOST_ITEM": str(self.item), "MILEPOST_WORKSPACE": str(root)}
         if len({job.milestone for job in jobs}) == 1:
             env["MILEPOST_MILESTONE"] = jobs[0].milestone
         return env
 
-    def _one(self, job: AheadJob, digest: str, stop: threading.Event) -> tuple[CommandResult, Path | None]:
+    def _one(
+        self, root: Path, base: dict[str, str], job: AheadJob, digest: str, stop: threading.Event
+    ) -> tuple[CommandResult, Path | None]:
         log = self.folder / f"{digest[:16]}.log"
-        env = self._env([job])
-        root = Path(self.ctx.store.root)
+        env = {**base, **self._env(root, [job])}
         one = unit_command(job.cmd, job.path)
         # Under coverage, as its gate would run it, its record kept under its environment's key as the gate's.
         snap = Snapshot(root)
-        watch = watched(root, job.cmd, job.path, job.timeout, env_tag(snap, job.cmd), self.hold)
+        watch = watched(root, job.cmd, job.path, job.timeout, env_tag(snap, job.cmd, base), self.hold)
         snap.save()
         if watch is not None:
-            env = watch.env({**os.environ, **env, **one.env})
+            env = watch.env({**env, **one.env})
             one = one.model_copy(update={"env": {}})  # (in env already: coverage's PYTHONPATH comes after it)
-        result = run_gate([one], log, default_cwd=root, env=env, default_timeout=job.timeout, stop=stop)
+        result = run_gate(
+            [one], log, default_cwd=root, env=env, inherit_env=False, default_timeout=job.timeout, stop=stop
+        )
         done = result.commands[0]
         return (watch.finish(done) if watch is not None else done), log
 
     def _session(
-        self, jobs: Sequence[AheadJob], digests: Sequence[str], stop: threading.Event
+        self, root: Path, base: dict[str, str], jobs: Sequence[AheadJob], digests: Sequence[str], stop: threading.Event
     ) -> list[tuple[CommandResult | None, Path | None]]:
-        root = Path(self.ctx.store.root)
         snap = Snapshot(root)
-        tag = env_tag(snap, jobs[0].cmd)
+        tag = env_tag(snap, jobs[0].cmd, base)
         snap.save()
         session = Session(root, jobs[0].cmd, [job.path for job in jobs], jobs[0].timeout, tag, self.hold)
         log = self.folder / f"{digests[0][:16]}-session.log"
-        env = session.env({**os.environ, **self._env(jobs)})
+        env = session.env({**base, **self._env(root, jobs)})
         result = run_gate(
-            [session.command()], log, default_cwd=root, env=env, default_timeout=session.timeout(), stop=stop
+            [session.command()],
+            log,
+            default_cwd=root,
+            env=env,
+            inherit_env=False,
+            default_timeout=session.timeout(),
+            stop=stop,
         )
         found = session.results(result.commands[0])
         out: list[tuple[CommandResult | None, Path | None]] = []

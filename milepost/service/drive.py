@@ -34,6 +34,7 @@ from milepost.service.takeover import HeldElsewhere, held_by_others
 
 if TYPE_CHECKING:
     from milepost.service import Service
+    from milepost.service.ahead import Ahead
 
 __all__ = ["UNCHANGED", "DriveSession", "nothing_to_run", "summarize"]
 
@@ -48,6 +49,7 @@ class DriveSession:
         self, ctx: Context, item: int, owner: str, *, use_cache: bool = True, scope: Iterable[str] | None = None
     ) -> None:
         self.ctx = ctx
+        self.workspace = Path(ctx.store.root)  # (ctx's root moves with work_in; this one never does)
         self.item = item
         self.owner = owner
         self.use_cache = use_cache
@@ -66,6 +68,7 @@ class DriveSession:
         # Milestones this drive will not start, and why: another driver's gate
         # holds their lease (sent back by hand while it ran).
         self.busy: dict[str, str] = {}
+        self._ahead: Ahead | None = None  # the units run ahead while units_ahead's block runs
 
     @property
     def graph(self) -> WorkGraph:
@@ -88,6 +91,8 @@ class DriveSession:
         integration checkout of doers when the workspace has uncommitted
         changes: flows/doer_attempts.py)."""
         self.ctx = dataclasses.replace(self.ctx, store=self.ctx.store.at(root))
+        if self._ahead is not None:
+            self._ahead.ctx = self.ctx  # (units run ahead there from now on, as its gates would: service/ahead.py)
 
     def proofs_check(self, g: WorkGraph) -> proofs.Check:
         """The proofs of every milestone of ``g`` as this drive sees them (in its root: see work_in)."""
@@ -251,14 +256,20 @@ class DriveSession:
         if not on:
             yield
             return
+        from milepost.gates.judge import named_packages
         from milepost.service.ahead import Ahead
 
+        g = self.graph
         folder = self.ctx.store.evidence_dir("ahead") / self.owner.replace(":", "-")
-        ahead = Ahead(self.ctx, self.item, folder, self.units.hold)
+        packages = named_packages(e for m in g for e in m.inputs)  # (the import rule's, outside the workspace)
+        ahead = self._ahead = Ahead(
+            self.ctx, self.item, folder, workspace=self.workspace, packages=packages, hold=self.units.hold
+        )
         try:
-            with self.units.ahead(Ahead.jobs(self.graph, self.scope), ahead.digest, ahead.run, ahead.together):
+            with self.units.ahead(Ahead.jobs(g, self.scope), ahead.digest, ahead.run, ahead.together):
                 yield
         finally:
+            self._ahead = None
             ahead.clear()
 
     # -- holds ---------------------------------------------------------------

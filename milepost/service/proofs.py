@@ -27,7 +27,7 @@ from sqlalchemy import Connection, and_, select
 from milepost._schema import UNIT_PASSES, utcnow
 from milepost.errors import InvalidValueError
 from milepost.gates.imports import is_module_entry
-from milepost.gates.inputs import Fingerprint, Snapshot, changed_paths, describe_changes, spec_digest
+from milepost.gates.inputs import Fingerprint, Snapshot, changed_paths, describe_changes, gate_fingerprint
 from milepost.gates.outcome import CachedFrom, GateResult, Outcome
 from milepost.gates.pyenv import interpreter_of, is_env_entry
 from milepost.gates.unit_locks import UnitLocks
@@ -143,7 +143,8 @@ def environment_of(snap: Snapshot, entry: str) -> tuple[str | None, dict[str, An
 
 
 def fingerprint(snap: Snapshot, m: Milestone) -> Fingerprint:
-    return snap.fingerprint(m.inputs, spec_digest(m.gate, m.timeout))
+    """``m``'s fingerprint now: its inputs, its gate's spec and its ``each:`` steps' environments."""
+    return gate_fingerprint(snap, m.inputs, m.gate, m.timeout)
 
 
 def _wants_check(m: Milestone) -> bool:

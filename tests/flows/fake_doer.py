@@ -2,15 +2,16 @@
 ``python3 fake_doer.py SCENARIO.json [RECORD.jsonl]``.
 
 SCENARIO maps ``milestone#attempt`` (or ``milestone``, for every attempt)
-to a step: ``say`` text (printed), ``write`` {path: text}, ``append`` {path: text}, ``delete``
-[paths], ``cost`` {"usd": .., "tokens": ..}, ``sleep`` seconds (after a
-``touch`` path, if given), ``rm_worktree`` true, ``exit`` code. Each run
-appends what it was given (its environment's MILEPOST_ and secret-looking
-variables, its pid, its folder, its prompt, the failure log) to RECORD.
+to a step: ``wait_for`` a file matching a glob pattern first (up to 60 s), ``say`` text (printed),
+``write`` {path: text}, ``append`` {path: text}, ``delete`` [paths], ``cost`` {"usd": .., "tokens": ..},
+``sleep`` seconds (after a ``touch`` path, if given), ``rm_worktree`` true, ``exit`` code. Each run appends
+what it was given (its environment's MILEPOST_ and secret-looking variables, its pid, its folder, its prompt,
+the failure log) to RECORD.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -18,6 +19,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+def _wait_for(pattern: str) -> None:
+    deadline = time.monotonic() + 60
+    while not glob.glob(pattern, recursive=True) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def main() -> int:
@@ -38,6 +45,8 @@ def main() -> int:
             seen["failure"] = Path(os.environ["MILEPOST_FAILURE_LOG"]).read_text(errors="replace")
         with open(sys.argv[2], "a") as out:
             out.write(json.dumps(seen) + "\n")
+    if "wait_for" in step:
+        _wait_for(step["wait_for"])
     if "say" in step:
         print(step["say"], flush=True)
     for path, text in step.get("write", {}).items():

@@ -6,14 +6,18 @@ it judges there: a broken change is never done nor merged."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from milepost.flows.drive import run_drive
+from milepost.gates.git import Repo
+from milepost.gates.worktrees import repo_key, worktrees_root
 from milepost.graph import MilestoneStatus
 from milepost.service import Service
 from tests.flows.test_doers import Doer, apply, merges, statuses
+from tests.flows.test_doers import any_service as _on_both_stores  # noqa: F401 (the fixture any_service)
 from tests.venvs import BROKEN, FIXED, HELPERS, git, install_editable, package_repo, shared_venv
 
 pytestmark = pytest.mark.xdist_group("prefect")
@@ -43,13 +47,14 @@ def _helpers(name: str, layout: str) -> str:
 @pytest.mark.parametrize("layout", ["src", "flat"])
 def test_a_doer_that_breaks_the_code_is_never_done_and_a_correct_one_is_merged(
     prefect_api: str,
-    service: Service,
+    any_service: Service,
     workspace: Path,
     tmp_path: Path,
     venv: Path,
     layout: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    service = any_service  # (SQLite and PostgreSQL)
     name = _package(workspace, venv, layout, monkeypatch)
     path = _helpers(name, layout)
     doer = Doer(tmp_path, {"broken": {"write": {path: BROKEN}}, "fixed": {"write": {path: FIXED}}})
@@ -95,7 +100,11 @@ def test_the_judge_has_no_ignored_file_of_the_doer_and_its_setup_is_cached_by_ke
 ) -> None:
     name = _package(workspace, venv, "src", monkeypatch)
     path = _helpers(name, "src")
-    where, counter = tmp_path / "where.txt", tmp_path / "setups.txt"
+    # what the driver has that neither the judge's set-up nor its gate may see (as for a doer)
+    monkeypatch.setenv("MILEPOST_DB", service.store.url)
+    monkeypatch.setenv("SECRET_TOKEN", "s3cret-token-value")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/the-drivers-agent.sock")
+    where, counter, seen = tmp_path / "where.txt", tmp_path / "setups.txt", tmp_path / "env.txt"
     doer = Doer(
         tmp_path,
         {
@@ -104,11 +113,13 @@ def test_the_judge_has_no_ignored_file_of_the_doer_and_its_setup_is_cached_by_ke
             "b": {"append": {"pyproject.toml": "# a key file changed\n", path: "X = 1\n"}},
         },
     )
-    gate = f"pwd >> {where} && test ! -e build/flag.txt && python -m pytest -q -p no:cacheprovider tests"
+    gate = (
+        f"pwd >> {where} && env >> {seen} && test ! -e build/flag.txt && python -m pytest -q -p no:cacheprovider tests"
+    )
     item = apply(
         service,
         f"""objective: judged with a set-up
-doer: {{protect: ['tests/**'], judge_setup: 'echo ran >> {counter} && mkdir -p .built'}}
+doer: {{protect: ['tests/**'], judge_setup: 'echo ran >> {counter} && env >> {seen} && mkdir -p .built'}}
 milestones:
   - {{name: a, retries: 1, do: '{doer.command}', gate: '{gate}'}}
   - {{name: b, deps: [a], do: '{doer.command}', gate: '{gate} && test -d .built'}}
@@ -126,6 +137,11 @@ milestones:
     assert counter.read_text() == "ran\nran\n"
     assert (workspace / path).read_text() == FIXED + "X = 1\n"
     assert not (workspace / "build").exists()
+    # the judge's set-up (twice) and gate (three times) ran with the scrubbed environment
+    text = seen.read_text()
+    assert text.count("MILEPOST_AGENT=doer") == 5 and "PATH=" in text
+    assert "MILEPOST_DB" not in text and service.store.url not in text
+    assert "SECRET_TOKEN" not in text and "s3cret-token-value" not in text and "SSH_AUTH_SOCK" not in text
 
 
 def test_a_failing_judge_setup_and_a_package_resolving_outside_fail_their_attempts(
@@ -201,3 +217,53 @@ milestones:
     assert (workspace / "notes.txt").read_text() == "my notes\n" and "MERGED" not in (
         workspace / _helpers(name, "src")
     ).read_text()
+
+
+def test_a_unit_run_ahead_in_the_integration_worktree_imports_from_it_and_its_pass_proves_that_code(
+    prefect_api: str,
+    any_service: Service,
+    workspace: Path,
+    tmp_path: Path,
+    venv: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Uncommitted changes: units of a dependent milestone run ahead (while
+    its dependency's doer works) in the integration worktree, as its gate
+    would: importing the package from there, not from the workspace the
+    editable install points at. Their pass then names the code they ran: the
+    doer's merged change (a broken helper) makes the dependent's unit run
+    again, and fail. (Run ahead with the driver's environment, the unit
+    proved the workspace's copy and its record, blind to it, stood for the
+    merged code: the dependent was done on a broken helper.)"""
+    service = any_service  # (SQLite and PostgreSQL: units' passes are kept in the store)
+    name = _package(workspace, venv, "src", monkeypatch)
+    ran = tmp_path / "imported.txt"  # where each run of the unit imported the helper from
+    (workspace / "tests" / "test_odd.py").write_text(
+        f"from {name} import helpers\nfrom {name}.helpers import is_even\n\n\n"
+        f"def test_odd():\n    with open({str(ran)!r}, 'a') as f:\n        f.write(helpers.__file__ + '\\n')\n"
+        "    assert not is_even(3)\n"
+    )
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "a test of its own")
+    (workspace / "notes.txt").write_text("my notes\n")  # uncommitted: the drive integrates elsewhere
+    # a's doer breaks the helper once b's unit ran ahead, its record of the code it ran kept (in the
+    # integration worktree: docs/doers.md), so that it ran on the code before the merge
+    folder = worktrees_root(os.environ["MILEPOST_WORKTREES"]) / repo_key(Repo(workspace.resolve()))
+    records = f"{folder}/item-*/_integration/.milepost/cache/units/*.json"
+    doer = Doer(tmp_path, {"a": {"wait_for": records, "write": {_helpers(name, "src"): BROKEN}}})
+    step = "{name: t, run: 'python -m pytest -q -p no:cacheprovider {file}', each: [tests/test_odd.py]}"
+    item = apply(
+        service,
+        f"""objective: run ahead where merged
+milestones:
+  - {{name: a, do: '{doer.command}', gate: 'true'}}
+  - {{name: b, deps: [a], retries: 0, gate: [{step}]}}
+""",
+    )
+    assert not run_drive(service, item, max_parallel=2).ok
+    assert statuses(service, item) == {"a": S.DONE, "b": S.STUCK}
+    [run] = service.runs("b", item)
+    assert run.outcome.value == "failed" and "assert not is_even(3)" in Path(run.log_path or "").read_text()
+    [integration] = list(folder.glob("item-*/_integration"))
+    # ahead (a's doer waited for its record), then b's gate: both imported the helper from where they ran
+    assert ran.read_text().splitlines() == [str(integration / _helpers(name, "src"))] * 2
