@@ -407,6 +407,12 @@ def test_a_drives_jobs_are_its_milestones_yet_to_run_with_their_cache_on(
     jobs = Ahead.jobs(g, None)
     assert [(j.milestone, j.path) for j in jobs] == [("all", "tests/test_cart.py"), ("all", "tests/test_prices.py")]
     assert [j.milestone for j in Ahead.jobs(g, {"prices", "cart"})] == []
+    # prices, done but stale: the drive re-proves it, its units run ahead with the rest (one session, not one
+    # process per re-proven gate: click's four files after a no-op edit ran in four).
+    assert [(j.milestone, j.path) for j in Ahead.jobs(g, None, {"prices"})] == [
+        ("prices", "tests/test_prices.py"),
+        ("all", "tests/test_cart.py"),
+    ]
     uncached = plan(ledger, objective="no cache").replace("  - name: cart\n", "  - name: cart\n    cache: false\n")
     item = svc.apply_plan(parse_plan(uncached))
     _, g2 = svc.graph(item.id)  # prices ready; cart's cache off: all's units

@@ -32,7 +32,7 @@ import contextlib
 import os
 import shutil
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from pathlib import Path
 
 from milepost.gates.command import run_gate
@@ -75,13 +75,16 @@ class Ahead:
         self._roots: dict[str, str] = {}  # digest -> the root it was taken in
 
     @staticmethod
-    def jobs(g: WorkGraph, scope: set[str] | None) -> list[AheadJob]:
+    def jobs(g: WorkGraph, scope: set[str] | None, reprove: Collection[str] = ()) -> list[AheadJob]:
         """Every unit of the milestones waiting on others (not done, not ready;
-        in ``scope``, with their cache on), by milestone id, each once."""
+        in ``scope``, with their cache on), and of the stale ones the drive will
+        re-prove (``reprove``: their changed units run ahead together rather than
+        one pytest process per gate), by milestone id, each once."""
         out: list[AheadJob] = []
         seen: set[tuple[str, str, str]] = set()
         for m in sorted(g, key=lambda m: m.id):
-            if m.status not in _WAITING or not m.cache or (scope is not None and m.name not in scope):
+            waiting = m.status in _WAITING or (m.status is MilestoneStatus.DONE and m.name in reprove)
+            if not waiting or not m.cache or (scope is not None and m.name not in scope):
                 continue  # (cache: false says its gate's results are not a function of its inputs)
             if g.is_ready(m.name):
                 continue  # its gate starts now: its units are its own to run

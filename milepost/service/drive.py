@@ -266,7 +266,8 @@ class DriveSession:
             self.ctx, self.item, folder, workspace=self.workspace, packages=packages, hold=self.units.hold
         )
         try:
-            with self.units.ahead(Ahead.jobs(g, self.scope), ahead.digest, ahead.run, ahead.together):
+            jobs = Ahead.jobs(g, self.scope, self.to_reprove)  # (check_proofs ran: the loop's prepare)
+            with self.units.ahead(jobs, ahead.digest, ahead.run, ahead.together):
                 yield
         finally:
             self._ahead = None
