@@ -26,9 +26,12 @@ from dataclasses import dataclass
 
 from milepost.gates.imports import parse_lock
 
-__all__ = ["MODULE", "Block", "blocks_of", "executed"]
+__all__ = ["FORMAT", "MODULE", "Block", "blocks_from_json", "blocks_of", "blocks_to_json", "executed"]
 
 MODULE = "<module>"
+# The blocks of a file are kept on disk by content (gates/unit_blocks.py): a change to how blocks are named,
+# fingerprinted or lined must change FORMAT, so no drive reads blocks found the old way.
+FORMAT = "milepost-blocks-1"
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
@@ -114,3 +117,31 @@ def executed(blocks: Iterable[Block], lines: Iterable[int]) -> dict[str, str]:
     """name -> fingerprint of the blocks one of ``lines`` belongs to."""
     ran = set(lines)
     return {b.name: b.fingerprint for b in blocks if not b.lines.isdisjoint(ran)}
+
+
+def blocks_to_json(blocks: Sequence[Block]) -> str:
+    """``blocks`` as kept on disk (their lines as ranges)."""
+    out = []
+    for b in blocks:
+        ranges: list[list[int]] = []
+        for n in sorted(b.lines):
+            if ranges and ranges[-1][1] == n - 1:
+                ranges[-1][1] = n
+            else:
+                ranges.append([n, n])
+        out.append([b.name, b.fingerprint, ranges])
+    return json.dumps({"format": FORMAT, "blocks": out}, separators=(",", ":"))
+
+
+def blocks_from_json(text: str) -> list[Block] | None:
+    """What :func:`blocks_to_json` wrote; None when it is not that (damaged, another format)."""
+    try:
+        data = json.loads(text)
+        if data.get("format") != FORMAT:
+            return None
+        return [
+            Block(str(name), str(fp), frozenset(n for a, b in ranges for n in range(int(a), int(b) + 1)))
+            for name, fp, ranges in data["blocks"]
+        ]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None

@@ -226,7 +226,6 @@ class ImportIndex:
         self._digest = digest
         self.cache = _ParseCache(cache_path)
         self._k = memo.current(root) if memo is not None else Known()
-        self._by_lines: dict[tuple[str, tuple[str, ...], frozenset[int]], list[str]] = {}  # (this snapshot's)
 
     # -- the file system, asked once -------------------------------------------------------
 
@@ -354,9 +353,13 @@ class ImportIndex:
         out), sorted: what the code a unit executed imports (gates/unit_blocks.py)."""
         wanted = frozenset(lines)
         key = (rel, tuple(roots), wanted)
-        if key not in self._by_lines:
-            self._by_lines[key] = self._imported_by_lines(rel, roots, wanted)
-        return self._by_lines[key]
+        digest = self._digest(rel) or ""
+        known = self._k.by_lines.get(key)  # (the process's while the folders are as they were, as imports_of's)
+        if known is not None and known[0] == digest:
+            return known[1]
+        found = self._imported_by_lines(rel, roots, wanted)
+        self._k.by_lines[key] = (digest, found)
+        return found
 
     def _imported_by_lines(self, rel: str, roots: Sequence[str], wanted: frozenset[int]) -> list[str]:
         me = self.module_of(rel, roots)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milepost.gates.blocks import Block, blocks_of, executed
+from milepost.gates.blocks import Block, blocks_from_json, blocks_of, blocks_to_json, executed
 from milepost.gates.inputs import Snapshot, spec_digest
 from milepost.gates.listing import NEVER
 from milepost.gates.outcome import CommandResult, Outcome
@@ -402,12 +402,19 @@ class _Reader:
         return self._blocks[rel]
 
     def _parse(self, rel: str) -> list[Block] | None:
-        """The file's blocks, parsed once per content in this process (the workspace's stat cache keeps them)."""
+        """The file's blocks, parsed once per content: kept in this process (the workspace's stat cache) and
+        on disk (``.milepost/cache/blocks/``, one file per content: a drive reads the blocks of the files it did
+        not change instead of parsing them; docs/benchmarks.md, bench_blocks)."""
         digest = self.snap.content_digest(rel)
         key = f"blocks:{digest}"
         memo = self.snap.cache.parsed
         if digest is not None and key in memo:
             return memo[key]  # type: ignore[return-value]
+        kept = self.snap.root / ".milepost" / "cache" / "blocks" / f"{digest[:32]}.json" if digest else None
+        found = _kept_blocks(kept)
+        if found is not None:
+            memo[key] = found
+            return found
         try:
             source = (self.snap.root / rel).read_bytes()
         except OSError:
@@ -415,6 +422,7 @@ class _Reader:
         found = blocks_of(source)
         if digest is not None and found is not None and hashlib.sha256(source).hexdigest()[:32] == digest[:32]:
             memo[key] = found  # (only when what was read is what the digest names)
+            _keep_blocks(kept, found)
         return found
 
     def imports(self, rel: str, names: Iterable[str]) -> list[str]:
@@ -429,6 +437,30 @@ class _Reader:
     def files(self, paths: Iterable[str]) -> dict[str, str]:
         """The content digests of the files ``paths`` name (as patterns: ``./x`` for one at the root)."""
         return self.snap.fingerprint([p if "/" in p else f"./{p}" for p in paths], "").files
+
+
+def _kept_blocks(path: Path | None) -> list[Block] | None:
+    """The blocks kept on disk for a content, None when there are none (or they cannot be read: parsed again)."""
+    if path is None:
+        return None
+    try:
+        return blocks_from_json(path.read_text())
+    except OSError:
+        return None
+
+
+def _keep_blocks(path: Path | None, blocks: list[Block]) -> None:
+    """Keep a content's blocks on disk (best effort: a lost file costs a parse)."""
+    if path is None:
+        return
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(blocks_to_json(blocks))
+        tmp.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def first_change(reader: _Reader, record: Record, static_now: Mapping[str, str]) -> str | None:

@@ -131,6 +131,37 @@ def test_blocks_are_module_level_code_and_each_body_and_a_comment_changes_none()
     assert blocks_of(b"def (:\n") is None
 
 
+def test_blocks_kept_on_disk_are_the_blocks_parsed_and_a_bad_file_is_parsed_again(
+    pkg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drive reads the blocks of the files it did not change from ``.milepost/cache/blocks/`` instead of
+    parsing them (click's 17 modules cost a second a drive); what is read is what a parse finds, and a file
+    that is damaged or of another format is parsed again, never trusted."""
+    from milepost.gates import unit_blocks
+    from milepost.gates.blocks import blocks_from_json, blocks_to_json
+    from milepost.gates.inputs import StatCache
+
+    src = (pkg / "pkg" / "b.py").read_bytes()
+    found = blocks_of(src)
+    assert found is not None and blocks_from_json(blocks_to_json(found)) == found
+    assert blocks_from_json(blocks_to_json(found).replace("milepost-blocks-1", "milepost-blocks-0")) is None
+    assert blocks_from_json('{"format": "milepost-blocks-1", "blocks": [["f", "x", [[1]]]]}') is None
+    parses: list[bytes] = []
+    real = unit_blocks.blocks_of
+    monkeypatch.setattr(unit_blocks, "blocks_of", lambda source: parses.append(source) or real(source))
+
+    def read() -> object:  # a new process: a stat cache of its own, nothing in memory
+        reader = unit_blocks._Reader(Snapshot(pkg, StatCache(None, racy_seconds=0)), "tests/test_b.py")
+        return reader.blocks("pkg/b.py")
+
+    assert read() == found and len(parses) == 1
+    assert read() == found and len(parses) == 1  # read from disk
+    (kept,) = (pkg / ".milepost" / "cache" / "blocks").glob("*.json")
+    kept.write_text(kept.read_text()[:-9])
+    assert read() == found and len(parses) == 2  # damaged: parsed again (and kept again)
+    assert read() == found and len(parses) == 2
+
+
 # -- selection ------------------------------------------------------------------------------
 
 
