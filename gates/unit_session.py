@@ -7,8 +7,9 @@ them all. The plugin switches coverage's context per test file and reports
 each file's tests, so each file is still a unit of its own: its outcome
 (failed when one of its tests, or its collection, failed, or when it has no
 test, as ``pytest FILE`` alone would exit 5), its record and its pass. Code
-run while collecting (imports) or while setting up fixtures counts for
-every file of the session (a session fixture serves them all), a test
+run while collecting (imports) or while setting up a session or package
+fixture counts for every file of the session (such a fixture serves the
+files after the one that set it up), a test
 file's own module code for itself only. Collection errors do not stop the
 session (``--continue-on-collection-errors``). A session that ends in
 another way (interrupted, an internal error, a ``-x`` that stopped it) gives
