@@ -355,11 +355,9 @@ def test_the_probe_reads_a_folder_again_only_when_its_stat_changed(pkg: Path, tm
     assert (again.probes, again.scans) == (0, 0)
 
 
-@pytest.mark.slow  # (five pip runs and three pytest gates: about 20 s on 2 cores)
-def test_uninstalling_a_dependency_makes_the_proofs_stale_and_reinstalling_serves_the_cache(
-    any_cli: CLI, pkg: Path, tmp_path: Path
-) -> None:
-    cli = any_cli
+def proven_with_tinydep(cli: CLI, pkg: Path, tmp_path: Path, more_inputs: str) -> tuple[Path, Path]:
+    """A milestone whose pytest unit imports ``tinydep`` 1.0 from the workspace's ``.venv``, done: that
+    interpreter and the distribution (``more_inputs``: written after its module entries)."""
     python = bare_venv(pkg / ".venv")
     dist = tiny_dist(tmp_path / "tiny", "1.0")
     install(python, dist)
@@ -374,13 +372,22 @@ milestones:
     gate:
       - {name: pytest, run: "PYTHONPATH=src .venv/bin/python -m pytest -q -p no:randomly -p no:cacheprovider {file}",
          each: [tests/test_prices.py]}
-    inputs: ["module:shop.prices", "module:tests/test_prices.py", "env:.venv/bin/python"]
-""",
+    inputs: ["module:shop.prices", "module:tests/test_prices.py"MORE]
+""".replace("MORE", more_inputs),
         },
     )
     cli("plan", "apply", "plan.yaml", check=True)
     cli("start", "prices", check=True)
     cli("done", "prices", check=True)
+    return python, dist
+
+
+@pytest.mark.slow  # (five pip runs and three pytest gates: about 20 s on 2 cores)
+def test_uninstalling_a_dependency_makes_the_proofs_stale_and_reinstalling_serves_the_cache(
+    any_cli: CLI, pkg: Path, tmp_path: Path
+) -> None:
+    cli = any_cli
+    python, dist = proven_with_tinydep(cli, pkg, tmp_path, ', "env:.venv/bin/python"')
     shown = cli.json("inputs", "prices")["inputs"][2]
     assert shown["entry"] == "env:.venv/bin/python" and shown["environment"]["distributions"]["tinydep"] == "1.0"
     assert shown["environment"]["interpreter"] == str(pkg / ".venv" / "bin" / "python")
@@ -416,27 +423,7 @@ def test_uninstalling_a_dependency_makes_a_plan_without_env_entries_stale_and_re
     """A hand-written milestone whose pytest step runs per file, with no
     ``env:`` entry: its fingerprint covers the step's environment (docs/proofs.md)."""
     cli = any_cli
-    python = bare_venv(pkg / ".venv")
-    dist = tiny_dist(tmp_path / "tiny", "1.0")
-    install(python, dist)
-    write(
-        pkg,
-        {
-            "tests/test_prices.py": PACKAGE["tests/test_prices.py"] + "\nimport tinydep\n",
-            "plan.yaml": """
-objective: env
-milestones:
-  - name: prices
-    gate:
-      - {name: pytest, run: "PYTHONPATH=src .venv/bin/python -m pytest -q -p no:randomly -p no:cacheprovider {file}",
-         each: [tests/test_prices.py]}
-    inputs: ["module:shop.prices", "module:tests/test_prices.py"]
-""",
-        },
-    )
-    cli("plan", "apply", "plan.yaml", check=True)
-    cli("start", "prices", check=True)
-    cli("done", "prices", check=True)
+    python, dist = proven_with_tinydep(cli, pkg, tmp_path, "")
     (m,) = cli.json("list")["milestones"]
     assert m["view"] == "done"
     pip(python, "uninstall", "-y", "tinydep")
