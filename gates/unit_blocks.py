@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milepost.gates.blocks import Block, blocks_from_json, blocks_of, blocks_to_json, executed
+from milepost.gates.blocks import MODULE, Block, blocks_from_json, blocks_of, blocks_to_json, executed
 from milepost.gates.inputs import Snapshot, spec_digest
 from milepost.gates.listing import NEVER
 from milepost.gates.outcome import CommandResult, Outcome
@@ -445,7 +445,7 @@ def _kept_blocks(path: Path | None) -> list[Block] | None:
         return None
     try:
         return blocks_from_json(path.read_text())
-    except OSError:
+    except (OSError, ValueError):  # (bytes that are no text: parsed again, and kept again)
         return None
 
 
@@ -611,6 +611,10 @@ class Watch:
             if found is None:
                 return None
             names = executed(found, seen["lines"])
+            if names and MODULE not in names:
+                # Its module-level code ran in this process, if not in this unit's context (imported by an
+                # earlier file of the session, lazily): a change there must run this unit again too.
+                names.update({b.name: b.fingerprint for b in found if b.name == MODULE})
             if names:
                 blocks[rel] = names
                 imports[rel] = reader.imports(rel, names)

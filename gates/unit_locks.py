@@ -69,6 +69,12 @@ class UnitLocks:
             with contextlib.suppress(OSError):
                 os.close(fd)  # (closing drops the flock)
 
+    def release_all(self) -> None:
+        """Every lock still held here let go (a book whose drive ended: passes run ahead that no gate took, a
+        record's lock a failed run never let go); the process may drive again (the MCP server)."""
+        for digest in list(self._held):
+            self.release(digest)
+
     def passed(self, digest: str) -> CachedFrom | None:
         """Where a live process passed the unit (its attempt not yet recorded, perhaps), else None."""
         try:

@@ -138,9 +138,14 @@ class UnitRuns:
             raise
         if shared and self.book is not None and digest is not None:
             self.book.end(digest, r, self.origin)
-            if r.unit is not None and r.unit != digest:
-                self.book.also(r.unit, r, self.origin)
+        self._also(digest, r)
         return r
+
+    def _also(self, digest: str | None, r: CommandResult) -> None:
+        """A pass known under its record's digest too; told whenever a record was written (its lock, taken by
+        :meth:`_hold`, is let go there), whether or not the unit had a digest before it ran."""
+        if self.reuse and self.book is not None and r.unit is not None and r.unit != digest:
+            self.book.also(r.unit, r, self.origin)
 
     def _watched(
         self,
@@ -290,8 +295,7 @@ class UnitRuns:
         r = r.model_copy(update={"file": path, "unit": r.unit or digest})
         if self.reuse and self.book is not None and digest is not None:  # (cache: false: nothing offered)
             self.book.end(digest, r, self.origin)
-            if r.unit is not None and r.unit != digest:
-                self.book.also(r.unit, r, self.origin)
+        self._also(digest, r)
         return r
 
     def _sessions(

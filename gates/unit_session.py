@@ -24,6 +24,7 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from milepost.gates.outcome import CommandResult, Outcome
 from milepost.gates.unit_blocks import Watch
@@ -85,21 +86,30 @@ class Session:
             unit = units.get(os.path.realpath(self.root / path))
             if unit is None:
                 continue
-            failed = bool(unit["failed"]) or not unit["tests"]
-            tail = "\n".join(unit["failures"])[-4000:] or ("" if not failed else "no tests ran in this file")
-            outcome, reason = (Outcome.FAILED, "exit 1") if failed else (Outcome.PASSED, "exit 0")
-            r = self._unit(path, ran, outcome, float(unit["duration"]), tail, reason)
-            if not failed and not incomplete:
-                w = Watch(self.root, self.cmd, path, self.default_timeout, self.env_tag, self.hold)
-                try:
-                    record = w.record_of(unit["files"], read)
-                except Exception:  # no record: the unit keeps its import-derived digest
-                    record = None
-                if record is not None:
-                    w.keep(record)
-                    r = r.model_copy(update={"unit": record.digest})
-            out[path] = r
+            try:
+                out[path] = self._file(path, unit, ran, read, incomplete)
+            except (KeyError, TypeError, ValueError):  # a file the session reported oddly: it runs alone
+                continue
         return out
+
+    def _file(
+        self, path: str, unit: dict[str, Any], ran: CommandResult, read: dict[str, str], incomplete: bool
+    ) -> CommandResult:
+        """One file's result from the session's report (its record kept when it passed)."""
+        failed = bool(unit["failed"]) or not unit["tests"]
+        tail = "\n".join(unit["failures"])[-4000:] or ("" if not failed else "no tests ran in this file")
+        outcome, reason = (Outcome.FAILED, "exit 1") if failed else (Outcome.PASSED, "exit 0")
+        r = self._unit(path, ran, outcome, float(unit["duration"]), tail, reason)
+        if not failed and not incomplete:
+            w = Watch(self.root, self.cmd, path, self.default_timeout, self.env_tag, self.hold)
+            try:
+                record = w.record_of(unit["files"], read)
+            except Exception:  # no record: the unit keeps its import-derived digest
+                record = None
+            if record is not None:
+                w.keep(record)
+                r = r.model_copy(update={"unit": record.digest})
+        return r
 
     def _unit(
         self, path: str, ran: CommandResult, outcome: Outcome, duration: float, tail: str, reason: str

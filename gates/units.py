@@ -343,6 +343,12 @@ class UnitBook:
         finally:
             self._let_go(digest)
 
+    def close(self) -> None:
+        """The book's drive (or verify) ended: every unit lock it holds let go, so another driver, or the next
+        drive of this process, never waits on a pass nobody will take or a record nobody will tell."""
+        if self.shared is not None:
+            self.shared.release_all()
+
     def _let_go(self, digest: str) -> None:
         """The lock :meth:`hold` took, let go unless a gate of this book runs ``digest`` now (its end does)."""
         with self._lock:

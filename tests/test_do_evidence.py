@@ -124,3 +124,17 @@ def test_the_items_prices_reach_its_doers_watch_and_its_do_run(service: Service,
     Path(start.log_path).write_text(json.dumps({"type": "assistant", "message": message, "session_id": "s"}) + "\n")
     _, run = doing.after_do(claim, _passed())
     assert run.cost_usd == 0.2 and run.usage_warning is not None and "estimate" in run.usage_warning
+
+
+def test_a_doer_block_this_version_cannot_read_whole_still_gives_its_usage_form(service: Service) -> None:
+    """A doer taken over after its driver died is read in the item's usage form; a stored doer block with a
+    field this version refuses (written by another version) must not lose that form."""
+    from sqlalchemy import update
+
+    from milepost.service._rows import ITEMS
+    from milepost.service.takeover import _item_doer
+
+    item = service.create_item("doers").id
+    with service.ctx.store.write() as conn:
+        conn.execute(update(ITEMS).where(ITEMS.c.id == item).values(doer={"usage": "claude-json", "prices": 7}))
+    assert _item_doer(service.ctx, item).usage == "claude-json"

@@ -227,7 +227,7 @@ def test_prime_and_plan_schema_from_the_cli(refactor: Path) -> None:
     }
     doer = schema["$defs"]["PlanDoer"]["properties"]
     judge = {"judge_setup", "judge_key"}
-    assert set(doer) == {"isolate", "base", "setup", *judge, "protect", "env", "budget_usd", "usage"}
+    assert set(doer) == {"isolate", "base", "setup", *judge, "protect", "env", "budget_usd", "usage", "prices"}
     assert "doer" in schema["properties"]
     assert "gitignore-style" in milestone["inputs"]["description"]
     assert "inputs" in schema["$defs"]["PlanDefaults"]["properties"]

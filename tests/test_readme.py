@@ -40,6 +40,11 @@ SHOWN = {
     " takes these steps on a real Prefect server",
     ("docs/benchmarks.md", "`bench_exact.py`: exact proofs on jinja2, against its own suite (2026-12-03)"): "fetches"
     " jinja2 with pip and runs its suite several times; a benchmark script of its own",
+    (
+        "docs/benchmarks.md",
+        "A living plan, tried as a new user: toolz revised twice while driven (issue 39, 2026-12-05)",
+    ): "a record of a trial by hand (a drive in the background, edits while it runs);"
+    " tests/flows/test_living_plan_drive.py takes the same steps on a real Prefect server",
 }
 
 

@@ -221,6 +221,26 @@ def test_a_session_fixture_counts_for_every_file_a_function_fixture_for_its_own(
     assert g.ran() == {"tests/test_b.py": "passed"}
 
 
+def test_a_module_imported_lazily_by_an_earlier_file_of_the_session_counts_for_the_later_ones(pkg: Path) -> None:
+    """A fixture imports a module when first used: in one session its module-level code runs in the first
+    file's context only, yet the later files run its functions, which read that code's values. A change to
+    it must run them all (run alone, each file would have executed it)."""
+    write(
+        pkg,
+        {
+            "pkg/lazy.py": "RATE = 2\n\n\ndef make(x):\n    return x * RATE\n",
+            "tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef app():\n    from pkg.lazy import make\n\n"
+            "    return make\n",
+        },
+    )
+    edit(pkg, "tests/test_a.py", "def test_fa", "def test_app(app):\n    assert app(2) == 4\n\n\ndef test_fa")
+    edit(pkg, "tests/test_b.py", "def test_fb", "def test_app_b(app):\n    assert app(3) == 6\n\n\ndef test_fb")
+    g = Gates(pkg, workers=1)  # one session: test_a imports pkg.lazy, test_b finds it imported
+    assert g.ran() == dict.fromkeys(TESTS, "passed")
+    edit(pkg, "pkg/lazy.py", "RATE = 2", "RATE = 3")
+    assert g.ran() == {"tests/test_a.py": "failed", "tests/test_b.py": "failed"}
+
+
 def test_a_docstring_edit_runs_the_test_files_executing_it(gates: Gates, pkg: Path) -> None:
     edit(pkg, "pkg/b.py", "Double it.", "Double it, twice.")
     assert gates.ran() == {"tests/test_b.py": "passed"}

@@ -506,3 +506,30 @@ def test_a_pass_run_ahead_is_found_under_its_record_digest_and_a_failure_is_drop
     asked: list[object] = []
     threading.Thread(target=lambda: (asked.append(book.begin(a)), done.set()), daemon=True).start()
     assert done.wait(5) and asked == [None]  # under its first digest too: run it (no waiting for ever)
+
+
+def test_a_books_unit_locks_are_let_go_when_its_drive_ends(tmp_path: Path) -> None:
+    """A pass run ahead that no gate took holds its digest's lock and its record's (taken before the record
+    was written) until its gate takes it; once the drive ends (its book closes), another driver, or the next
+    drive of this process (the MCP server's), must not wait on them."""
+    from milepost.gates.outcome import CommandResult
+    from milepost.gates.unit_locks import UnitLocks
+
+    book = UnitBook(workers=2)
+    book.shared = UnitLocks(tmp_path)
+
+    def run(jobs, digests, stop):  # type: ignore[no-untyped-def]
+        out = []
+        for j, d in zip(jobs, digests, strict=True):
+            book.hold("r" + d[1:])  # (as Watch.keep does before writing the record)
+            out.append(
+                (CommandResult(name="t", run=j.path, outcome=Outcome.PASSED, reason="exit 0", unit="r" + d[1:]), None)
+            )
+        return out
+
+    run_ahead_until(book, batch_jobs("a.py"), run, 1)  # type: ignore[arg-type]
+    digest = "a.py".ljust(64, "x")
+    other = UnitLocks(tmp_path)
+    assert not other.take(digest, wait=False) and not other.take("r" + digest[1:], wait=False)  # its gate's, still
+    book.close()
+    assert other.take(digest, wait=False) and other.take("r" + digest[1:], wait=False)

@@ -204,7 +204,8 @@ class Ahead:
             r = found.get(job.path)
             own = self.folder / f"{digest[:16]}.log"
             if r is not None:
-                _session_log(log, own, job.path, len(jobs))
+                with contextlib.suppress(OSError):  # (its record is written: a log lost costs no result)
+                    _session_log(log, own, job.path, len(jobs))
             out.append((r, own if r is not None else None))
         log.unlink(missing_ok=True)
         return out

@@ -254,7 +254,10 @@ class DriveSession:
         run, ahead of their gates (see :mod:`milepost.gates.units`); ``on``:
         whether to (a Dask worker's gate has no share in this process's book)."""
         if not on:
-            yield
+            try:
+                yield
+            finally:
+                self.units.close()
             return
         from milepost.gates.judge import named_packages
         from milepost.service.ahead import Ahead
@@ -272,6 +275,7 @@ class DriveSession:
         finally:
             self._ahead = None
             ahead.clear()
+            self.units.close()  # (passes run ahead that no gate took: their locks let go)
 
     # -- holds ---------------------------------------------------------------
 

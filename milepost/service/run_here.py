@@ -6,6 +6,7 @@ taken over first (:mod:`.takeover`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,8 +117,9 @@ def run_claimed(ctx: Context, claimed: Claim, *, verdict: str | None = None) -> 
     interrupted (no budget spent) before re-raising."""
     started = datetime.now(UTC)
     m = claimed.milestone
+    book = proofs.unit_book(ctx)
     try:
-        with LeaseKeeper(ctx, [claimed]):
+        with LeaseKeeper(ctx, [claimed]), contextlib.closing(book):
             result = run_gate(
                 m.gate,
                 Path(claimed.log_path),
@@ -126,7 +128,7 @@ def run_claimed(ctx: Context, claimed: Claim, *, verdict: str | None = None) -> 
                 default_timeout=m.timeout,
                 inputs=m.inputs if m.has_inputs else (),
                 root=ctx.store.root,
-                units=proofs.unit_book(ctx),
+                units=book,
                 reuse_units=m.cache,  # (cache: false: every unit runs; --no-cache leaves the units to their digests)
                 origin=CachedFrom(item=claimed.item, milestone=m.name, attempt=claimed.attempt),
             )

@@ -247,10 +247,16 @@ def _as_merged(claim: Claim, result: GateResult, merged: str | None) -> GateResu
 
 def _item_doer(ctx: Context, item: int) -> DoerSettings:
     """The item's ``doer:`` block (its usage form and prices), as its drive reads its doers' reports."""
+    doer: object = None
     with contextlib.suppress(Exception), ctx.store.read() as conn:  # (unknown: found by looking, as unnamed)
         doer = conn.execute(select(ITEMS.c.doer).where(ITEMS.c.id == item)).scalar_one_or_none()
+    try:
         return DoerSettings.model_validate(doer or {})
-    return DoerSettings()
+    except Exception:  # (a block this version cannot read whole: its usage form still counts when it reads)
+        usage = doer.get("usage") if isinstance(doer, dict) else None
+        with contextlib.suppress(Exception):
+            return DoerSettings.model_validate({"usage": usage} if usage else {})
+        return DoerSettings()
 
 
 def _killed_doer(ctx: Context, claim: Claim, result: GateResult, merged: str | None) -> None:

@@ -196,6 +196,9 @@ class _Run:
                     with suppress(Exception):
                         self._finish(f, keeper)
                 raise
+            finally:
+                if self.units is not None:
+                    self.units.close()  # (a record's lock a failed run never let go)
 
     def _settle(self, name: str, keeper: LeaseKeeper, pool: ThreadPoolExecutor) -> None:
         """Decide one milestone: unchanged, not runnable (said why), cached, or its gate submitted."""
