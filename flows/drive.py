@@ -273,7 +273,9 @@ def _finish_plan_nodes(ctx: DriveContext, g: WorkGraph, loop: Loop, item_id: int
     known = {name: run_id for name in loop.by_name if (run_id := loop.run_id(name)) is not None}
     # The picture must never mask the drive's own outcome: run through PrefectGuard.call.
     # Done now, not when it started, and not run here: another driver proved it meanwhile.
-    elsewhere = {m.name for m in g if m.status is MilestoneStatus.DONE} - done_before - loop.by_name.keys()
+    # (ctx.durations: every gate this drive ended, drawn or not: a task run it could not draw is not "elsewhere")
+    ran = loop.by_name.keys() | ctx.durations.keys()
+    elsewhere = {m.name for m in g if m.status is MilestoneStatus.DONE} - done_before - ran
     nodes = create_nodes(g, ctx.flow_run_id or "", item_id, known, only_done=False, elsewhere=elsewhere)
     ctx.submitted += len(nodes)
 

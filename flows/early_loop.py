@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime
-from typing import Any
-
-from prefect.client.schemas.objects import State
 
 from milepost.errors import EnvironmentProblem
 from milepost.events import Reporter
 from milepost.flows.early import EarlyGate, EarlyStart
-from milepost.flows.gate_task import GATE_TASKS, GateSpec, SpecBox, TaskKind, forward_output, task_state
+from milepost.flows.gate_task import SpecBox, TaskKind
 from milepost.flows.loop import DriveContext, Loop
 from milepost.gates.command import GateResult
 from milepost.results import Claim
@@ -36,7 +33,6 @@ class EarlyLoop(Loop):
         self.session.units.set_workers(ctx.max_parallel)
         self.stop_file = self.stop_file.with_name(f"{self.owner.replace(':', '-')}.stop")
         self.stop_file.unlink(missing_ok=True)
-        self._node_warned = False  # (a recorded gate's task run could not be drawn: said once)
         self._told: set[int] = set()  # first gates whose start was told with the moments (ids of their claims)
 
     def prepare(self) -> None:
@@ -94,33 +90,9 @@ class EarlyLoop(Loop):
         gate.adopted = True  # (its keeper stopped when it was recorded: EarlyStart._chain)
         result, done = gate.result, gate.recorded
         self.claimed += 1
-        try:  # the picture never costs a recorded gate (as PrefectGuard.call): a warning, once
-            self.by_name[claim.milestone.name] = self._node(claim, result)
-            self.ctx.submitted += 1
-        except Exception as e:
-            if not self._node_warned:
-                self._node_warned = True
-                self.reporter.warning(
-                    f"could not draw {claim.milestone.name}'s task run in the Prefect UI ({type(e).__name__}: {e});"
-                    " it passed and is recorded, the drive goes on"
-                )
+        self._draw(claim, result, output=True)
         self._counted(claim, result)
         self._reported(claim, done, result)
-
-    def _node(self, claim: Claim, result: GateResult) -> State[Any]:
-        from prefect.logging.loggers import task_run_logger
-
-        from milepost.flows.plan_nodes import ran_node
-
-        m, task = claim.milestone, GATE_TASKS[TaskKind.GATE]
-        final = task_state(claim, TaskKind.GATE, result)
-        deps = [run_id for d in m.deps if (run_id := self.run_id(d)) is not None]
-        run, local = ran_node(
-            m.name, self.ctx.flow_run_id or "", task.task_key, deps, final, result.started_at, result.finished_at
-        )
-        spec = GateSpec(claim=claim, commands=m.gate, cwd="", env={}, log_path=claim.log_path, stop_file="")
-        forward_output(spec, task_run_logger(run, task), result.passed)
-        return local
 
     def recorded_early(self) -> set[str]:
         return {gate.claim.milestone.name for gate in self.early.gates if gate.recorded is not None}

@@ -35,7 +35,9 @@ from milepost.flows.gate_task import (
     TaskKind,
     call_inline,
     driver_identity,
+    forward_output,
     new_monitor,
+    task_state,
 )
 from milepost.flows.outage import read_result
 from milepost.flows.prefect_guard import CLAIMED_FRESH_SECONDS, FRESH_SECONDS, PrefectGuard, Quieted
@@ -134,6 +136,7 @@ class Loop:
         self.do_futures: dict[str, PrefectFuture[Any] | State[Any]] = {}  # a doer's task, for its gate to follow
         self.do_totals = DoTotals()  # what this drive's doers did, for its summary
         self.packages: list[str] | None = None  # the workspace's packages the import rule checks (gates/judge.py)
+        self._node_warned = False  # (a gate's task run could not be drawn: said once)
 
     # -- submitting --------------------------------------------------------
 
@@ -200,6 +203,58 @@ class Loop:
         self.ctx.submitted += 1
         if future is not None:
             future.add_done_callback(lambda _future: box.end())
+
+    def _stand_in(self, claim: Claim, result: GateResult) -> None:
+        """A cached ``result`` stands in for ``claim``'s gate: its task run is
+        drawn in its final state (Cached), not run through Prefect's task
+        engine (which cost about as much as a `true` gate each, for a task
+        that only reads the result back: docs/benchmarks.md), and the loop
+        takes the verdict at once, as from a task that ended."""
+        m = claim.milestone
+        key = f"{m.name}#{claim.attempt}:{TaskKind.GATE}"
+        spec = GateSpec(
+            claim=claim, commands=m.gate, cwd="", env={}, log_path=claim.log_path, stop_file="", cached=True
+        )
+        box = SpecBox(spec, None, None, functools.partial(self.done_q.put, key))
+        box.keep(result)
+        self._draw(claim, result, output=False)
+        self.running[key] = _Running(key, TaskKind.GATE, claim, spec, box, None)
+        box.end()
+
+    def _draw(self, claim: Claim, result: GateResult, *, output: bool) -> None:
+        """Draw the task run of ``claim``'s gate in its final state (flows/plan_nodes.ran_node), after its
+        deps' runs, for its dependents to wait on; with ``output``, the gate's output from its log. The
+        picture never costs a recorded gate (as PrefectGuard.call): a failure is a warning, said once."""
+        from prefect.logging.loggers import task_run_logger
+
+        from milepost.flows.plan_nodes import ran_node
+
+        m, task = claim.milestone, GATE_TASKS[TaskKind.GATE]
+        final = task_state(claim, TaskKind.GATE, result)
+        deps = [run_id for d in m.deps if (run_id := self.run_id(d)) is not None]
+        try:
+            run, self.by_name[m.name] = ran_node(
+                m.name,
+                self.ctx.flow_run_id or "",
+                task.task_key,
+                deps,
+                final,
+                result.started_at,
+                result.finished_at,
+                key=f"{m.name}-{claim.attempt}",
+            )
+            self.ctx.submitted += 1
+            if output:
+                spec = GateSpec(claim=claim, commands=m.gate, cwd="", env={}, log_path=claim.log_path, stop_file="")
+                forward_output(spec, task_run_logger(run, task), result.passed)
+        except Exception as e:
+            if not self._node_warned:
+                self._node_warned = True
+                said = "it passed and is recorded" if output else "its cached pass stands in"
+                self.reporter.warning(
+                    f"could not draw {m.name}'s task run in the Prefect UI ({type(e).__name__}: {e});"
+                    f" {said}, the drive goes on"
+                )
 
     def drop_chained(self) -> None:
         """The drive is ending on a fault: claims not submitted are left to
@@ -282,6 +337,9 @@ class Loop:
                 env = self._imports_elsewhere(claim, hit is not None)
                 if isinstance(env, GateResult):
                     self._end_attempt(claim, env)
+                    continue
+                if hit is not None and m.name not in self.do_futures:
+                    self._stand_in(claim, hit[0])
                     continue
                 # A milestone without a gate is done when reached, but still a node of the run's graph.
                 self._submit(TaskKind.GATE, claim, m.gate, claim.log_path, m.timeout, env, cached=hit is not None)

@@ -171,20 +171,22 @@ def ran_node(
     final: State[Any],
     started: datetime,
     finished: datetime,
+    key: str | None = None,
 ) -> tuple[TaskRun, State[Any]]:
     """The task run of a gate that ran and was recorded before the flow run
-    began (flows/early.py), made as a plan node is: one event, in its final
-    state, with the gate's own start and end, its deps' runs as its
-    ``wait_for``. Named and keyed as the gate task's runs are (``task_key``).
-    Returns it and a local state a dependent task can ``wait_for``.
-    (Run through the task engine instead, each cost about as much as running
-    a `true` gate: docs/benchmarks.md.)"""
+    began (flows/early.py), or whose cached result stood in, made as a plan
+    node is: one event, in its final state, with the gate's own start and
+    end, its deps' runs as its ``wait_for``. Named and keyed as the gate
+    task's runs are (``task_key``; ``key``, unique in the flow run: its
+    dynamic key's end, default the name). Returns it and a local state a
+    dependent task can ``wait_for``. (Run through the task engine instead,
+    each cost about as much as running a `true` gate: docs/benchmarks.md.)"""
     run = TaskRun(
         id=uuid4(),
         name=name,
         flow_run_id=UUID(flow_run_id),
         task_key=task_key,
-        dynamic_key=f"first-{name}",  # (the engine's keys are numbers: never the same)
+        dynamic_key=f"first-{key or name}",  # (the engine's keys are numbers: never the same)
         task_inputs={"wait_for": [TaskRunResult(id=d) for d in deps]},
         expected_start_time=started,
         start_time=started,

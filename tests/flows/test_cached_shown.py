@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from junitparser import JUnitXml
 
+from milepost.events import DriveEvent
+from milepost.service import Service
 from tests.conftest import CLI, Postgres
 from tests.flows.conftest import api_post
+from tests.recording import RecordingReporter
 
 pytestmark = pytest.mark.xdist_group("prefect")
 
@@ -113,3 +117,59 @@ def test_a_cached_attempt_is_named_with_the_run_it_reused_everywhere(
     table = json.loads(by_type["table"]) if isinstance(by_type["table"], str) else by_type["table"]
     assert table[0]["last_reason"] == f"cached from item {first} 'lint' attempt 1"
     assert (workspace / "ran.txt").read_text().split() == ["lint"]
+
+
+@pytest.mark.timeout(400)
+def test_a_cached_gate_is_drawn_not_run_as_a_task_and_its_dependent_waits_on_it(
+    prefect_api: str, service: Service, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cached result that stands in for a gate gets its task run drawn in its final state (Cached), not run
+    through Prefect's task engine (a task that only read the result back cost about as much as a `true`
+    gate: docs/benchmarks.md); the dependent's task run still waits on it, so the UI shows the same DAG."""
+    from milepost.flows.drive import run_drive
+    from milepost.flows.gate_task import GATE_TASKS, TaskKind
+    from milepost.planfile import parse_plan
+
+    (workspace / "src").mkdir()
+    (workspace / "src/a.py").write_text("x = 1\n")
+    plan = PLAN + "  - name: ship\n    deps: [lint]\n    gate: 'echo ship >> ran.txt'\n"
+    first = service.apply_plan(parse_plan(plan.format(objective="first"))).id
+    assert run_drive(service, first, max_parallel=2).ok
+    second = service.apply_plan(parse_plan(plan.format(objective="second"))).id
+    real, submitted = GATE_TASKS[TaskKind.GATE], []
+
+    class Counted:
+        task_key = real.task_key
+
+        def submit(self, box: Any, **kwargs: Any) -> Any:
+            submitted.append(box.spec.claim.milestone.name)
+            return real.submit(box, **kwargs)
+
+    monkeypatch.setitem(GATE_TASKS, TaskKind.GATE, Counted())
+    summary = run_drive(service, second, max_parallel=2, wait_recorded=True)
+    assert summary.ok and (summary.gate_runs, summary.cached) == (1, 1), summary
+    assert submitted == ["ship"]  # lint's cached result stood in: no task run through the engine
+    assert (workspace / "ran.txt").read_text().split() == ["lint", "ship", "ship"]
+    runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [summary.flow_run_id]}}})
+    by_name = {t["name"]: t for t in runs}
+    assert len(runs) == 2 and sorted(by_name) == ["lint", "ship"] and len({t["task_key"] for t in runs}) == 1
+    assert (by_name["lint"]["state"]["type"], by_name["lint"]["state"]["name"]) == ("COMPLETED", "Cached")
+    assert f"cached: passed as item {first} 'lint' attempt 1" in by_name["lint"]["state"]["message"]
+    assert [i["id"] for i in by_name["ship"]["task_inputs"]["wait_for"]] == [by_name["lint"]["id"]]
+
+    # Its task run cannot be drawn: said once, the drive goes on, and lint is not drawn as another driver's.
+    from milepost.flows import plan_nodes
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the events client is closed")
+
+    third = service.apply_plan(parse_plan(plan.format(objective="third"))).id
+    monkeypatch.setattr(plan_nodes, "ran_node", refused)
+    reporter = RecordingReporter()
+    summary = run_drive(service, third, max_parallel=2, wait_recorded=True, reporter=reporter)
+    assert summary.ok and (summary.gate_runs, summary.cached) == (1, 1), summary
+    warnings = [data for event, data in reporter.events if event is DriveEvent.WARNING]
+    assert len(warnings) == 1 and "could not draw lint's task run" in warnings[0], warnings
+    assert "its cached pass stands in" in warnings[0]
+    runs = api_post(prefect_api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [summary.flow_run_id]}}})
+    assert [t["state"]["name"] for t in runs if t["name"] == "lint"] != ["Done elsewhere"], runs

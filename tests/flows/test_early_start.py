@@ -281,7 +281,7 @@ def test_a_recorded_gate_whose_task_run_cannot_be_drawn_is_said_once(
     )
     item, early = recorded_early(service, plan, 2, 3)
 
-    def refused(*args: Any) -> Any:
+    def refused(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the events client is closed")
 
     monkeypatch.setattr(plan_nodes, "ran_node", refused)
