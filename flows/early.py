@@ -4,13 +4,16 @@ Importing Prefect takes a second or more of a drive's start (about 1.2 s
 of 2 s on the 2-core reference machine), all of it before the first gate
 could start. The CLI's ``drive`` therefore does the loop's first steps
 itself, with the store only: it opens the drive's session (its lease
-owner), reclaims what dead drivers left, looks at the inputs, claims the
+owner), reclaims what dead drivers left, looks at the inputs (when it
+re-proves, it starts running units ahead of their gates and lets their
+first run take the idle workers: the changed units of every stale gate run
+together, :meth:`DriveSession.start_units_ahead`), claims the
 first milestones (as many as ``--max-parallel`` lets run at once) and
 starts their gates, each in a thread of its own (the commands run under
 this process's gate supervisor, on the other core), and only then imports
 Prefect and starts the flow run. The drive loop adopts what was done here
-(:attr:`DriveContext.early`): the same session, the events to report, and
-the running gates, whose task runs wait for them instead of starting the
+(:attr:`DriveContext.early`): the same session, the events to report, the
+units running ahead, and the running gates, whose task runs wait for them instead of starting the
 commands (:func:`milepost.flows.gate_task.run_gate_spec`).
 
 Exactly once as before: each claim is the store's lease, renewed here
@@ -57,6 +60,10 @@ if TYPE_CHECKING:
     from milepost.service.leases import LeaseKeeper
 
 __all__ = ["EarlyGate", "EarlyStart", "start_first_gates"]
+
+# How long a re-proving drive's first gates wait for the units run ahead to start their first run (they take the
+# book's idle workers first: every stale gate's changed units run together); past it the gates start anyway.
+AHEAD_START_WAIT = 5.0
 
 
 class EarlyGate:
@@ -306,9 +313,15 @@ class EarlyStart:
         with self._lock:
             self.closed = True
             gates = list(self.gates)
+        if interrupt:  # every gate told to stop, then the units run ahead (else they end: a gate may wait for one)
+            for gate in gates:
+                if not gate.adopted and gate.recorded is None:
+                    gate.stop.set()
+            self.session.stop_units_ahead()
         for gate in gates:
             with contextlib.suppress(EnvironmentProblem):  # (the store is gone: its files tell a later drive)
                 gate.settle(interrupt=interrupt)
+        self.session.stop_units_ahead()  # (the loop's block stopped them, when it took them over)
         if self.adopted or self.settled:
             return
         self.settled = True
@@ -356,6 +369,9 @@ def start_first_gates(
     stale = sorted(session.to_reprove, key=lambda n: session.graph.get(n).id)
     early = EarlyStart(session, reclaimed, stale, dict(session.waiting), t0)
     try:
+        if session.to_reprove:  # every stale gate's changed units run together first, while Prefect loads
+            session.start_units_ahead()
+            session.units.wait_started(AHEAD_START_WAIT)
         early.claim_first(max_parallel)
     except BaseException:
         early.settle(interrupt=True)

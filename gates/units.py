@@ -193,9 +193,14 @@ class UnitBook:
         self.ran = 0  # units run by this book's gates
         self.reused = 0  # units answered without running
         self.ran_ahead = 0  # units run ahead of their gate (taken by one or not)
+        self._started = threading.Event()  # the units run ahead started their first run (or had none)
+        self._started.set()  # (none run ahead yet)
 
     def set_workers(self, n: int) -> None:
-        """Up to ``n`` units run at once, across every gate of this book (the drive's ``--max-parallel``)."""
+        """Up to ``n`` units run at once, across every gate of this book (the drive's ``--max-parallel``).
+        The same count again changes nothing: units running (ahead, or a first gate's) keep their workers."""
+        if max(1, n) == self.workers:
+            return
         self.workers = max(1, n)
         self.slots = threading.BoundedSemaphore(self.workers)
 
@@ -368,14 +373,16 @@ class UnitBook:
     ) -> Iterator[None]:
         """While the block runs, run ``jobs`` in order whenever a worker is idle
         (see the module's doc); at its end, stop (units running ahead are
-        stopped and dropped)."""
+        stopped and dropped). :meth:`wait_started` waits for the first run."""
+        started = self._started = threading.Event()
         if self.workers < 2 or not jobs:
+            started.set()
             yield
             return
         stop = threading.Event()
         thread = threading.Thread(
             target=self._ahead,
-            args=(list(jobs), digest, run, together or (lambda job: None), stop),
+            args=(list(jobs), digest, run, together or (lambda job: None), stop, started),
             name="milepost-units-ahead",
             daemon=True,
         )
@@ -395,6 +402,21 @@ class UnitBook:
         run: AheadRun,
         together: Together,
         stop: threading.Event,
+        started: threading.Event,
+    ) -> None:
+        try:
+            self._ahead_runs(jobs, digest, run, together, stop, started)
+        finally:
+            started.set()
+
+    def _ahead_runs(
+        self,
+        jobs: list[AheadJob],
+        digest: Callable[[AheadJob], str | None],
+        run: AheadRun,
+        together: Together,
+        stop: threading.Event,
+        started: threading.Event,
     ) -> None:
         while jobs:
             with self._idle:  # a worker idle and no gate's unit waiting for one
@@ -404,13 +426,27 @@ class UnitBook:
             if stop.is_set():
                 return
             batch = self._batch(jobs, digest, together)
-            if batch:
-                parts = [batch[k::idle] for k in range(min(idle, len(batch)))]
-                runs = [threading.Thread(target=self._run_ahead, args=(part, run, stop), daemon=True) for part in parts]
-                for t in runs:
-                    t.start()
-                for t in runs:
-                    t.join()
+            parts = [batch[k::idle] for k in range(min(idle, len(batch)))]
+            runs = []
+            for n, part in enumerate(parts):  # each run's worker taken here, before it is said to have started
+                sem = self.slots
+                sem.acquire()
+                if stop.is_set():  # (the drive ended meanwhile: the units claimed for the runs not started, dropped)
+                    sem.release()
+                    for _, d in [unit for rest in parts[n:] for unit in rest]:
+                        self._ran_ahead(d, None, None)
+                    break
+                self._took()
+                runs.append(threading.Thread(target=self._run_ahead, args=(part, run, stop, sem), daemon=True))
+                runs[-1].start()
+            started.set()  # (the first runs hold their workers, or none had to run)
+            for t in runs:
+                t.join()
+
+    def wait_started(self, timeout: float) -> bool:
+        """Wait until the units run ahead (:meth:`ahead`) started their first
+        run, or found none to run: whether they did within ``timeout``."""
+        return self._started.wait(timeout)
 
     def _batch(
         self, jobs: list[AheadJob], digest: Callable[[AheadJob], str | None], together: Together
@@ -459,12 +495,12 @@ class UnitBook:
             return False
         return True
 
-    def _run_ahead(self, part: list[tuple[AheadJob, str]], run: AheadRun, stop: threading.Event) -> None:
-        """One run of ``part`` in a worker; each pass is kept for its gate, the rest dropped."""
+    def _run_ahead(
+        self, part: list[tuple[AheadJob, str]], run: AheadRun, stop: threading.Event, sem: threading.BoundedSemaphore
+    ) -> None:
+        """One run of ``part`` in the worker taken for it (``sem``'s); each pass is kept for its gate, the rest
+        dropped."""
         found: Sequence[tuple[CommandResult | None, Path | None]] = []
-        sem = self.slots
-        sem.acquire()
-        self._took()
         try:
             found = run([job for job, _ in part], [d for _, d in part], stop)
         except Exception:

@@ -22,6 +22,7 @@ from milepost.graph.models import GateCommand
 from milepost.planfile import parse_plan
 from milepost.service import Service
 from milepost.service.ahead import Ahead
+from tests.conftest import wait_until
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -422,6 +423,31 @@ def test_a_drives_jobs_are_its_milestones_yet_to_run_with_their_cache_on(
     ]
 
 
+def test_a_drives_jobs_put_the_stale_milestones_units_first(service: Service, pkg: Path, ledger: Path) -> None:
+    """A drive re-proves its stale milestones before it goes on: their units run ahead first, whatever their
+    ids (a waiting milestone's before them would take the idle workers the re-proof needs)."""
+    run = f"echo {{file}} >> {ledger} && grep -q def {{file}}"
+    text = f"""
+objective: order
+milestones:
+  - name: waiting
+    deps: [ready]
+    gate: [{{name: tests, run: "{run}", each: [tests/test_cart.py]}}]
+  - name: ready
+    gate: "true"
+  - name: stale
+    gate: [{{name: tests, run: "{run}", each: [tests/test_prices.py]}}]
+"""
+    item = service.apply_plan(parse_plan(text)).id
+    finish(service, "stale", item=item)
+    _, g = service.graph(item)
+    assert [j.milestone for j in Ahead.jobs(g, None)] == ["waiting"]
+    assert [(j.milestone, j.path) for j in Ahead.jobs(g, None, {"stale"})] == [
+        ("stale", "tests/test_prices.py"),
+        ("waiting", "tests/test_cart.py"),
+    ]
+
+
 class Recorded:
     """An ``AheadRun`` that records the runs it was given (the book's scheduling, not a command: the real
     session is tests/test_unit_blocks.py's); each unit passes, under a record digest of its own when
@@ -533,3 +559,34 @@ def test_a_books_unit_locks_are_let_go_when_its_drive_ends(tmp_path: Path) -> No
     assert not other.take(digest, wait=False) and not other.take("r" + digest[1:], wait=False)  # its gate's, still
     book.close()
     assert other.take(digest, wait=False) and other.take("r" + digest[1:], wait=False)
+
+
+def test_wait_started_returns_once_the_first_run_ahead_started_or_there_is_none() -> None:
+    """A drive's early start waits for the units run ahead to take the idle workers first (flows/early.py):
+    ``wait_started`` returns when their first run has started, while it still runs, and at once when there
+    is nothing to run ahead (one worker, no jobs)."""
+    release = threading.Event()
+    started: list[list[str]] = []
+
+    def run(jobs, digests, stop):  # type: ignore[no-untyped-def]
+        started.append([j.path for j in jobs])
+        release.wait(30)
+        return [(None, None)] * len(jobs)
+
+    digest = lambda j: j.path.ljust(64, "x")  # noqa: E731
+    book = UnitBook(workers=2)
+    with book.ahead(batch_jobs("a.py", "b.py", "c.py"), digest, run, lambda j: "py"):
+        assert book.wait_started(30)
+        assert not book.slots.acquire(blocking=False)  # both workers are the runs' already: a gate's unit waits
+        wait_until(lambda: len(started) == 2, timeout=30)
+        assert sorted(map(sorted, started)) == [["a.py", "c.py"], ["b.py"]]  # both runs began, neither ended
+        assert book.ran_ahead == 0
+        release.set()
+    for idle in (UnitBook(workers=1), UnitBook(workers=2)):
+        with idle.ahead(batch_jobs("a.py") if idle.workers == 1 else [], digest, run):
+            assert idle.wait_started(0)
+    never = threading.Event()
+    book = UnitBook(workers=2)
+    busy = lambda jobs, digests, stop: never.wait(30) and []  # noqa: E731
+    with book.worker(), book.worker(), book.ahead(batch_jobs("a.py"), digest, busy):  # no worker idle: no run
+        assert not book.wait_started(0.2)

@@ -79,10 +79,11 @@ class Ahead:
         """Every unit of the milestones waiting on others (not done, not ready;
         in ``scope``, with their cache on), and of the stale ones the drive will
         re-prove (``reprove``: their changed units run ahead together rather than
-        one pytest process per gate), by milestone id, each once."""
+        one pytest process per gate), each once: the stale ones' first (a drive
+        re-proves before it goes on), then by milestone id."""
         out: list[AheadJob] = []
         seen: set[tuple[str, str, str]] = set()
-        for m in sorted(g, key=lambda m: m.id):
+        for m in sorted(g, key=lambda m: (m.name not in reprove, m.id)):
             waiting = m.status in _WAITING or (m.status is MilestoneStatus.DONE and m.name in reprove)
             if not waiting or not m.cache or (scope is not None and m.name not in scope):
                 continue  # (cache: false says its gate's results are not a function of its inputs)

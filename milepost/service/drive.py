@@ -69,6 +69,7 @@ class DriveSession:
         # holds their lease (sent back by hand while it ran).
         self.busy: dict[str, str] = {}
         self._ahead: Ahead | None = None  # the units run ahead while units_ahead's block runs
+        self._ahead_run: contextlib.ExitStack | None = None  # they run (start_units_ahead), until stopped
 
     @property
     def graph(self) -> WorkGraph:
@@ -252,7 +253,36 @@ class DriveSession:
     def units_ahead(self, on: bool = True) -> Iterator[None]:
         """While the block runs, idle workers run the units of milestones yet to
         run, ahead of their gates (see :mod:`milepost.gates.units`); ``on``:
-        whether to (a Dask worker's gate has no share in this process's book)."""
+        whether to (a Dask worker's gate has no share in this process's book).
+        Units started already (:meth:`start_units_ahead`, a drive's early
+        start) run on: the block adopts them. They stop when it ends."""
+        if self._ahead_run is None:
+            self.start_units_ahead(on)
+        try:
+            yield
+        finally:
+            self.stop_units_ahead()
+
+    def start_units_ahead(self, on: bool = True) -> None:
+        """Start running units ahead now, until :meth:`stop_units_ahead` (or
+        the end of a :meth:`units_ahead` block). A drive starts them before it
+        imports Prefect (flows/early.py), so they run while it loads. Once: a
+        second call while they run does nothing."""
+        if self._ahead_run is not None:
+            return
+        stack = contextlib.ExitStack()
+        stack.enter_context(self._units_ahead(on))
+        self._ahead_run = stack
+
+    def stop_units_ahead(self) -> None:
+        """Stop the units run ahead (those running are stopped and dropped) and
+        let go of the locks of passes no gate took. Once; later calls do nothing."""
+        stack, self._ahead_run = self._ahead_run, None
+        if stack is not None:
+            stack.close()
+
+    @contextlib.contextmanager
+    def _units_ahead(self, on: bool) -> Iterator[None]:
         if not on:
             try:
                 yield
