@@ -262,8 +262,11 @@ def _rewrote(
     commands: Sequence[GateCommand],
     results: list[CommandResult],
 ) -> list[str]:
-    """The inputs a passing gate changed itself (taken again after it), noted in its log."""
+    """The inputs a passing gate changed itself (taken again after it), noted in its log. A gate whose
+    every unit was answered without running (cached) ran nothing that could have changed them."""
     if proven is None or not results or not all(r.outcome.proves for r in results):
+        return []
+    if all(r.cached_from is not None for r in results):
         return []
     after = _fingerprint(run.where, inputs, commands, run.default_timeout, None)
     if after is None or (after.files == proven.files and after.unreadable == proven.unreadable):

@@ -44,6 +44,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from milepost.gates.import_memo import ImportMemo
 from milepost.gates.imports import ImportIndex, is_module_entry, is_test_file
@@ -158,6 +159,8 @@ class StatCache:
         self.hashed = 0  # files hashed (a cache miss each): for tests and benchmarks
         self.imports = ImportMemo(racy_seconds * 1e9)  # what import indexes found, for the next snapshot
         self.parsed: dict[str, object] = {}  # content digest -> what a parse of it found (gates/unit_blocks.py)
+        # A unit's records file -> its stat when read, and what the read found (gates/unit_blocks.py: read_records).
+        self.records: dict[str, tuple[tuple[int, int, int, int], tuple[Any, ...], bool]] = {}
 
     def _load(self) -> dict[str, list[int | str]]:
         if self._entries is None:

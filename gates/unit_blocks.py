@@ -36,6 +36,7 @@ import json
 import os
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from milepost.gates.blocks import MODULE, Block, blocks_from_json, blocks_of, blocks_to_json, executed
-from milepost.gates.inputs import Snapshot, spec_digest
+from milepost.gates.inputs import Snapshot, StatCache, spec_digest
 from milepost.gates.listing import NEVER
 from milepost.gates.outcome import CommandResult, Outcome
 from milepost.gates.units import import_tag, unit_command, unit_digest, unit_env_inputs
@@ -358,10 +359,20 @@ def records_path(root: Path, key: str) -> Path:
     return root / ".milepost" / "cache" / "units" / f"{key}.json"
 
 
-def read_records(root: Path, key: str) -> tuple[list[Record], bool]:
-    """The unit's records, newest first, and whether one (or the file) was damaged."""
+def read_records(root: Path, key: str, cache: StatCache | None = None) -> tuple[list[Record], bool]:
+    """The unit's records, newest first, and whether one (or the file) was damaged. With ``cache`` (the
+    workspace's stat cache), what a read found is kept in the process while the file's stat is as it was
+    (as the stat cache keeps digests: not for a file written within its racy window). Each gate of a drive
+    looks up every one of its units: on click, a no-op drive read the same records 300 times
+    (docs/benchmarks.md)."""
+    path = records_path(root, key)
     try:
-        data = json.loads(records_path(root, key).read_text())
+        st = path.stat()
+        stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        kept = cache.records.get(key) if cache is not None else None
+        if kept is not None and kept[0] == stamp:
+            return list(kept[1]), kept[2]
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         return [], False
     except (OSError, ValueError):
@@ -370,7 +381,10 @@ def read_records(root: Path, key: str) -> tuple[list[Record], bool]:
     if not isinstance(raw, list):
         return [], True
     found = [Record.from_json(key, r) for r in raw]
-    return [r for r in found if r is not None], any(r is None for r in found)
+    records, damaged = [r for r in found if r is not None], any(r is None for r in found)
+    if cache is not None and time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= cache.racy_ns:
+        cache.records[key] = (stamp, tuple(records), damaged)
+    return records, damaged
 
 
 def _write_records(root: Path, key: str, new: Record) -> None:
@@ -508,7 +522,7 @@ def unit_state(
         return UnitState(unit_digest(snap, cmd, path, default_timeout, env))
     tag = env_tag(snap, cmd, env)
     key = unit_key(cmd, path, default_timeout, tag)
-    records, damaged = read_records(snap.root, key)
+    records, damaged = read_records(snap.root, key, snap.cache)
     why = "its record of the code it ran could not be read" if damaged else "no record of the code it ran"
     if records:
         reader = _Reader(snap, path)

@@ -596,3 +596,108 @@ def test_a_sessions_passes_are_the_books_before_its_worker_is_free(service: Serv
     assert ran_ahead == [] and book.ran_ahead == 0  # and found it the book's: not run again
     assert {c.file: c.outcome for c in got} == {"tests/test_slow.py": Outcome.PASSED, "tests/test_a.py": Outcome.PASSED}
     assert len(sessions.read_text().splitlines()) == 2
+
+
+def test_a_reproving_drive_runs_the_stale_gates_changed_units_together_before_its_first_gate(
+    service: Service, pkg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drive that re-proves starts the stale milestones' changed units ahead, split over the idle workers,
+    before its first gate takes a worker (flows/early.py, no Prefect yet): before, the first gate ran its own
+    changed units and a later gate's ran after them (on click, one no-op edit: three sessions in two rounds;
+    docs/benchmarks.md). Each gate then takes its passes, and the milestones are re-proven."""
+    from milepost.flows.early import start_first_gates
+    from tests.conftest import wait_until
+
+    sessions = tmp_path / "sessions"
+    write(
+        pkg,
+        {"conftest.py": SESSIONS, "tests/test_c.py": "from pkg import fc\n\n\ndef test_fc():\n    assert fc(1) == 0\n"},
+    )
+
+    def gate(*files: str) -> str:
+        return json.dumps(
+            [{"name": "pytest", "run": PYTEST, "each": list(files), "env": {"SESSIONS_LEDGER": str(sessions)}}]
+        )
+
+    plan = (
+        "objective: re-prove\nmilestones:\n"
+        f"  - {{name: first, inputs: ['pkg/**', 'tests/**'], gate: {gate('tests/test_a.py', 'tests/test_b.py')}}}\n"
+        f"  - {{name: second, deps: [first], inputs: ['pkg/**', 'tests/**'],"
+        f" gate: {gate('tests/test_limit.py', 'tests/test_c.py')}}}\n"
+    )
+    item = service.apply_plan(parse_plan(plan)).id
+    for name in ("first", "second"):
+        service.start(name, item=item)
+        assert service.done(name, item=item).passed
+    edit(pkg, "pkg/__init__.py", "LIMIT = 10\n", "LIMIT = 10\nNOTHING = None\n")  # module-level code: all four ran it
+    sessions.unlink()
+    waited: list[bool] = []  # (whether the units run ahead had started when the first gate could start)
+    wait_started = UnitBook.wait_started
+    monkeypatch.setattr(UnitBook, "wait_started", lambda book, t: waited.append(wait_started(book, t)) or True)
+    early = start_first_gates(service, item, max_parallel=2)
+    assert early is not None and early.stale == ["first", "second"] and waited == [True]
+    try:
+        wait_until(lambda: len([g for g in early.gates if g.recorded is not None]) == 2, timeout=120)
+    finally:
+        early.settle(interrupt=False)
+    ran = sorted(sorted(line.split()) for line in sessions.read_text().splitlines())
+    assert ran == [["tests/test_a.py", "tests/test_limit.py"], ["tests/test_b.py", "tests/test_c.py"]], ran
+    for gate_ in early.gates:
+        assert gate_.result is not None and gate_.result.passed, gate_.result
+        assert all("ran ahead of its gate" in c.reason for c in gate_.result.commands), gate_.result.commands
+    assert service.runs("second", item)[-1].outcome is Outcome.PASSED
+
+
+def test_a_units_records_are_kept_in_the_process_while_the_file_is_as_it_was(
+    gates: Gates, pkg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each gate of a drive looks up every one of its units: the records read once are kept while the
+    records file's stat is as it was (not for a file written within its racy window), and a file written
+    since (another run's record) is read again."""
+    from milepost.gates import unit_blocks
+    from milepost.gates.inputs import StatCache
+
+    cmd = GateCommand(name="pytest", run=PYTEST, each=["tests/test_a.py"])
+    key = unit_key(cmd, "tests/test_a.py", None, env_tag(Snapshot(pkg), cmd))
+    parsed: list[str] = []
+    real = unit_blocks.Record.from_json
+    monkeypatch.setattr(unit_blocks.Record, "from_json", lambda k, r: parsed.append(k) or real(k, r))
+    cache = StatCache(None, racy_seconds=0)
+    first = unit_blocks.read_records(pkg, key, cache)
+    assert first[0] and not first[1] and len(parsed) == len(first[0])
+    assert unit_blocks.read_records(pkg, key, cache) == first and len(parsed) == len(first[0])  # kept
+    edit(pkg, "pkg/a.py", "    return x + 1\n", "    return 1 + x\n")
+    assert gates.ran(["tests/test_a.py"]) == {"tests/test_a.py": "passed"}  # a new record, written first
+    now = unit_blocks.read_records(pkg, key, cache)
+    assert len(now[0]) == len(first[0]) + 1 and now[0][1:] == first[0]  # read again: the file changed
+    fresh = StatCache(None, racy_seconds=3600)  # a file written within the racy window is not kept
+    parsed.clear()
+    unit_blocks.read_records(pkg, key, fresh)
+    unit_blocks.read_records(pkg, key, fresh)
+    assert len(parsed) == 2 * len(now[0]) and not fresh.records
+
+
+def test_a_gate_that_ran_no_unit_takes_its_inputs_fingerprint_once(
+    gates: Gates, pkg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before and after a gate its inputs are fingerprinted (a gate that changed them leaves its milestone
+    stale); a gate whose every unit was answered without running ran nothing that could change them."""
+    from milepost.gates import command
+
+    taken: list[int] = []
+    real = command.gate_fingerprint
+    monkeypatch.setattr(command, "gate_fingerprint", lambda *a, **k: taken.append(1) or real(*a, **k))
+    book = UnitBook(gates.passes.get, 2)
+    cmd = GateCommand(name="pytest", run=PYTEST, each=TESTS)
+
+    def gate(n: int) -> list[CommandResult]:
+        origin = CachedFrom(item=1, milestone="m", attempt=n)
+        log = pkg / ".milepost" / "logs" / f"fp-{n}.log"
+        r = run_gate([cmd], log, default_cwd=pkg, inputs=["pkg/**"], root=pkg, units=book, origin=origin)
+        assert r.passed and r.fingerprint is not None, r
+        return r.commands
+
+    assert all(c.outcome is Outcome.CACHED for c in gate(1)) and len(taken) == 1
+    edit(pkg, "pkg/a.py", "    return x + 1\n", "    return 1 + x\n")  # test_a's code
+    taken.clear()
+    assert any(c.outcome is Outcome.PASSED for c in gate(2)) and len(taken) == 2
