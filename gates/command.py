@@ -174,7 +174,7 @@ def run_gate(
     files = AttemptFiles(log_path)
     try:
         if inputs:
-            proven = _fingerprint(run.where, inputs, commands, default_timeout, fd)
+            proven, run.snap = _fingerprint(run.where, inputs, commands, default_timeout, fd)
             if proven is not None:
                 files.write_inputs(proven)
         results = run.commands(commands)
@@ -211,6 +211,9 @@ class _Attempt:
     watch: Callable[[], str | None] | None = None
     where: Path = field(default_factory=Path)
     reuse_units: bool = True
+    # The snapshot the inputs' fingerprint was taken with, before any command ran: the first command's
+    # units take their digests from it too (a snapshot lists the workspace and reads its environments).
+    snap: Snapshot | None = None
 
     def commands(self, commands: Sequence[GateCommand]) -> list[CommandResult]:
         """Run them in order; after a failure the rest are skipped."""
@@ -252,6 +255,7 @@ class _Attempt:
             on_interrupt=self.on_interrupt,
         )
         runs = UnitRuns(self.where, self.units, self.origin, self.default_timeout, reuse=self.reuse_units, env=run_env)
+        runs.snap = self.snap if index == 0 else None  # (after a command ran, a snapshot afresh)
         return runs.run(cmd, one, index, self.fd, self.stop, self.log_path, self.on_interrupt)
 
 
@@ -268,7 +272,7 @@ def _rewrote(
         return []
     if all(r.cached_from is not None for r in results):
         return []
-    after = _fingerprint(run.where, inputs, commands, run.default_timeout, None)
+    after, _ = _fingerprint(run.where, inputs, commands, run.default_timeout, None)
     if after is None or (after.files == proven.files and after.unreadable == proven.unreadable):
         return []
     rewrote = changed_paths(proven.files, after.files) or sorted(after.unreadable)
@@ -284,18 +288,19 @@ def _note(fd: int | None, text: str) -> None:
 
 def _fingerprint(
     root: Path, inputs: Sequence[str], commands: Sequence[GateCommand], default_timeout: float | None, fd: int | None
-) -> Fingerprint | None:
-    """The inputs' fingerprint now, noted in the log; None (and the reason
-    in the log) when it cannot be taken: then nothing is proven."""
+) -> tuple[Fingerprint | None, Snapshot | None]:
+    """The inputs' fingerprint now, noted in the log, and the snapshot it was
+    taken with; None (and the reason in the log) when it cannot be taken:
+    then nothing is proven."""
     try:
         snap = Snapshot(root)
         fp = gate_fingerprint(snap, inputs, commands, default_timeout)
         snap.save()
     except Exception as e:  # the proof is lost, the attempt is not: it still runs and is recorded
         _note(fd, f"could not fingerprint the inputs: {type(e).__name__}: {e}")
-        return None
+        return None, None
     if fp.unreadable:
         _note(fd, f"inputs: {count(len(fp.files), 'file')}; unreadable: {fp.problems()} (nothing is proven on them)")
     else:
         _note(fd, f"inputs: {count(len(fp.files), 'file')}, fingerprint {fp.digest and fp.digest[:12]}")
-    return fp
+    return fp, snap

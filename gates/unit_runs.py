@@ -51,6 +51,7 @@ class UnitRuns:
         self.why: dict[str, str] = {}  # path -> why the unit runs (what changed in the code it ran)
         self.env_tag = ""  # the environment the step's units run in (gates/unit_blocks.py: env_tag)
         self.halted = False  # a session of this step's units was interrupted
+        self.snap: Snapshot | None = None  # the gate's, when nothing ran since it was taken (gates/command.py)
 
     def _digest(self, snap: Snapshot, cmd: GateCommand, path: str, fd: int) -> str | None:
         try:
@@ -77,7 +78,7 @@ class UnitRuns:
         index of the first). With a book of several workers (``--max-parallel``),
         up to that many units run at once, each into a log of its own that is
         added to the attempt's log when it ends."""
-        snap = Snapshot(self.root)
+        snap = self.snap if self.snap is not None and self.snap.root == self.root else Snapshot(self.root)
         digests = [self._digest(snap, cmd, path, fd) for path in cmd.each]
         snap.save()
         workers = self.book.workers if self.book is not None else 1

@@ -681,12 +681,16 @@ def test_a_gate_that_ran_no_unit_takes_its_inputs_fingerprint_once(
     gates: Gates, pkg: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before and after a gate its inputs are fingerprinted (a gate that changed them leaves its milestone
-    stale); a gate whose every unit was answered without running ran nothing that could change them."""
-    from milepost.gates import command
+    stale); a gate whose every unit was answered without running ran nothing that could change them. Its
+    first step's units take their digests from the snapshot of the fingerprint before (nothing ran since)."""
+    from milepost.gates import command, unit_runs
 
     taken: list[int] = []
     real = command.gate_fingerprint
     monkeypatch.setattr(command, "gate_fingerprint", lambda *a, **k: taken.append(1) or real(*a, **k))
+    snaps: list[Path] = []
+    for module in (command, unit_runs):
+        monkeypatch.setattr(module, "Snapshot", lambda root, *a: snaps.append(root) or Snapshot(root, *a))
     book = UnitBook(gates.passes.get, 2)
     cmd = GateCommand(name="pytest", run=PYTEST, each=TESTS)
 
@@ -697,7 +701,7 @@ def test_a_gate_that_ran_no_unit_takes_its_inputs_fingerprint_once(
         assert r.passed and r.fingerprint is not None, r
         return r.commands
 
-    assert all(c.outcome is Outcome.CACHED for c in gate(1)) and len(taken) == 1
+    assert all(c.outcome is Outcome.CACHED for c in gate(1)) and len(taken) == 1 and len(snaps) == 1
     edit(pkg, "pkg/a.py", "    return x + 1\n", "    return 1 + x\n")  # test_a's code
     taken.clear()
     assert any(c.outcome is Outcome.PASSED for c in gate(2)) and len(taken) == 2
