@@ -380,12 +380,14 @@ class UnitBook:
             yield
             return
         stop = threading.Event()
-        thread = threading.Thread(
-            target=self._ahead,
-            args=(list(jobs), digest, run, together or (lambda job: None), stop, started),
-            name="milepost-units-ahead",
-            daemon=True,
-        )
+
+        def runs() -> None:
+            try:
+                self._ahead(list(jobs), digest, run, together or (lambda job: None), stop, started)
+            finally:
+                started.set()  # (however the thread ends: nobody waits for a first run that never comes)
+
+        thread = threading.Thread(target=runs, name="milepost-units-ahead", daemon=True)
         thread.start()
         try:
             yield
@@ -396,20 +398,6 @@ class UnitBook:
             thread.join(timeout=5)
 
     def _ahead(
-        self,
-        jobs: list[AheadJob],
-        digest: Callable[[AheadJob], str | None],
-        run: AheadRun,
-        together: Together,
-        stop: threading.Event,
-        started: threading.Event,
-    ) -> None:
-        try:
-            self._ahead_runs(jobs, digest, run, together, stop, started)
-        finally:
-            started.set()
-
-    def _ahead_runs(
         self,
         jobs: list[AheadJob],
         digest: Callable[[AheadJob], str | None],
