@@ -100,6 +100,18 @@ class DriveContext:
     max_doers: int = 1  # doers at once (docs/doers.md), apart from max_parallel's gates
 
 
+def _key(claim: Claim, kind: TaskKind) -> str:
+    """A gate (or fix, or doer) task's key in the loop's running tasks and done queue."""
+    return f"{claim.milestone.name}#{claim.attempt}:{kind}"
+
+
+def _recorded_spec(claim: Claim) -> GateSpec:
+    """The spec of a gate the loop does not run (its verdict known already): its claim and log, for the
+    loop's bookkeeping and for its output forwarded to a task run drawn in its final state."""
+    m = claim.milestone
+    return GateSpec(claim=claim, commands=m.gate, cwd="", env={}, log_path=claim.log_path, stop_file="")
+
+
 class Loop:
     def __init__(self, ctx: DriveContext, item_id: int, reporter: Reporter) -> None:
         self.ctx = ctx
@@ -155,7 +167,7 @@ class Loop:
     ) -> None:
         name = claim.milestone.name
         m = claim.milestone
-        key = f"{name}#{claim.attempt}:{kind}"
+        key = _key(claim, kind)
         spec = GateSpec(
             claim=claim,
             kind=kind,
@@ -210,11 +222,7 @@ class Loop:
         engine (which cost about as much as a `true` gate each, for a task
         that only reads the result back: docs/benchmarks.md), and the loop
         takes the verdict at once, as from a task that ended."""
-        m = claim.milestone
-        key = f"{m.name}#{claim.attempt}:{TaskKind.GATE}"
-        spec = GateSpec(
-            claim=claim, commands=m.gate, cwd="", env={}, log_path=claim.log_path, stop_file="", cached=True
-        )
+        key, spec = _key(claim, TaskKind.GATE), _recorded_spec(claim)
         box = SpecBox(spec, None, None, functools.partial(self.done_q.put, key))
         box.keep(result)
         self._draw(claim, result, output=False)
@@ -245,8 +253,7 @@ class Loop:
             )
             self.ctx.submitted += 1
             if output:
-                spec = GateSpec(claim=claim, commands=m.gate, cwd="", env={}, log_path=claim.log_path, stop_file="")
-                forward_output(spec, task_run_logger(run, task), result.passed)
+                forward_output(_recorded_spec(claim), task_run_logger(run, task), result.passed)
         except Exception as e:
             if not self._node_warned:
                 self._node_warned = True

@@ -280,14 +280,12 @@ class DriveSession:
         stack, self._ahead_run = self._ahead_run, None
         if stack is not None:
             stack.close()
+            self.units.close()  # (passes run ahead that no gate took: their locks let go)
 
     @contextlib.contextmanager
     def _units_ahead(self, on: bool) -> Iterator[None]:
         if not on:
-            try:
-                yield
-            finally:
-                self.units.close()
+            yield
             return
         from milepost.gates.judge import named_packages
         from milepost.service.ahead import Ahead
@@ -305,7 +303,6 @@ class DriveSession:
         finally:
             self._ahead = None
             ahead.clear()
-            self.units.close()  # (passes run ahead that no gate took: their locks let go)
 
     # -- holds ---------------------------------------------------------------
 
