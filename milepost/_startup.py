@@ -14,8 +14,11 @@ own modules load:
   the block and put back after, so gates, Prefect and everything built later
   see the user's environment.
 
-What each cost is in docs/benchmarks.md. Standard library only: it runs
-before anything else is imported.
+Prefect's import (by ``drive`` and ``tick``) runs with the collector paused
+too (:func:`collector_paused`), but not with pydantic's switch: the first
+gates start their commands while Prefect loads, and those inherit the
+environment. What each cost is in docs/benchmarks.md. Standard library
+only: it runs before anything else is imported.
 """
 
 from __future__ import annotations
@@ -25,24 +28,34 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["quiet_imports"]
+__all__ = ["collector_paused", "quiet_imports"]
 
 _PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
 
 
 @contextmanager
-def quiet_imports() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
+    """No cyclic collection while the block imports; what it built is then
+    frozen out of later collections."""
     collecting = gc.isenabled()
-    prior = os.environ.get(_PLUGINS)
     gc.disable()
-    os.environ[_PLUGINS] = "__all__"
     try:
         yield
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
+
+
+@contextmanager
+def quiet_imports() -> Iterator[None]:
+    prior = os.environ.get(_PLUGINS)
+    os.environ[_PLUGINS] = "__all__"
+    try:
+        with collector_paused():
+            yield
     finally:
         if prior is None:
             os.environ.pop(_PLUGINS, None)
         else:
             os.environ[_PLUGINS] = prior
-        gc.freeze()
-        if collecting:
-            gc.enable()
