@@ -29,6 +29,8 @@ class Known:
     expanded: dict[tuple[str, tuple[str, ...]], tuple[dict[str, str | None], Any]] = field(default_factory=dict)
     # rel, roots and lines -> (its content digest, where the imports on those lines resolve): gates/unit_blocks.py
     by_lines: dict[tuple[str, tuple[str, ...], frozenset[int]], tuple[str, list[str]]] = field(default_factory=dict)
+    # unit key -> the answer of its records as last found, with what it read (gates/unit_blocks.py: unit_state)
+    units: dict[str, Any] = field(default_factory=dict)
     folders: dict[str, int | None] = field(default_factory=dict)  # folder -> mtime_ns when first looked in
 
 

@@ -227,6 +227,11 @@ class ImportIndex:
         self.cache = _ParseCache(cache_path)
         self._k = memo.current(root) if memo is not None else Known()
 
+    @property
+    def known(self) -> Known:
+        """What this index found out and shares with the process's next ones while the folders are as they were."""
+        return self._k
+
     # -- the file system, asked once -------------------------------------------------------
 
     def _looked_in(self, rel: str) -> None:

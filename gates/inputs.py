@@ -365,13 +365,26 @@ class Snapshot:
         return out
 
     def _section(self, rel: str, name: str, section: str) -> str:
-        key = (rel, str(self._digest(rel)[0]))
-        if key not in self._sections:
-            try:
-                with open(os.path.join(self._root, rel), "rb") as f:
-                    self._sections[key] = section_digest(name, section, f.read())
-            except OSError as e:
-                self._sections[key] = "unreadable:" + (e.strerror or type(e).__name__)
+        """The digest of the runner's section of a configuration file: once per snapshot, and once per content
+        in the process (a drive takes a snapshot per gate: parsing ``pyproject.toml`` again each time cost more
+        than the rest of a unit's lookup; docs/benchmarks.md)."""
+        digest = self._digest(rel)[0]
+        key = (rel, str(digest))
+        if key in self._sections:
+            return self._sections[key]
+        kept = f"section:{name}:{section}:{digest}"
+        if digest is not None and kept in self.cache.parsed:
+            self._sections[key] = str(self.cache.parsed[kept])
+            return self._sections[key]
+        try:
+            with open(os.path.join(self._root, rel), "rb") as f:
+                data = f.read()
+        except OSError as e:
+            self._sections[key] = "unreadable:" + (e.strerror or type(e).__name__)
+            return self._sections[key]
+        self._sections[key] = section_digest(name, section, data)
+        if digest is not None and hashlib.sha256(data).hexdigest()[:32] == digest[:32]:
+            self.cache.parsed[kept] = self._sections[key]  # (only when what was read is what the digest names)
         return self._sections[key]
 
     def environment(self, entry: str, env: Mapping[str, str]) -> tuple[dict[str, str], str | None]:

@@ -54,7 +54,6 @@ from typing import Literal
 
 from milepost.gates.inputs import Snapshot, spec_digest
 from milepost.gates.outcome import CachedFrom, CommandResult, Outcome
-from milepost.gates.pyenv import gate_entries
 from milepost.gates.unit_locks import UnitLocks
 from milepost.graph.models import GateCommand
 
@@ -91,9 +90,8 @@ def unit_inputs(path: str) -> list[str]:
 def unit_env_inputs(snap: Snapshot, cmd: GateCommand, env: Mapping[str, str] | None = None) -> list[str]:
     """The environment a unit runs in, as input entries: the ``env:`` entries of
     the interpreters its command starts (see :func:`milepost.gates.pyenv.gate_entries`),
-    found with ``PATH`` as the gate sees it; none when it starts no Python."""
-    seen = {**(os.environ if env is None else env), **cmd.env}
-    return gate_entries(cmd.run, cmd.cwd, snap.root, seen.get("PATH"))
+    found with ``PATH`` as the gate sees it (once per snapshot); none when it starts no Python."""
+    return snap.step_entries(cmd, {**(os.environ if env is None else env), **cmd.env})
 
 
 def import_tag(root: Path, cmd: GateCommand, env: Mapping[str, str] | None = None) -> str:

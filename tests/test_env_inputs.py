@@ -101,6 +101,24 @@ def test_a_test_file_counts_pytests_sections_from_its_folder_up_to_the_root(pkg:
     assert fp_files(pkg, "module:tests/test_prices.py")["pyproject.toml[tool.pytest]"].startswith("unparsed:")
 
 
+def test_a_configuration_files_section_is_read_once_per_content_in_a_process(
+    pkg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drive takes a snapshot per gate: the runner's section of each configuration file is parsed once per
+    content in the process (not once per snapshot), and parsed again when the file changes."""
+    from milepost.gates import inputs
+
+    parsed: list[str] = []
+    real = inputs.section_digest
+    monkeypatch.setattr(inputs, "section_digest", lambda name, *a: parsed.append(name) or real(name, *a))
+    first = fp_files(pkg, "module:tests/test_prices.py")
+    assert fp_files(pkg, "module:tests/test_prices.py") == first and parsed.count("pyproject.toml") == 1
+    write(pkg, {"pyproject.toml": PYPROJECT + 'markers = ["slow"]\n'})
+    changed = fp_files(pkg, "module:tests/test_prices.py")
+    assert changed["pyproject.toml[tool.pytest]"] != first["pyproject.toml[tool.pytest]"]
+    assert parsed.count("pyproject.toml") == 2
+
+
 def test_a_conftest_edit_between_root_and_test_file_makes_that_unit_stale_not_others(
     any_service: Service, pkg: Path, tmp_path: Path
 ) -> None:

@@ -677,6 +677,79 @@ def test_a_units_records_are_kept_in_the_process_while_the_file_is_as_it_was(
     assert len(parsed) == 2 * len(now[0]) and not fresh.records
 
 
+def test_a_units_answer_is_kept_in_the_process_while_what_it_read_is_as_it_was(
+    gates: Gates, pkg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit whose record matched is answered again without going through its record while its records, its
+    own files and every file the record names are as they were (with the folders its import index looked
+    in: a new module is seen there); any of them changed, it is looked at again. The interpreters of a step's
+    command are looked for once per snapshot, not once per unit."""
+    from milepost.gates import inputs, unit_blocks
+    from milepost.gates.inputs import StatCache
+
+    write(pkg, {"pyproject.toml": '[tool.pytest.ini_options]\naddopts = "-q"\n'})  # pytest's configuration
+    assert gates.ran() == dict.fromkeys(TESTS, "passed")  # (a new input of every unit)
+    cache = StatCache(None, racy_seconds=0)  # (no racy window: the folders' import facts are kept at once)
+    cmd = GateCommand(name="pytest", run=PYTEST, each=TESTS)
+    went: list[str] = []
+    real = unit_blocks.first_change
+    monkeypatch.setattr(unit_blocks, "first_change", lambda r, rec, s: went.append(rec.digest) or real(r, rec, s))
+    looked: list[str] = []
+    real_entries = inputs.gate_entries
+    monkeypatch.setattr(inputs, "gate_entries", lambda *a: looked.append(a[0]) or real_entries(*a))
+
+    def state(path: str = "tests/test_a.py") -> unit_blocks.UnitState:
+        return unit_state(Snapshot(pkg, cache), cmd, path, None)
+
+    proven = state()
+    assert proven.why is None and proven.digest is not None and len(went) == 1
+    assert state() == proven and len(went) == 1  # kept
+    snap, looked[:] = Snapshot(pkg, cache), []
+    assert [unit_state(snap, cmd, p, None).why for p in TESTS] == [None, None, None] and looked == [PYTEST]
+    went.clear()
+    # A block's file: looked at again, and the change named; put back, the record matches again.
+    edit(pkg, "pkg/a.py", "return x + 1", "return x + 10")
+    assert state().why == "pkg/a.py: fa changed" and went
+    write(pkg, {"pkg/a.py": PACKAGE["pkg/a.py"]})
+    assert state() == proven
+    went.clear()
+    assert state() == proven and not went
+    # The unit's own file (a comment in the test file is its own input, by content).
+    edit(pkg, "tests/test_a.py", "def test_fa", "# a note\ndef test_fa")
+    assert state().why == "tests/test_a.py changed"
+    write(pkg, {"tests/test_a.py": PACKAGE["tests/test_a.py"]})
+    assert state() == proven
+    # Pytest's configuration, read by no executed code: one of the unit's own inputs.
+    write(pkg, {"pyproject.toml": '[tool.pytest.ini_options]\naddopts = "-q -x"\n'})
+    assert (state().why or "").startswith("pyproject.toml")
+    write(pkg, {"pyproject.toml": '[tool.pytest.ini_options]\naddopts = "-q"\n'})
+    assert state() == proven
+    # Its records: a newer one that matches too (another driver's run) is the answer.
+    assert proven.key is not None
+    rec = unit_blocks.read_records(pkg, proven.key)[0][0]
+    data = {**rec.data, "pkg/c.py": str(Snapshot(pkg).content_digest("pkg/c.py"))}
+    other = unit_blocks.Record(
+        unit_blocks.Record.digest_of(proven.key, rec.static, rec.blocks, rec.imports, data),
+        rec.static,
+        rec.blocks,
+        rec.imports,
+        data,
+    )
+    unit_blocks._write_records(pkg, proven.key, other)
+    assert state().digest == other.digest
+    # A file an import of the executed code resolves to now (a new module: its folder changed).
+    went.clear()
+    write(pkg, {"pkg/extra.py": "def twice(x):\n    return x * 3\n"})
+    assert state("tests/test_b.py").why == "pkg/b.py: its imports now resolve to other files (pkg/extra.py)"
+    (pkg / "pkg" / "extra.py").unlink()
+    # A run after a change writes a new record: it is gone through, and matches.
+    went.clear()
+    edit(pkg, "pkg/a.py", "    return x + 1\n", "    return 1 + x\n")
+    assert gates.ran(["tests/test_a.py"]) == {"tests/test_a.py": "passed"}
+    newer = state()
+    assert newer.why is None and newer.digest not in (proven.digest, other.digest) and went
+
+
 def test_a_gate_that_ran_no_unit_takes_its_inputs_fingerprint_once(
     gates: Gates, pkg: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
