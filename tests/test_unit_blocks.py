@@ -601,17 +601,21 @@ def test_a_sessions_passes_are_the_books_before_its_worker_is_free(service: Serv
 def test_a_reproving_drive_runs_the_stale_gates_changed_units_together_before_its_first_gate(
     service: Service, pkg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A drive that re-proves starts the stale milestones' changed units ahead, split over the idle workers,
-    before its first gate takes a worker (flows/early.py, no Prefect yet): before, the first gate ran its own
-    changed units and a later gate's ran after them (on click, one no-op edit: three sessions in two rounds;
-    docs/benchmarks.md). Each gate then takes its passes, and the milestones are re-proven."""
+    """A drive that re-proves starts the stale milestones' changed units ahead, split over the idle workers
+    by their files' sizes, before its first gate takes a worker (flows/early.py, no Prefect yet): before, the
+    first gate ran its own changed units and a later gate's ran after them (on click, one no-op edit: three
+    sessions in two rounds; docs/benchmarks.md). Each gate then takes its passes, and the milestones are
+    re-proven."""
     from milepost.flows.early import start_first_gates
     from tests.conftest import wait_until
 
     sessions = tmp_path / "sessions"
     write(
         pkg,
-        {"conftest.py": SESSIONS, "tests/test_c.py": "from pkg import fc\n\n\ndef test_fc():\n    assert fc(1) == 0\n"},
+        {
+            "conftest.py": SESSIONS,
+            "tests/test_c.py": "from pkg import fc\n\n\ndef test_fc():\n    assert fc(1) == 0\n" + "# heavy\n" * 100,
+        },
     )
 
     def gate(*files: str) -> str:
@@ -641,7 +645,8 @@ def test_a_reproving_drive_runs_the_stale_gates_changed_units_together_before_it
     finally:
         early.settle(interrupt=False)
     ran = sorted(sorted(line.split()) for line in sessions.read_text().splitlines())
-    assert ran == [["tests/test_a.py", "tests/test_limit.py"], ["tests/test_b.py", "tests/test_c.py"]], ran
+    # (split by the files' sizes: the heavy one alone, gates/units.py split; in turn it would be a+limit, b+c)
+    assert ran == [["tests/test_a.py", "tests/test_b.py", "tests/test_limit.py"], ["tests/test_c.py"]], ran
     for gate_ in early.gates:
         assert gate_.result is not None and gate_.result.passed, gate_.result
         assert all("ran ahead of its gate" in c.reason for c in gate_.result.commands), gate_.result.commands

@@ -517,6 +517,36 @@ def test_units_that_may_share_a_run_run_ahead_together_split_over_the_idle_worke
     assert [len(r) for r in run.runs] == [AHEAD_BATCH, 3]  # at most AHEAD_BATCH in one run
 
 
+def test_a_batch_is_split_by_weight_the_heaviest_first_into_the_lightest_run() -> None:
+    """(click's no-op in ``termui.confirm``: test_termui.py, 70 KB, ran with test_echo.py while two small files
+    ran side by side; the drive waited on the heavy pair.)"""
+    from milepost.gates.units import split
+
+    jobs = batch_jobs("termui.py", "confirm.py", "echo.py", "prompt.py")
+    sizes = {"termui.py": 70, "confirm.py": 1, "echo.py": 5, "prompt.py": 3}
+    batch = [(j, j.path) for j in jobs]
+
+    def paths(parts: list[list[tuple[AheadJob, str]]]) -> list[list[str]]:
+        return [[d for _, d in part] for part in parts]
+
+    assert paths(split(batch, 2, None)) == [["termui.py", "echo.py"], ["confirm.py", "prompt.py"]]  # in turn
+    by_size = split(batch, 2, lambda j: sizes[j.path])
+    assert paths(by_size) == [["termui.py"], ["confirm.py", "echo.py", "prompt.py"]]  # each keeps the batch's order
+    assert paths(split(batch, 3, lambda j: sizes[j.path])) == [["termui.py"], ["echo.py"], ["confirm.py", "prompt.py"]]
+    assert paths(split(batch[:1], 2, lambda j: 1.0)) == [["termui.py"]]  # never an empty run
+    even = split(batch, 2, lambda j: 1.0)  # equal weights: in turn, as without
+    assert paths(even) == [["termui.py", "echo.py"], ["confirm.py", "prompt.py"]]
+    # A drive weighs by the file's size: the book splits what it is given.
+    run = Recorded()
+    digest = lambda j: j.path.ljust(64, "x")  # noqa: E731
+    book = UnitBook(workers=2)
+    with book.ahead(jobs, digest, run, lambda j: "py", lambda j: float(sizes[j.path])):
+        deadline = time.monotonic() + 30
+        while book.ran_ahead < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert sorted(run.runs) == [["confirm.py", "echo.py", "prompt.py"], ["termui.py"]]
+
+
 def test_a_pass_run_ahead_is_found_under_its_record_digest_and_a_failure_is_dropped() -> None:
     run = Recorded(records=True)
     book = UnitBook(workers=2)

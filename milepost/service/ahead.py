@@ -142,6 +142,13 @@ class Ahead:
         if scan is not None:
             scan[1].save()
 
+    def weight(self, job: AheadJob) -> float:
+        """A unit's expected run time against the others': its file's size (0 when it cannot be read)."""
+        try:
+            return float(os.stat(os.path.join(self.ctx.store.root, job.path)).st_size)
+        except (OSError, ValueError):
+            return 0.0
+
     @staticmethod
     def together(job: AheadJob) -> Hashable | None:
         """Units with the same key may run ahead in one pytest session; None: alone."""

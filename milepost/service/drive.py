@@ -298,7 +298,7 @@ class DriveSession:
         )
         try:
             jobs = Ahead.jobs(g, self.scope, self.to_reprove)  # (check_proofs ran: the loop's prepare)
-            with self.units.ahead(jobs, ahead.digest, ahead.run, ahead.together):
+            with self.units.ahead(jobs, ahead.digest, ahead.run, ahead.together, ahead.weight):
                 yield
         finally:
             self._ahead = None
