@@ -23,7 +23,11 @@ from milepost.gates.unit_session import Session
 from milepost.gates.units import Adopted, UnitBook, unit_command
 from milepost.graph.models import GateCommand
 
-__all__ = ["UnitRuns"]
+__all__ = ["CACHED_UNIT", "UnitRuns"]
+
+# How the log of an attempt says a unit was answered by a pass (after the unit's header, on a line of its own that
+# begins "milepost: "): the drive forwards no line of such a unit to Prefect (flows/gate_task.py).
+CACHED_UNIT = "cached: passed as "
 
 _T = TypeVar("_T")
 
@@ -423,7 +427,7 @@ def _reused(
 ) -> CommandResult:
     """A unit answered without running: passed (``cached``) or failed where ``source`` ran it."""
     if outcome is Outcome.PASSED:
-        reason = f"cached: passed as {source.shown()} on the same command and inputs"
+        reason = f"{CACHED_UNIT}{source.shown()} on the same command and inputs"
         out = Outcome.CACHED
     else:
         reason = f"failed as {source.shown()} on the same command and inputs (not run again)"

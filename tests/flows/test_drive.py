@@ -637,6 +637,47 @@ def test_the_log_follower_holds_headers_by_their_place_not_their_text(tmp_path: 
     assert sent == [*header, "first", "", "all good", ""] + (["=== [quiet] $ true"] if not passed else [])
 
 
+@pytest.mark.parametrize("passed", [True, False])
+def test_the_log_follower_sends_no_line_of_a_unit_answered_by_a_pass_and_says_how_many(
+    tmp_path: Path, passed: bool
+) -> None:
+    """A unit answered by a pass writes its header and one line saying so: neither is forwarded (on click a no-op
+    drive sent 500 records of them); the gate's end says how many, in one line. A unit that ran, or one that
+    failed before and was not run again, is forwarded as before; so is output that reads like a unit's header."""
+    from types import SimpleNamespace
+
+    from milepost.flows.gate_task import _Watched
+    from milepost.gates.command import command_header
+    from milepost.gates.outcome import CachedFrom, Outcome
+    from milepost.gates.unit_runs import _reused
+    from milepost.gates.units import unit_command
+    from milepost.graph import GateCommand
+
+    step = GateCommand(name="pytest", run="pytest -q {file}", each=["tests/a.py", "tests/b.py", "tests/c.py"])
+    a, b, c = (unit_command(step, f) for f in step.each)
+    log = tmp_path / "attempt-1.log"
+    origin = CachedFrom(item=1, milestone="m", attempt=3)
+    written: list[str] = []
+    _reused(a, "tests/a.py", "d" * 64, Outcome.PASSED, origin, written.append)
+    _reused(c, "tests/c.py", "e" * 64, Outcome.FAILED, origin, written.append)
+    echo = command_header(a)  # (printed by b's test as output: output)
+    log.write_text(written[0] + command_header(b) + "1 passed\n" + echo + "done\n" + written[1])
+    sent: list[str] = []
+    logger = SimpleNamespace(info=sent.append, warning=sent.append)
+    spec = SimpleNamespace(commands=[step], log_path=str(log), stop_file=str(tmp_path / "stop"), driver={})
+    _Watched(spec, logger, 100).finish(passed)  # type: ignore[arg-type]
+    assert sent == [
+        command_header(b).rstrip("\n"),
+        "1 passed",
+        echo.rstrip("\n"),
+        "done",
+        command_header(c).rstrip("\n"),
+        written[1].split("\n")[1],
+        f"milepost: 1 unit answered by passes, not run again (the gate's log: {log})",
+    ]
+    assert written[1].split("\n")[1].startswith("milepost: failed as item 1 'm' attempt 3")
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_an_interrupted_drive_says_what_it_did_and_what_is_left(
     cli: CLI, workspace: Path, prefect_api: str, as_json: bool
