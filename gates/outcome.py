@@ -177,8 +177,13 @@ def _signame(n: int) -> str:
 def verdict(
     results: list[CommandResult], started: datetime, finished: datetime, duration: float, log_path: str | None
 ) -> GateResult:
-    """One gate attempt's result from its commands' results."""
+    """One gate attempt's result from its commands' results. A command (or unit) skipped with none failed or
+    interrupted before it (the attempt was stopped before it began: an interrupt while the gate waited for a
+    unit another run had) makes the attempt interrupted: a gate passes only when each of its commands proves."""
     bad = next((r for r in results if r.outcome in (Outcome.FAILED, Outcome.INTERRUPTED)), None)
+    skipped = next((r for r in results if r.outcome is Outcome.SKIPPED), None)
+    if bad is None and skipped is not None:
+        bad = skipped.model_copy(update={"outcome": Outcome.INTERRUPTED})
     # The verdict speaks for the failing (or interrupted) command, or for the last one when all passed.
     speaker = bad or (results[-1] if results else None)
     if bad is None:

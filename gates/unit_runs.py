@@ -101,7 +101,7 @@ class UnitRuns:
 
         for n, path in enumerate(cmd.each):
             halted = (out and out[-1].outcome is Outcome.INTERRUPTED) or (stop is not None and stop.is_set())
-            out.append(self._one(cmd, n, path, digests[n], fd, run, first, halted=bool(halted)))
+            out.append(self._one(cmd, n, path, digests[n], fd, run, first, halted=bool(halted), stop=stop))
         return out
 
     def _one(
@@ -116,21 +116,22 @@ class UnitRuns:
         *,
         halted: bool,
         write: Callable[[str], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> CommandResult:
-        """One unit: skipped when halted, answered by the book, or run."""
+        """One unit: skipped when halted (or ``stop`` is set once the book said to run it: an interrupt while
+        it waited for another run of it, a run ahead stopped by that interrupt say), answered by the book, or
+        run."""
         one = unit_command(cmd, path)
         if halted:
-            return CommandResult(
-                name=cmd.name,
-                run=one.run,
-                outcome=Outcome.SKIPPED,
-                reason="skipped: the attempt was interrupted",
-                file=path,
-            )
+            return _skipped(one, path)
         shared = self.book is not None and digest is not None and self.reuse
         before = self.book.begin(digest) if shared and self.book is not None and digest is not None else None
         if isinstance(before, tuple):
             return _reused(one, path, digest, *before, write or (lambda text: log_room.write(fd, text)))
+        if before is None and stop is not None and stop.is_set():
+            if shared and self.book is not None and digest is not None:
+                self.book.end(digest, None, None)
+            return _skipped(one, path)
         try:
             if isinstance(before, Adopted):
                 r = _adopted(before, write or (lambda text: log_room.write(fd, text)))
@@ -204,7 +205,7 @@ class UnitRuns:
                     os.close(ufd)
                     _append(own, fd, lock)
 
-            return self._one(cmd, n, path, digests[n], fd, run, first, halted=halt.is_set(), write=write)
+            return self._one(cmd, n, path, digests[n], fd, run, first, halted=halt.is_set(), write=write, stop=halt)
 
         jobs = [partial(unit, n, path) for n, path in enumerate(cmd.each)]
         return _all_of(jobs, book.workers, "milepost-unit", stop, halt, on_interrupt)
@@ -259,7 +260,9 @@ class UnitRuns:
         for n in mine:
             out[n] = ended[n] if n in ended else self._ended(n, cmd.each[n], digests[n], ran[n])
         for n in later:
-            out[n] = self._one(cmd, n, cmd.each[n], digests[n], fd, self._runner(run_one), first, halted=False)
+            out[n] = self._one(
+                cmd, n, cmd.each[n], digests[n], fd, self._runner(run_one), first, halted=self.halted, stop=stop
+            )
         return [out[n] for n in range(len(cmd.each))]
 
     def _alone(

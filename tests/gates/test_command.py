@@ -149,3 +149,24 @@ def test_per_command_timeout_overrides_default(tmp_path: Path) -> None:
 def test_gates_do_not_import_prefect() -> None:
     code = "import sys, milepost.gates; assert 'prefect' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ})
+
+
+def test_units_skipped_because_the_attempt_was_stopped_before_they_ran_make_it_interrupted(tmp_path: Path) -> None:
+    """A gate passes only when each of its commands proves: units skipped because the attempt was stopped
+    before they began (an interrupt while its gate waited for a run of the same unit elsewhere) end it
+    interrupted, never passed with nothing run (it passed with every unit skipped: a re-proof Ctrl-C'd
+    during a verify recorded its milestone proven)."""
+    import threading
+
+    from milepost.gates.units import UnitBook
+
+    for name in ("test_x.py", "test_y.py"):
+        (tmp_path / name).write_text("def test_it():\n    pass\n")
+    stop = threading.Event()
+    stop.set()
+    for files, workers in ((["test_x.py"], 1), (["test_x.py", "test_y.py"], 1), (["test_x.py", "test_y.py"], 2)):
+        cmd = GateCommand(name="t", run=f"{sys.executable} -m pytest -q {{file}}", each=files)
+        log = tmp_path / f"attempt-{len(files)}-{workers}.log"
+        r = run_gate([cmd], log, default_cwd=tmp_path, stop=stop, units=UnitBook(None, workers))
+        assert r.outcome is Outcome.INTERRUPTED and "skipped: the attempt was interrupted" in r.reason, r
+        assert [c.outcome for c in r.commands] == [Outcome.SKIPPED] * len(files)
