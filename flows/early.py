@@ -53,6 +53,7 @@ from milepost.gates.outcome import CachedFrom
 from milepost.graph.models import GateCommand
 from milepost.graph.status import MilestoneStatus
 from milepost.results import Claim, DoneResult
+from milepost.service.ahead import AHEAD_START_WAIT
 from milepost.service.drive import DriveSession
 
 if TYPE_CHECKING:
@@ -60,10 +61,6 @@ if TYPE_CHECKING:
     from milepost.service.leases import LeaseKeeper
 
 __all__ = ["EarlyGate", "EarlyStart", "start_first_gates"]
-
-# How long a re-proving drive's first gates wait for the units run ahead to start their first run (they take the
-# book's idle workers first: every stale gate's changed units run together); past it the gates start anyway.
-AHEAD_START_WAIT = 5.0
 
 
 class EarlyGate:

@@ -653,6 +653,110 @@ def test_a_reproving_drive_runs_the_stale_gates_changed_units_together_before_it
     assert service.runs("second", item)[-1].outcome is Outcome.PASSED
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_verify_runs_the_stale_gates_changed_units_ahead_together(
+    service: Service, pkg: Path, tmp_path: Path, workers: int
+) -> None:
+    """``verify --max-parallel 2`` re-proves as a drive does: the stale milestones' changed units run ahead,
+    split over the workers by their files' sizes, before the first gate starts; each gate then takes its
+    passes. Before, each gate ran its own changed units in a session of its own, and a later gate's unit ran
+    in a second round (click, a no-op in ``join_options``: three sessions, 4.3 to 5.6 s; docs/benchmarks.md).
+    With one worker nothing runs ahead: each gate runs its own."""
+    sessions = tmp_path / "sessions"
+    write(
+        pkg,
+        {
+            "conftest.py": SESSIONS,
+            "tests/test_c.py": "from pkg import fc\n\n\ndef test_fc():\n    assert fc(1) == 0\n" + "# heavy\n" * 100,
+        },
+    )
+
+    def gate(*files: str) -> str:
+        return json.dumps(
+            [{"name": "pytest", "run": PYTEST, "each": list(files), "env": {"SESSIONS_LEDGER": str(sessions)}}]
+        )
+
+    plan = (
+        "objective: verify\nmilestones:\n"
+        f"  - {{name: first, inputs: ['pkg/**', 'tests/**'], gate: {gate('tests/test_a.py', 'tests/test_b.py')}}}\n"
+        f"  - {{name: second, deps: [first], inputs: ['pkg/**', 'tests/**'],"
+        f" gate: {gate('tests/test_limit.py', 'tests/test_c.py')}}}\n"
+    )
+    item = service.apply_plan(parse_plan(plan)).id
+    for name in ("first", "second"):
+        service.start(name, item=item)
+        assert service.done(name, item=item).passed
+    edit(pkg, "pkg/__init__.py", "LIMIT = 10\n", "LIMIT = 10\nNOTHING = None\n")  # module-level code: all four ran it
+    sessions.unlink()
+    r = service.verify(item=item, max_parallel=workers)
+    assert r.ok, r.message
+    assert [v.milestone for v in r.verified] == ["first", "second"]
+    ran = sorted(sorted(line.split()) for line in sessions.read_text().splitlines())
+    if workers == 2:
+        assert ran == [["tests/test_a.py", "tests/test_b.py", "tests/test_limit.py"], ["tests/test_c.py"]], ran
+        for name in ("first", "second"):
+            log = service.log_path(item, name, service.runs(name, item)[-1].attempt).read_text()
+            assert log.count("ran ahead of this gate") == 2, log
+    else:
+        assert ran == [["tests/test_a.py", "tests/test_b.py"], ["tests/test_c.py", "tests/test_limit.py"]], ran
+    assert not list((pkg / ".milepost").rglob("ahead/*/*")), "the logs no gate took are left behind"
+
+
+def test_ctrl_c_during_a_verify_whose_units_run_ahead_stops_them_and_its_gates_at_once(
+    service: Service, pkg: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C while a verify's units run ahead: the runs stop, and a gate that waited for one does not run
+    the unit itself (it did, then stopped it: 1 to 2 s more on click); exit 130, the re-proofs recorded
+    interrupted, the milestones still done and stale."""
+    import signal
+
+    from tests.conftest import CLI, wait_until
+
+    marker = tmp_path / "slow.pid"
+
+    def gate(*files: str) -> str:
+        return json.dumps([{"name": "pytest", "run": PYTEST, "each": list(files), "env": {"SLOW_PID": str(marker)}}])
+
+    plan = (
+        "objective: stop\nmilestones:\n"
+        f"  - {{name: first, inputs: ['pkg/**', 'tests/**'], gate: {gate('tests/test_a.py', 'tests/test_b.py')}}}\n"
+        f"  - {{name: second, deps: [first], inputs: ['pkg/**', 'tests/**'], gate: {gate('tests/test_limit.py')}}}\n"
+    )
+    item = service.apply_plan(parse_plan(plan)).id
+    for name in ("first", "second"):
+        service.start(name, item=item)
+        assert service.done(name, item=item).passed
+    slow = "import os, time\n\nfrom pkg import fb\n\n\ndef test_fb():\n"
+    slow += "    with open(os.environ['SLOW_PID'], 'w') as f:\n        f.write(str(os.getpid()))\n    time.sleep(120)\n"
+    write(pkg, {"tests/test_b.py": slow})
+    edit(pkg, "pkg/__init__.py", "LIMIT = 10\n", "LIMIT = 10\nNOTHING = None\n")
+    proc = CLI(pkg).popen("verify", "--max-parallel", "2")
+    try:
+        wait_until(lambda: marker.exists() and marker.read_text().strip(), 120, "the slow unit to run ahead")
+        pid = int(marker.read_text())
+        began = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (out, err)
+    assert time.monotonic() - began < 30  # (not the unit's 120 s: it was stopped, and not run again)
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_until(gone, 30, "the slow unit's process to end")
+    views = {v.name: v.view for v in service.milestone_views(item=item)[1]}
+    assert views == {"first": "stale", "second": "stale"}, views
+    assert service.runs("first", item)[-1].outcome is Outcome.INTERRUPTED
+
+
 def test_a_units_records_are_kept_in_the_process_while_the_file_is_as_it_was(
     gates: Gates, pkg: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -326,7 +326,8 @@ def verify(
     and inputs equal a run that passed anywhere in the store (a file put back
     as it was) is not run again: outcome cached, naming that run; --fresh
     runs every gate it checks. Independent milestones run side by side up to
-    --max-parallel. A failing re-proof sends its milestone to needs_fix (the
+    --max-parallel (and, with 2 or more, the stale ones' changed test files
+    first, together, ahead of their gates). A failing re-proof sends its milestone to needs_fix (the
     done milestones built on it wait behind it). Exit 0 when all of them end
     done and none stale (nothing stale: nothing runs), 1 otherwise. This is
     the command a CI step runs on a reused store.

@@ -32,7 +32,7 @@ import contextlib
 import os
 import shutil
 import threading
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from pathlib import Path
 
 from milepost.gates.command import run_gate
@@ -41,12 +41,17 @@ from milepost.gates.judge import ImportRule, import_rule
 from milepost.gates.outcome import CommandResult
 from milepost.gates.unit_blocks import coverable, env_tag, unit_state, watched
 from milepost.gates.unit_session import Session
-from milepost.gates.units import AheadJob, unit_command
+from milepost.gates.units import AheadJob, UnitBook, unit_command
 from milepost.graph.dag import WorkGraph
 from milepost.graph.status import MilestoneStatus
 from milepost.service._tx import Context
 
-__all__ = ["Ahead"]
+__all__ = ["AHEAD_START_WAIT", "Ahead", "running_ahead"]
+
+# How long a re-proof (a drive's first gates, verify's) waits for the units run ahead to start their first run
+# (they take the book's idle workers first: every stale gate's changed units run together); past it the gates
+# start anyway.
+AHEAD_START_WAIT = 5.0
 
 _WAITING = (MilestoneStatus.PENDING, MilestoneStatus.NEEDS_FIX)  # (not claimed, done, stuck or a hypothesis)
 
@@ -245,3 +250,32 @@ def _session_log(session: Path, own: Path, path: str, n: int) -> None:
         out.write(f"milepost: {path} ran in one pytest session of {n} test files; its output:\n".encode())
         with contextlib.suppress(OSError), open(session, "rb") as f:
             shutil.copyfileobj(f, out)
+
+
+@contextlib.contextmanager
+def running_ahead(
+    ctx: Context,
+    item: int,
+    units: UnitBook,
+    g: WorkGraph,
+    owner: str,
+    *,
+    scope: set[str] | None = None,
+    reprove: Collection[str] = (),
+    workspace: Path | None = None,
+) -> Iterator[Ahead]:
+    """While the block runs, ``units``' idle workers run the units of ``g``'s milestones yet to run (and of the
+    stale ones in ``reprove``) ahead of their gates: :meth:`Ahead.jobs`, split by :meth:`Ahead.weight`. Their
+    logs wait in ``owner``'s folder of the store's ``ahead`` evidence until a gate takes them; at its end the
+    runs still going are stopped, and the logs no gate took removed."""
+    from milepost.gates.judge import named_packages
+
+    folder = ctx.store.evidence_dir("ahead") / owner.replace(":", "-")
+    packages = named_packages(e for m in g for e in m.inputs)  # (the import rule's, outside the workspace)
+    ahead = Ahead(ctx, item, folder, workspace=workspace, packages=packages, hold=units.hold)
+    try:
+        jobs = Ahead.jobs(g, scope, reprove)
+        with units.ahead(jobs, ahead.digest, ahead.run, ahead.together, ahead.weight):
+            yield ahead
+    finally:
+        ahead.clear()

@@ -287,22 +287,23 @@ class DriveSession:
         if not on:
             yield
             return
-        from milepost.gates.judge import named_packages
-        from milepost.service.ahead import Ahead
+        from milepost.service.ahead import running_ahead
 
-        g = self.graph
-        folder = self.ctx.store.evidence_dir("ahead") / self.owner.replace(":", "-")
-        packages = named_packages(e for m in g for e in m.inputs)  # (the import rule's, outside the workspace)
-        ahead = self._ahead = Ahead(
-            self.ctx, self.item, folder, workspace=self.workspace, packages=packages, hold=self.units.hold
-        )
-        try:
-            jobs = Ahead.jobs(g, self.scope, self.to_reprove)  # (check_proofs ran: the loop's prepare)
-            with self.units.ahead(jobs, ahead.digest, ahead.run, ahead.together, ahead.weight):
+        with running_ahead(
+            self.ctx,
+            self.item,
+            self.units,
+            self.graph,
+            self.owner,
+            scope=self.scope,
+            reprove=self.to_reprove,  # (check_proofs ran: the loop's prepare)
+            workspace=self.workspace,
+        ) as ahead:
+            self._ahead = ahead
+            try:
                 yield
-        finally:
-            self._ahead = None
-            ahead.clear()
+            finally:
+                self._ahead = None
 
     # -- holds ---------------------------------------------------------------
 

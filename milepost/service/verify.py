@@ -30,9 +30,9 @@ nothing).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -166,7 +166,9 @@ class _Run:
         waiting = list(order)
         below = {n: set(self.graph.ancestors(n)) & set(order) for n in order}
         keeper = LeaseKeeper(self.ctx)
-        with keeper, ThreadPoolExecutor(self.max_parallel, thread_name_prefix="milepost-verify") as pool:
+        ahead = ExitStack()  # the units run ahead: stopped before the gates are waited for, and the book closed
+        with keeper, ahead, ThreadPoolExecutor(self.max_parallel, thread_name_prefix="milepost-verify") as pool:
+            ahead.enter_context(self._ahead(order))
             try:
                 while waiting or self.running:
                     unsettled = set(waiting) | {j.claim.milestone.name for j in self.running.values()}
@@ -186,9 +188,11 @@ class _Run:
                         for f in ended:
                             self._finish(f, keeper)
             except BaseException:
-                # Ctrl-C (or a failure here): the running gates stop their process
-                # groups and end interrupted; their attempts are recorded, then it is raised again.
+                # Ctrl-C (or a failure here): the running gates stop their process groups (the units run
+                # ahead too: a gate may wait for one) and end interrupted; their attempts are recorded, then
+                # it is raised again.
                 self.stop.set()
+                ahead.close()
                 wait(self.running)
                 for f in list(self.running):
                     # (a record that fails here, the database lost, leaves its lease: the next drive or
@@ -197,8 +201,24 @@ class _Run:
                         self._finish(f, keeper)
                 raise
             finally:
+                ahead.close()
                 if self.units is not None:
                     self.units.close()  # (a record's lock a failed run never let go)
+
+    @contextmanager
+    def _ahead(self, order: list[str]) -> Iterator[None]:
+        """With two workers or more, the stale milestones' units run ahead, before the first gate starts, as a
+        re-proving drive's do (:func:`milepost.service.ahead.running_ahead`): their changed units together,
+        split over the workers, not one pytest session per gate and another round for a later gate's."""
+        reprove = [n for n in order if n in self.check.stale and self.graph.get(n).status is S.DONE]
+        if self.units is None or self.units.workers < 2 or not self.use_cache or not reprove:
+            yield
+            return
+        from milepost.service.ahead import AHEAD_START_WAIT, running_ahead
+
+        with running_ahead(self.ctx, self.item, self.units, self.graph, self.owner, scope=set(order), reprove=reprove):
+            self.units.wait_started(AHEAD_START_WAIT)
+            yield
 
     def _settle(self, name: str, keeper: LeaseKeeper, pool: ThreadPoolExecutor) -> None:
         """Decide one milestone: unchanged, not runnable (said why), cached, or its gate submitted."""
