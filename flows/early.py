@@ -10,8 +10,9 @@ first run take the idle workers: the changed units of every stale gate run
 together, :meth:`DriveSession.start_units_ahead`), claims the
 first milestones (as many as ``--max-parallel`` lets run at once) and
 starts their gates, each in a thread of its own (the commands run under
-this process's gate supervisor, on the other core), and only then imports
-Prefect and starts the flow run. The drive loop adopts what was done here
+this process's gate supervisor, on the other core); a first drive then
+starts the units ahead, for the workers its first gates left idle; and only
+then it imports Prefect and starts the flow run. The drive loop adopts what was done here
 (:attr:`DriveContext.early`): the same session, the events to report, the
 units running ahead, and the running gates, whose task runs wait for them instead of starting the
 commands (:func:`milepost.flows.gate_task.run_gate_spec`).
@@ -370,6 +371,8 @@ def start_first_gates(
             session.start_units_ahead()
             session.units.wait_started(AHEAD_START_WAIT)
         early.claim_first(max_parallel)
+        # Else the first gates take the workers first; the idle ones run later milestones' units meanwhile.
+        session.start_units_ahead()
     except BaseException:
         early.settle(interrupt=True)
         raise

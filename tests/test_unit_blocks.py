@@ -653,6 +653,33 @@ def test_a_reproving_drive_runs_the_stale_gates_changed_units_together_before_it
     assert service.runs("second", item)[-1].outcome is Outcome.PASSED
 
 
+def test_a_first_drive_runs_later_milestones_units_ahead_while_prefect_loads(service: Service, pkg: Path) -> None:
+    """A first drive (nothing stale) lets its first gates take the workers, then runs the units of the
+    milestones waiting on them ahead with the idle ones, from its early start (no Prefect yet): before, the
+    second worker sat idle until the flow run began (on toolz, 1.8 s of a 4 s first drive;
+    docs/benchmarks.md)."""
+    from milepost.flows.early import start_first_gates
+    from tests.conftest import wait_until
+
+    gate = json.dumps([{"name": "pytest", "run": PYTEST, "each": ["tests/test_limit.py"]}])
+    later = json.dumps([{"name": "pytest", "run": PYTEST, "each": ["tests/test_a.py", "tests/test_b.py"]}])
+    plan = (
+        "objective: first\nmilestones:\n"
+        f"  - {{name: first, inputs: ['pkg/**', 'tests/**'], gate: {gate}}}\n"
+        f"  - {{name: second, deps: [first], inputs: ['pkg/**', 'tests/**'], gate: {later}}}\n"
+    )
+    item = service.apply_plan(parse_plan(plan)).id
+    early = start_first_gates(service, item, max_parallel=2)
+    assert early is not None and early.stale == [] and [g.claim.milestone.name for g in early.gates] == ["first"]
+    book = early.session.units
+    try:
+        wait_until(lambda: book.ran_ahead == 2, timeout=120)  # second's two units, in the idle worker
+        wait_until(lambda: all(g.recorded is not None for g in early.gates), timeout=120)
+    finally:
+        early.settle(interrupt=False)
+    assert early.gates[0].result is not None and early.gates[0].result.passed
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_verify_runs_the_stale_gates_changed_units_ahead_together(
     service: Service, pkg: Path, tmp_path: Path, workers: int
