@@ -344,15 +344,18 @@ def start_first_gates(
     until: str | None = None,
     expect_revision: int | None = None,
     use_cache: bool = True,
+    checked: bool = False,
 ) -> EarlyStart | None:
     """The loop's first steps, before Prefect is imported (see the module):
-    None when this drive does not start early (nothing to run, or not the plain case)."""
+    None when this drive does not start early (nothing to run, or not the plain case).
+    ``checked``: the caller found just now that the drive has something to run
+    (:func:`milepost.service.drive.nothing_to_run` said None), so it is not looked at again."""
     t0 = time.monotonic()
     if task_runner != "thread" or until is not None or expect_revision is not None:
         return None
     from milepost.service.drive import nothing_to_run
 
-    if nothing_to_run(svc, item) is not None:
+    if not checked and nothing_to_run(svc, item) is not None:
         return None  # answered from the store (run_drive says so)
     now = datetime.now(UTC)
     g = svc.graph(item, proofs=False)[1]

@@ -208,6 +208,7 @@ def drive(
                     until=until,
                     expect_revision=expect_revision,
                     use_cache=not no_cache,
+                    checked=how != "started",  # (nothing_to_run said so above; not when a server took seconds)
                 )
             if live is not None and early is not None:  # the live table from the first gate on
                 for gate in early.gates:

@@ -361,3 +361,25 @@ def test_a_stale_milestone_is_told_with_the_time_it_was_found_before_its_gate(
     assert datetime.fromisoformat(gate["at"]).timestamp() <= ran, (gate, ran)  # its own start, not pushed on
     stamps = [datetime.fromisoformat(e["at"]) for e in events]
     assert stamps == sorted(stamps), events
+
+
+def test_an_early_start_the_cli_checked_just_before_does_not_check_again(
+    service: Service, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's drive asks nothing_to_run before it starts the first gates (a drive with nothing to run ends
+    there, no Prefect); the early start looks again only when not told it was just done (a proof check of every
+    milestone each time: a tenth of a second of a no-op drive on click before its first gate)."""
+    from milepost.flows import early
+    from milepost.service import drive
+
+    asked: list[int] = []
+    real = drive.nothing_to_run
+    monkeypatch.setattr(drive, "nothing_to_run", lambda svc, item, *a: asked.append(item) or real(svc, item, *a))
+    for checked in (False, True):
+        plan = f"objective: once\nmilestones:\n  - {{name: one-{str(checked).lower()}, gate: 'true'}}\n"
+        item = service.apply_plan(parse_plan(plan)).id
+        asked.clear()
+        start = early.start_first_gates(service, item, checked=checked)
+        assert start is not None and asked == ([] if checked else [item])
+        wait_until(lambda: all(g.recorded is not None for g in start.gates), timeout=60)  # noqa: B023
+        start.settle(interrupt=False)
