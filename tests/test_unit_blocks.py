@@ -598,18 +598,10 @@ def test_a_sessions_passes_are_the_books_before_its_worker_is_free(service: Serv
     assert len(sessions.read_text().splitlines()) == 2
 
 
-def test_a_reproving_drive_runs_the_stale_gates_changed_units_together_before_its_first_gate(
-    service: Service, pkg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A drive that re-proves starts the stale milestones' changed units ahead, split over the idle workers
-    by their files' sizes, before its first gate takes a worker (flows/early.py, no Prefect yet): before, the
-    first gate ran its own changed units and a later gate's ran after them (on click, one no-op edit: three
-    sessions in two rounds; docs/benchmarks.md). Each gate then takes its passes, and the milestones are
-    re-proven."""
-    from milepost.flows.early import start_first_gates
-    from tests.conftest import wait_until
-
-    sessions = tmp_path / "sessions"
+def two_stale_gates(service: Service, pkg: Path, sessions: Path) -> int:
+    """An item of two proven milestones whose four units all ran the package's module-level code, made stale
+    by an edit of it: first (test_a, test_b) and second (test_limit, and test_c: the heavy file), each pytest
+    session writing its files to ``sessions`` (emptied). Its id."""
     write(
         pkg,
         {
@@ -635,6 +627,22 @@ def test_a_reproving_drive_runs_the_stale_gates_changed_units_together_before_it
         assert service.done(name, item=item).passed
     edit(pkg, "pkg/__init__.py", "LIMIT = 10\n", "LIMIT = 10\nNOTHING = None\n")  # module-level code: all four ran it
     sessions.unlink()
+    return item
+
+
+def test_a_reproving_drive_runs_the_stale_gates_changed_units_together_before_its_first_gate(
+    service: Service, pkg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drive that re-proves starts the stale milestones' changed units ahead, split over the idle workers
+    by their files' sizes, before its first gate takes a worker (flows/early.py, no Prefect yet): before, the
+    first gate ran its own changed units and a later gate's ran after them (on click, one no-op edit: three
+    sessions in two rounds; docs/benchmarks.md). Each gate then takes its passes, and the milestones are
+    re-proven."""
+    from milepost.flows.early import start_first_gates
+    from tests.conftest import wait_until
+
+    sessions = tmp_path / "sessions"
+    item = two_stale_gates(service, pkg, sessions)
     waited: list[bool] = []  # (whether the units run ahead had started when the first gate could start)
     wait_started = UnitBook.wait_started
     monkeypatch.setattr(UnitBook, "wait_started", lambda book, t: waited.append(wait_started(book, t)) or True)
@@ -690,31 +698,7 @@ def test_verify_runs_the_stale_gates_changed_units_ahead_together(
     in a second round (click, a no-op in ``join_options``: three sessions, 4.3 to 5.6 s; docs/benchmarks.md).
     With one worker nothing runs ahead: each gate runs its own."""
     sessions = tmp_path / "sessions"
-    write(
-        pkg,
-        {
-            "conftest.py": SESSIONS,
-            "tests/test_c.py": "from pkg import fc\n\n\ndef test_fc():\n    assert fc(1) == 0\n" + "# heavy\n" * 100,
-        },
-    )
-
-    def gate(*files: str) -> str:
-        return json.dumps(
-            [{"name": "pytest", "run": PYTEST, "each": list(files), "env": {"SESSIONS_LEDGER": str(sessions)}}]
-        )
-
-    plan = (
-        "objective: verify\nmilestones:\n"
-        f"  - {{name: first, inputs: ['pkg/**', 'tests/**'], gate: {gate('tests/test_a.py', 'tests/test_b.py')}}}\n"
-        f"  - {{name: second, deps: [first], inputs: ['pkg/**', 'tests/**'],"
-        f" gate: {gate('tests/test_limit.py', 'tests/test_c.py')}}}\n"
-    )
-    item = service.apply_plan(parse_plan(plan)).id
-    for name in ("first", "second"):
-        service.start(name, item=item)
-        assert service.done(name, item=item).passed
-    edit(pkg, "pkg/__init__.py", "LIMIT = 10\n", "LIMIT = 10\nNOTHING = None\n")  # module-level code: all four ran it
-    sessions.unlink()
+    item = two_stale_gates(service, pkg, sessions)
     r = service.verify(item=item, max_parallel=workers)
     assert r.ok, r.message
     assert [v.milestone for v in r.verified] == ["first", "second"]
