@@ -41,6 +41,7 @@ class UnitLocks:
     def __init__(self, root: Path) -> None:
         self.folder = root / ".milepost" / "cache" / "unit-locks"
         self._held: dict[str, int] = {}  # digest -> the descriptor holding its lock
+        self.recording: set[str] = set()  # held while a record with that digest is written (see UnitBook.hold)
 
     def take(self, digest: str, *, wait: bool) -> bool:
         """Take the unit's lock: True once held here; False when another process holds it and ``wait`` is
@@ -64,6 +65,7 @@ class UnitLocks:
         return True
 
     def release(self, digest: str) -> None:
+        self.recording.discard(digest)
         fd = self._held.pop(digest, None)
         if fd is not None:
             with contextlib.suppress(OSError):

@@ -354,6 +354,7 @@ class UnitBook:
         :meth:`also` (or, run ahead, by the gate's :meth:`end`)."""
         if self.shared is not None:
             self.shared.take(digest, wait=False)
+            self.shared.recording.add(digest)
 
     def also(self, digest: str, result: CommandResult, origin: CachedFrom | None) -> None:
         """A pass known under a second digest too (its record's, once it ran under coverage: gates/unit_blocks.py)."""
@@ -485,9 +486,12 @@ class UnitBook:
         return batch
 
     def _claim_ahead(self, digest: str) -> bool:
-        """Whether ``digest`` is free to run ahead (nobody ran or runs it, the store has no pass)."""
+        """Whether ``digest`` is free to run ahead (nobody ran or runs it, the store has no pass). Not one whose
+        record a gate of this book is writing (:meth:`hold`): its pass is told to the book a moment later. A
+        scan that began as a gate's session ended (its worker free) read the new records and ran a unit again
+        (click's first drive, test_formatting.py twice)."""
         with self._lock:
-            if digest in self._slots:
+            if digest in self._slots or (self.shared is not None and digest in self.shared.recording):
                 return False
             self._slots[digest] = _Slot()
         try:

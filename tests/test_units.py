@@ -547,6 +547,22 @@ def test_a_batch_is_split_by_weight_the_heaviest_first_into_the_lightest_run() -
     assert sorted(run.runs) == [["confirm.py", "echo.py", "prompt.py"], ["termui.py"]]
 
 
+def test_a_unit_whose_record_a_gate_is_writing_is_not_run_ahead(tmp_path: Path) -> None:
+    """A gate's session ended (its worker free: the scan ahead wakes) and it writes its units' records, each
+    digest held first: a scan that reads such a record finds its digest held by the book, not free to run
+    (its pass is told a moment later). It ran the unit again (click's first drive, one file twice)."""
+    from milepost.gates.unit_locks import UnitLocks
+
+    book = UnitBook(workers=2)
+    book.shared = UnitLocks(tmp_path)
+    book.hold("a.py".ljust(64, "x"))  # a.py's record is being written
+    run = Recorded()
+    run_ahead_until(book, batch_jobs("a.py", "b.py"), run, 1)
+    assert run.runs == [["b.py"]]
+    book.close()
+    assert not book.shared.recording
+
+
 def test_a_pass_run_ahead_is_found_under_its_record_digest_and_a_failure_is_dropped() -> None:
     run = Recorded(records=True)
     book = UnitBook(workers=2)
