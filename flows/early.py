@@ -370,12 +370,13 @@ def start_first_gates(
     stale = sorted(session.to_reprove, key=lambda n: session.graph.get(n).id)
     early = EarlyStart(session, reclaimed, stale, dict(session.waiting), t0)
     try:
-        if session.to_reprove:  # every stale gate's changed units run together first, while Prefect loads
+        reproving = bool(session.to_reprove)
+        if reproving:  # every stale gate's changed units run together first, while Prefect loads
             session.start_units_ahead()
             session.units.wait_started(AHEAD_START_WAIT)
         early.claim_first(max_parallel)
-        # Else the first gates take the workers first; the idle ones run later milestones' units meanwhile.
-        session.start_units_ahead()
+        if not reproving:  # the first gates took the workers first; the idle ones run later milestones' units
+            session.start_units_ahead()
     except BaseException:
         early.settle(interrupt=True)
         raise

@@ -61,6 +61,7 @@ __all__ = [
     "changed_paths",
     "describe_changes",
     "gate_fingerprint",
+    "names_content",
     "spec_digest",
 ]
 
@@ -122,6 +123,12 @@ class Fingerprint:
         shown = [f"{p} ({why})" for p, why in sorted(self.unreadable.items())[:limit]]
         more = len(self.unreadable) - len(shown)
         return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
+def names_content(digest: str | None, data: bytes) -> bool:
+    """Whether ``data`` is the content a file's content ``digest`` names: what was read after the digest was
+    taken may be newer, and what is kept by digest must be what it names."""
+    return digest is not None and hashlib.sha256(data).hexdigest()[:DIGEST_CHARS] == digest[:DIGEST_CHARS]
 
 
 def _counted_path(rel: str) -> bool:
@@ -383,7 +390,7 @@ class Snapshot:
             self._sections[key] = "unreadable:" + (e.strerror or type(e).__name__)
             return self._sections[key]
         self._sections[key] = section_digest(name, section, data)
-        if digest is not None and hashlib.sha256(data).hexdigest()[:32] == digest[:32]:
+        if names_content(digest, data):
             self.cache.parsed[kept] = self._sections[key]  # (only when what was read is what the digest names)
         return self._sections[key]
 

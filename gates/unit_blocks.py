@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from milepost.gates.blocks import MODULE, Block, blocks_from_json, blocks_of, blocks_to_json, executed
-from milepost.gates.inputs import Snapshot, StatCache, spec_digest
+from milepost.gates.inputs import Snapshot, StatCache, names_content, spec_digest
 from milepost.gates.listing import NEVER
 from milepost.gates.outcome import CommandResult, Outcome
 from milepost.gates.units import import_tag, unit_command, unit_digest, unit_env_inputs
@@ -434,7 +434,7 @@ class _Reader:
         except OSError:
             return None
         found = blocks_of(source)
-        if digest is not None and found is not None and hashlib.sha256(source).hexdigest()[:32] == digest[:32]:
+        if digest is not None and found is not None and names_content(digest, source):
             memo[key] = found  # (only when what was read is what the digest names)
             _keep_blocks(kept, found)
         return found

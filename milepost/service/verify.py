@@ -211,14 +211,13 @@ class _Run:
         re-proving drive's do (:func:`milepost.service.ahead.running_ahead`): their changed units together,
         split over the workers, not one pytest session per gate and another round for a later gate's. Only
         theirs: a milestone verify may not run (a failed one on unchanged inputs) runs nothing ahead."""
-        reprove = [n for n in order if n in self.check.stale and self.graph.get(n).status is S.DONE]
+        reprove = {n for n in order if n in self.check.stale and self.graph.get(n).status is S.DONE}
         if self.units is None or self.units.workers < 2 or not self.use_cache or not reprove:
             yield
             return
         from milepost.service.ahead import AHEAD_START_WAIT, running_ahead
 
-        only = set(reprove)
-        with running_ahead(self.ctx, self.item, self.units, self.graph, self.owner, scope=only, reprove=only):
+        with running_ahead(self.ctx, self.item, self.units, self.graph, self.owner, scope=reprove, reprove=reprove):
             self.units.wait_started(AHEAD_START_WAIT)
             yield
 
